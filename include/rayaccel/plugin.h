@@ -1,0 +1,505 @@
+/*
+ * rayaccel/plugin.h: the stable C ABI between rayaccel and an accelerator vendor plugin.
+ *
+ * This is the only header a vendor needs. It is C99, has no dependency beyond the C standard
+ * library, and is versioned: see docs/abi.md for the compatibility rules and the changelog.
+ *
+ * Shape of the ABI
+ * ----------------
+ * A plugin is a shared library that exports exactly one symbol, `rayaccel_plugin_entry`. The
+ * host calls it once with the ABI version it speaks; the plugin answers with the version it
+ * chose and a pointer to a static, const table of hooks (`rayaccel_plugin_api`). Everything
+ * else happens through that table.
+ *
+ * Rules that hold for every declaration below:
+ *  - Every struct that crosses the boundary begins with `size_t struct_size`. Fields are only
+ *    ever appended, never reordered or removed. The writer of a struct sets struct_size to the
+ *    size it was compiled with (use RAYACCEL_STRUCT_SIZE); the reader uses only the fields that
+ *    fit inside it (RAYACCEL_HAS_FIELD) and treats the others as absent (zero / empty).
+ *  - A NULL hook means "not supported"; the host checks before every call.
+ *  - Capability bits (`capabilities`) speak from plugin to host; struct sizes and the
+ *    negotiated minor version speak from host to plugin.
+ *  - No memory crosses the boundary to be freed on the other side. Plugins hand results to
+ *    host-provided sink callbacks, which copy what they keep before returning. Objects a
+ *    plugin creates (instances, transport handles) are destroyed by the plugin's own hooks.
+ *  - Strings are `rayaccel_string` (pointer + length, UTF-8, not necessarily NUL-terminated).
+ *  - Every hook returns a `rayaccel_status` with a pinned numeric value; on failure it writes a
+ *    human-readable message into the host-provided `rayaccel_error`.
+ *  - No hook may throw a C++ exception, call exit(), or write to stdout.
+ *
+ * Stability: everything in this file is stable within ABI major version 1 unless its comment
+ * says "experimental".
+ */
+#ifndef RAYACCEL_PLUGIN_H_
+#define RAYACCEL_PLUGIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Versioning                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The ABI version this header describes. A host and a plugin work together when their major
+ * versions are equal; they then use the smaller of their two minor versions. */
+#define RAYACCEL_ABI_VERSION_MAJOR 1
+#define RAYACCEL_ABI_VERSION_MINOR 0
+
+/* The name of the one symbol a plugin exports. */
+#define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
+
+/* Size of a struct up to and including `last_field`: what a writer compiled against an
+ * older header would have put in struct_size. */
+#define RAYACCEL_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type *)0)->last_field))
+
+/* True when the struct at `ptr` (whose first member is struct_size) is large enough to hold
+ * `field`. Readers use it before touching any field added after version 1.0. */
+#define RAYACCEL_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= RAYACCEL_STRUCT_SIZE(type, field))
+
+#if defined(_WIN32)
+#define RAYACCEL_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define RAYACCEL_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status and errors                                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Pinned values: never renumbered. New codes may be added in a minor version; a host treats
+ * an unknown code as RAYACCEL_STATUS_INTERNAL. */
+typedef enum rayaccel_status {
+  RAYACCEL_STATUS_OK = 0,
+  RAYACCEL_STATUS_INVALID_ARGUMENT = 1,    /* the caller passed something malformed */
+  RAYACCEL_STATUS_NOT_FOUND = 2,           /* a named device, key or peer does not exist */
+  RAYACCEL_STATUS_UNSUPPORTED = 3,         /* the operation is not offered by this plugin */
+  RAYACCEL_STATUS_UNAVAILABLE = 4,         /* vendor runtime or driver missing or unreachable */
+  RAYACCEL_STATUS_FAILED_PRECONDITION = 5, /* called in the wrong state (e.g. not initialized) */
+  RAYACCEL_STATUS_RESOURCE_EXHAUSTED = 6,  /* out of memory, handles, or a sink refused more */
+  RAYACCEL_STATUS_TIMEOUT = 7,             /* a wait ended without an event; not an error */
+  RAYACCEL_STATUS_INCOMPATIBLE = 8,        /* ABI or struct version cannot be served */
+  RAYACCEL_STATUS_INTERNAL = 9,            /* a bug or an unexpected vendor error */
+  RAYACCEL_STATUS_ABORTED = 10             /* the sink asked the plugin to stop */
+} rayaccel_status;
+
+/* Where a failing hook explains itself. Provided by the caller (always the host); the plugin
+ * writes at most `capacity` bytes including a terminating NUL into `message`. May be NULL
+ * only where a comment says so. Use rayaccel_error_set() to fill it. */
+typedef struct rayaccel_error {
+  size_t struct_size;
+  char *message;   /* host-owned buffer, `capacity` bytes */
+  size_t capacity; /* 0 means: do not write */
+} rayaccel_error;
+
+/* Copies `message` (NUL-terminated) into `error`, truncating, and returns `code`: write
+ * `return rayaccel_error_set(err, RAYACCEL_STATUS_UNAVAILABLE, "no driver");` in a hook. */
+static inline rayaccel_status rayaccel_error_set(rayaccel_error *error, rayaccel_status code,
+                                                 const char *message) {
+  size_t i = 0;
+  if (error != NULL && error->message != NULL && error->capacity > 0) {
+    for (; message != NULL && message[i] != '\0' && i + 1 < error->capacity; ++i) {
+      error->message[i] = message[i];
+    }
+    error->message[i] = '\0';
+  }
+  return code;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Basic types                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/* UTF-8 text, not necessarily NUL-terminated. {NULL, 0} is the empty string / "absent".
+ * Lifetime: stated by the struct or hook that carries it. */
+typedef struct rayaccel_string {
+  const char *data;
+  size_t size;
+} rayaccel_string;
+
+/* Opaque plugin instance, created by `initialize`, destroyed by `shutdown`. */
+typedef struct rayaccel_plugin_instance rayaccel_plugin_instance;
+
+typedef enum rayaccel_log_level {
+  RAYACCEL_LOG_TRACE = 0,
+  RAYACCEL_LOG_DEBUG = 1,
+  RAYACCEL_LOG_INFO = 2,
+  RAYACCEL_LOG_WARN = 3,
+  RAYACCEL_LOG_ERROR = 4
+} rayaccel_log_level;
+
+typedef enum rayaccel_health {
+  RAYACCEL_HEALTH_UNKNOWN = 0, /* the plugin cannot tell; also the value of an absent field */
+  RAYACCEL_HEALTH_HEALTHY = 1,
+  RAYACCEL_HEALTH_UNHEALTHY = 2
+} rayaccel_health;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Host services (host -> plugin)                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Passed to `initialize`. Owned by the host and valid until `shutdown` returns. The
+ * callbacks are thread-safe and may be called from any thread the plugin owns. */
+typedef struct rayaccel_host_api {
+  size_t struct_size;
+  void *host_context; /* pass back as the first argument of every callback */
+  /* Log one line through the host's logger. Never blocks for long. Since 1.0. */
+  void (*log)(void *host_context, rayaccel_log_level level, rayaccel_string message);
+} rayaccel_host_api;
+
+/* One configuration entry, e.g. {"spec", "examples/dgx-h100.json"}. The host resolves the
+ * sources (command line, environment RAYACCEL_<PLUGIN>_<KEY>, config file) before calling. */
+typedef struct rayaccel_config_entry {
+  size_t struct_size;
+  rayaccel_string key;
+  rayaccel_string value;
+} rayaccel_config_entry;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Results (plugin -> host)                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Static facts about the plugin, filled by `get_properties` after `initialize`. Strings are
+ * owned by the plugin and must stay valid until `shutdown`; the host copies them at once. */
+typedef struct rayaccel_plugin_properties {
+  size_t struct_size;
+  rayaccel_string vendor;              /* e.g. "nvidia", "amd", "google", "intel" */
+  rayaccel_string resource_name;       /* the Ray resource, e.g. "GPU", "TPU", "HPU" */
+  rayaccel_string visible_devices_env; /* e.g. "CUDA_VISIBLE_DEVICES"; empty if none */
+  rayaccel_string plugin_version;      /* the plugin's own version, free form */
+} rayaccel_plugin_properties;
+
+/* One device, as handed to rayaccel_sink.add_device. All strings are owned by the plugin and
+ * need only live until add_device returns. Absent strings are empty. */
+typedef struct rayaccel_device_info {
+  size_t struct_size;
+  /* The plugin's own index for this device, unique within the plugin. Links, domains, health
+   * and allocation refer to devices by it; conventionally it is what the visible-devices
+   * variable takes (the CUDA ordinal, the TPU chip number, ...). */
+  uint32_t index;
+  rayaccel_string id;               /* required: stable across restarts, e.g. the GPU UUID */
+  rayaccel_string name;             /* required: marketing name, "NVIDIA H100 80GB HBM3" */
+  rayaccel_string accelerator_type; /* Ray's type string ("H100"); empty: the host derives it */
+  rayaccel_string architecture;     /* "hopper", "gfx942", "v4", ... */
+  uint64_t memory_bytes;            /* device memory; 0 = unknown */
+  rayaccel_string pci_bus_id;       /* "dddd:bb:dd.f" (lower-case hex); empty = not PCI */
+  uint32_t pci_vendor_id;           /* 0 = unknown */
+  uint32_t pci_device_id;           /* 0 = unknown */
+  int32_t numa_node;                /* -1 = unknown (the host may derive it from hwloc) */
+  rayaccel_string driver_version;
+  rayaccel_string firmware_version;
+  /* Partitions (MIG instance, AMD CPX partition): the id of the physical device this one is
+   * carved out of, and the profile ("1g.10gb", "CPX"). Both empty for a whole device. */
+  rayaccel_string parent_id;
+  rayaccel_string partition_profile;
+  rayaccel_health health;
+  rayaccel_string health_reason; /* why it is unhealthy or unknown; may be empty */
+} rayaccel_device_info;
+
+/* Typed device attributes, as in Kubernetes DRA. */
+typedef enum rayaccel_attribute_kind {
+  RAYACCEL_ATTRIBUTE_STRING = 0,
+  RAYACCEL_ATTRIBUTE_INT = 1,
+  RAYACCEL_ATTRIBUTE_BOOL = 2,
+  RAYACCEL_ATTRIBUTE_VERSION = 3 /* semantic version in string_value, "12.4.0" */
+} rayaccel_attribute_kind;
+
+typedef struct rayaccel_attribute {
+  size_t struct_size;
+  uint32_t device_index;   /* a device already added in this discovery */
+  rayaccel_string name;    /* Kubernetes label-key syntax, e.g. "compute_capability" */
+  rayaccel_attribute_kind kind;
+  rayaccel_string string_value; /* STRING and VERSION */
+  int64_t int_value;            /* INT; BOOL uses 0 or 1 */
+} rayaccel_attribute;
+
+/* How two devices connect. Pinned values. */
+typedef enum rayaccel_link_type {
+  RAYACCEL_LINK_PCIE = 1,     /* a PCIe path; `pcie_path` says how far */
+  RAYACCEL_LINK_NVLINK = 2,   /* NVIDIA NVLink, direct or through NVSwitch */
+  RAYACCEL_LINK_XGMI = 3,     /* AMD Infinity Fabric / xGMI */
+  RAYACCEL_LINK_ICI = 4,      /* TPU inter-chip interconnect */
+  RAYACCEL_LINK_SCALE_OUT = 5, /* an on-device NIC fabric (Gaudi RoCE ports) */
+  RAYACCEL_LINK_OTHER = 6
+} rayaccel_link_type;
+
+/* PCIe path levels, in nvidia-smi's vocabulary, ordered from closest to farthest. */
+typedef enum rayaccel_pcie_path {
+  RAYACCEL_PCIE_PATH_UNKNOWN = 0,
+  RAYACCEL_PCIE_PATH_PIX = 1,  /* through at most one PCIe switch */
+  RAYACCEL_PCIE_PATH_PXB = 2,  /* through several PCIe switches, no host bridge */
+  RAYACCEL_PCIE_PATH_PHB = 3,  /* through a PCIe host bridge */
+  RAYACCEL_PCIE_PATH_NODE = 4, /* within a NUMA node, across host bridges */
+  RAYACCEL_PCIE_PATH_SYS = 5   /* across the SMP interconnect between NUMA nodes */
+} rayaccel_pcie_path;
+
+/* A link between two devices of this plugin. Links are undirected: report each pair once. */
+typedef struct rayaccel_link {
+  size_t struct_size;
+  uint32_t device_a; /* device index */
+  uint32_t device_b; /* device index, different from device_a */
+  rayaccel_link_type type;
+  rayaccel_pcie_path pcie_path; /* for RAYACCEL_LINK_PCIE; UNKNOWN otherwise */
+  uint32_t count;               /* bonded links (NV18 = 18); 0 = unknown, 1 for PCIe */
+  uint64_t bandwidth_mbps;      /* per direction, all bonded links together; 0 = unknown */
+} rayaccel_link;
+
+/* A group of devices that belong together: an NVLink clique, an xGMI hive, a TPU slice. */
+typedef struct rayaccel_domain {
+  size_t struct_size;
+  rayaccel_string kind;      /* "nvlink", "xgmi", "tpu-slice", "rack", ... */
+  rayaccel_string id;        /* unique within kind on this node, e.g. "<clusterUUID>.<clique>" */
+  const uint32_t *devices;   /* device indices, owned by the plugin for the call */
+  size_t device_count;
+} rayaccel_domain;
+
+/* The host's collector for everything a hook returns. Owned by the host, valid for the call
+ * it is passed to. Each callback copies what it needs before returning. A callback that
+ * returns anything but RAYACCEL_STATUS_OK has refused the item (e.g. a limit was reached); the
+ * plugin should stop and return that status. Callbacks are not thread-safe: call them only
+ * from the thread that is running the hook. */
+typedef struct rayaccel_sink {
+  size_t struct_size;
+  void *host_context;
+  /* discover */
+  rayaccel_status (*add_device)(void *host_context, const rayaccel_device_info *device);
+  rayaccel_status (*add_attribute)(void *host_context, const rayaccel_attribute *attribute);
+  /* get_labels: a node label, Kubernetes syntax; keys under "ray.io/" only where Ray defines
+   * them (see docs/abi.md). */
+  rayaccel_status (*add_label)(void *host_context, rayaccel_string key, rayaccel_string value);
+  /* get_topology */
+  rayaccel_status (*add_link)(void *host_context, const rayaccel_link *link);
+  rayaccel_status (*add_domain)(void *host_context, const rayaccel_domain *domain);
+  /* get_health and wait_health_events */
+  rayaccel_status (*set_health)(void *host_context, uint32_t device_index, rayaccel_health health,
+                                rayaccel_string reason);
+  /* prepare_allocation: one environment variable a worker needs */
+  rayaccel_status (*set_env)(void *host_context, rayaccel_string name, rayaccel_string value);
+} rayaccel_sink;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hook arguments (host -> plugin). One struct per call; the host owns them for the call.    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct rayaccel_initialize_args {
+  size_t struct_size;
+  const rayaccel_host_api *host;        /* valid until shutdown */
+  const rayaccel_config_entry *config;  /* valid for the call only: copy what you keep */
+  size_t config_count;
+  rayaccel_plugin_instance *instance;   /* out: the new instance */
+} rayaccel_initialize_args;
+
+typedef struct rayaccel_allocation_args {
+  size_t struct_size;
+  const uint32_t *device_indices; /* the chosen devices, valid for the call */
+  size_t device_count;
+  const rayaccel_sink *sink;      /* prepare_allocation reports through set_env */
+} rayaccel_allocation_args;
+
+typedef struct rayaccel_health_wait_args {
+  size_t struct_size;
+  uint32_t timeout_ms;       /* wait at most this long for a change */
+  const rayaccel_sink *sink; /* report each change through set_health */
+} rayaccel_health_wait_args;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Transport (experimental in 1.0): direct device-to-device data movement, UCX/NIXL style.   */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct rayaccel_transport_endpoint rayaccel_transport_endpoint; /* plugin-owned */
+typedef struct rayaccel_memory_region rayaccel_memory_region;           /* plugin-owned */
+typedef struct rayaccel_connection rayaccel_connection;                 /* plugin-owned */
+typedef struct rayaccel_request rayaccel_request;                       /* plugin-owned */
+
+/* Opaque bytes the host carries between nodes (Ray passes them in object metadata). */
+typedef struct rayaccel_blob {
+  const uint8_t *data;
+  size_t size;
+} rayaccel_blob;
+
+/* Receives a blob from the plugin; copies it before returning. */
+typedef struct rayaccel_blob_sink {
+  size_t struct_size;
+  void *host_context;
+  rayaccel_status (*put)(void *host_context, rayaccel_blob blob);
+} rayaccel_blob_sink;
+
+typedef enum rayaccel_memory_kind {
+  RAYACCEL_MEMORY_HOST = 0,
+  RAYACCEL_MEMORY_DEVICE = 1
+} rayaccel_memory_kind;
+
+typedef enum rayaccel_transfer_op {
+  RAYACCEL_TRANSFER_READ = 0,  /* remote -> local */
+  RAYACCEL_TRANSFER_WRITE = 1  /* local -> remote */
+} rayaccel_transfer_op;
+
+typedef struct rayaccel_transfer_args {
+  size_t struct_size;
+  rayaccel_connection *connection;
+  rayaccel_transfer_op op;
+  rayaccel_memory_region *local; /* registered on this endpoint */
+  uint64_t local_offset;
+  rayaccel_blob remote_descriptor; /* from the peer's pack_descriptor; valid for the call */
+  uint64_t remote_offset;
+  uint64_t length;
+  rayaccel_request *request; /* out: poll it until complete */
+} rayaccel_transfer_args;
+
+/* All hooks of the transport table are thread-safe for distinct connections. Handles are
+ * valid until their own close/deregister hook. Since 1.0, experimental. */
+typedef struct rayaccel_transport_api {
+  size_t struct_size;
+  /* Opens a local endpoint; its address is reported through `address`. */
+  rayaccel_status (*open_endpoint)(rayaccel_plugin_instance *instance,
+                                   const rayaccel_blob_sink *address,
+                                   rayaccel_transport_endpoint **endpoint, rayaccel_error *error);
+  rayaccel_status (*close_endpoint)(rayaccel_transport_endpoint *endpoint, rayaccel_error *error);
+  /* Registers [address, address+length) for remote access. device_index is ignored for host
+   * memory. */
+  rayaccel_status (*register_memory)(rayaccel_transport_endpoint *endpoint, void *address,
+                                     uint64_t length, rayaccel_memory_kind kind,
+                                     uint32_t device_index, rayaccel_memory_region **region,
+                                     rayaccel_error *error);
+  /* Invalidates a region: later remote accesses through its descriptors fail. */
+  rayaccel_status (*deregister_memory)(rayaccel_memory_region *region, rayaccel_error *error);
+  /* Packs a descriptor ("tensor reference") for a peer: a versioned opaque blob. */
+  rayaccel_status (*pack_descriptor)(rayaccel_memory_region *region,
+                                     const rayaccel_blob_sink *descriptor, rayaccel_error *error);
+  rayaccel_status (*connect)(rayaccel_transport_endpoint *endpoint, rayaccel_blob peer_address,
+                             rayaccel_connection **connection, rayaccel_error *error);
+  rayaccel_status (*transfer)(rayaccel_transfer_args *args, rayaccel_error *error);
+  /* OK when the request completed (and is then released), TIMEOUT while it is in flight,
+   * any other status when it failed (and is released). */
+  rayaccel_status (*poll)(rayaccel_request *request, rayaccel_error *error);
+  /* Completes every transfer issued on the connection before the call. */
+  rayaccel_status (*flush)(rayaccel_connection *connection, rayaccel_error *error);
+  rayaccel_status (*close)(rayaccel_connection *connection, rayaccel_error *error);
+} rayaccel_transport_api;
+
+/* ---------------------------------------------------------------------------------------- */
+/* The plugin table                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Capability bits (plugin -> host). Pinned values. A capability whose hooks are NULL is a
+ * malformed plugin and is refused. */
+#define RAYACCEL_CAP_TOPOLOGY ((uint64_t)1 << 0)      /* get_topology is meaningful */
+#define RAYACCEL_CAP_HEALTH_EVENTS ((uint64_t)1 << 1) /* wait_health_events blocks for changes */
+#define RAYACCEL_CAP_ALLOCATION ((uint64_t)1 << 2)    /* validate_quantity, prepare_allocation */
+#define RAYACCEL_CAP_TRANSPORT ((uint64_t)1 << 3)     /* `transport` is set (experimental) */
+#define RAYACCEL_CAP_THREAD_SAFE ((uint64_t)1 << 4)   /* query hooks may run concurrently */
+
+/* Static, const, and valid until the library is unloaded. Hooks marked "required" are never
+ * NULL. Unless RAYACCEL_CAP_THREAD_SAFE is set, the host calls the hooks of one instance from
+ * one thread at a time; different instances never share state the host can see. */
+typedef struct rayaccel_plugin_api {
+  size_t struct_size;
+  uint32_t abi_major; /* RAYACCEL_ABI_VERSION_MAJOR the plugin was built with */
+  uint32_t abi_minor;
+  rayaccel_string name; /* short lower-case name, [a-z0-9_-]{1,32}: "cuda", "rocm", "sim" */
+  uint64_t capabilities;
+
+  /* Lifecycle, required. `initialize` must succeed without the vendor stack present: a
+   * plugin that finds no driver reports zero devices from `discover`, with the reason in
+   * a log line, instead of failing. Failing `initialize` means the configuration is
+   * unusable. `shutdown` releases everything the instance holds; the instance pointer is
+   * invalid afterwards. Since 1.0. */
+  rayaccel_status (*initialize)(rayaccel_initialize_args *args, rayaccel_error *error);
+  rayaccel_status (*shutdown)(rayaccel_plugin_instance *instance, rayaccel_error *error);
+
+  /* Identity, required: fills `properties` (struct_size set by the host). Since 1.0. */
+  rayaccel_status (*get_properties)(rayaccel_plugin_instance *instance,
+                                    rayaccel_plugin_properties *properties,
+                                    rayaccel_error *error);
+
+  /* Discovery, required: add_device for every device, then add_attribute for any typed
+   * attributes. Each call is a full rescan; the host replaces what it had. Since 1.0. */
+  rayaccel_status (*discover)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                              rayaccel_error *error);
+
+  /* Node labels (add_label). Optional. Since 1.0. */
+  rayaccel_status (*get_labels)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                rayaccel_error *error);
+
+  /* Topology (add_link, add_domain) among the devices of the last `discover`. Optional;
+   * RAYACCEL_CAP_TOPOLOGY. Since 1.0. */
+  rayaccel_status (*get_topology)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                  rayaccel_error *error);
+
+  /* Current health of every device (set_health). Optional: without it the health field of
+   * rayaccel_device_info is the answer. Since 1.0. */
+  rayaccel_status (*get_health)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                rayaccel_error *error);
+
+  /* Blocks up to args->timeout_ms for health changes and reports them (set_health). Returns
+   * OK after reporting at least one change, TIMEOUT when none came. The host calls it from a
+   * dedicated thread, concurrently with the other hooks: it must be thread-safe with them.
+   * Optional; RAYACCEL_CAP_HEALTH_EVENTS. Since 1.0. */
+  rayaccel_status (*wait_health_events)(rayaccel_plugin_instance *instance,
+                                        rayaccel_health_wait_args *args, rayaccel_error *error);
+
+  /* Whether `quantity` devices may be requested at once (TPU: 1, 2, 4 or 8). Returns OK or
+   * INVALID_ARGUMENT with the reason. Optional (any whole quantity is then fine);
+   * RAYACCEL_CAP_ALLOCATION. Since 1.0. */
+  rayaccel_status (*validate_quantity)(rayaccel_plugin_instance *instance, uint32_t quantity,
+                                       rayaccel_error *error);
+
+  /* The environment a worker needs to use exactly these devices (set_env), e.g.
+   * CUDA_VISIBLE_DEVICES=0,3. Optional: the host then sets visible_devices_env to the
+   * comma-separated indices. RAYACCEL_CAP_ALLOCATION. Since 1.0. */
+  rayaccel_status (*prepare_allocation)(rayaccel_plugin_instance *instance,
+                                        rayaccel_allocation_args *args, rayaccel_error *error);
+
+  /* Direct device-to-device transport; NULL unless RAYACCEL_CAP_TRANSPORT. Since 1.0,
+   * experimental. */
+  const rayaccel_transport_api *transport;
+} rayaccel_plugin_api;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Entry point and negotiation                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Filled in by both sides, Vulkan-style: the host states the highest version it speaks, the
+ * plugin answers with the version it chose (same major, minor = min(host, plugin)) and its
+ * table. A plugin whose major differs from host_abi_major returns INCOMPATIBLE. */
+typedef struct rayaccel_negotiation {
+  size_t struct_size;
+  uint32_t host_abi_major;        /* in */
+  uint32_t host_abi_minor;        /* in */
+  uint32_t chosen_abi_major;      /* out */
+  uint32_t chosen_abi_minor;      /* out */
+  const rayaccel_plugin_api *api; /* out: static, valid until the library is unloaded */
+} rayaccel_negotiation;
+
+typedef rayaccel_status (*rayaccel_plugin_entry_fn)(rayaccel_negotiation *negotiation,
+                                                    rayaccel_error *error);
+
+/* Declared here so that a plugin's definition is checked against it. Thread-safe; may be
+ * called more than once. Since 1.0. */
+RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiation *negotiation,
+                                                             rayaccel_error *error);
+
+#ifdef __cplusplus
+} /* extern "C" */
+
+/* Sizes are part of the ABI: a change here is a break. Checked on LP64 (x86_64, aarch64). */
+#if defined(__LP64__)
+static_assert(sizeof(rayaccel_string) == 16, "rayaccel_string layout changed");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason) ==
+                  sizeof(rayaccel_device_info),
+              "rayaccel_device_info: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, transport) == sizeof(rayaccel_plugin_api),
+              "rayaccel_plugin_api: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, set_env) == sizeof(rayaccel_sink),
+              "rayaccel_sink: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, bandwidth_mbps) == sizeof(rayaccel_link),
+              "rayaccel_link: append fields only, and update this check");
+#endif
+#endif /* __cplusplus */
+
+#endif /* RAYACCEL_PLUGIN_H_ */

@@ -1,0 +1,175 @@
+// rayaccel/registry.h: the C++ API of librayaccel, the library the raylet links.
+//
+// A Registry loads accelerator plugins (see plugin.h), validates everything they return,
+// merges them into one immutable NodeSnapshot and maps it to Ray's resources and labels.
+// A misbehaving plugin is refused or degraded with a reason; it never takes the others down.
+//
+//   rayaccel::RegistryOptions options;               // defaults: search the usual places
+//   auto registry = rayaccel::Registry::Create(options);
+//   if (!registry.ok()) ...;
+//   std::shared_ptr<const rayaccel::NodeSnapshot> snap = (*registry)->snapshot();
+//   for (const auto& [name, quantity] : snap->ray.resources) ...
+//
+// Thread-safety: all Registry methods may be called from any thread.
+#ifndef RAYACCEL_REGISTRY_H_
+#define RAYACCEL_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rayaccel {
+
+enum class Health { kUnknown = 0, kHealthy = 1, kUnhealthy = 2 };
+
+// Pinned to the values of rayaccel_link_type and rayaccel_pcie_path in plugin.h.
+enum class LinkType { kPcie = 1, kNvlink = 2, kXgmi = 3, kIci = 4, kScaleOut = 5, kOther = 6 };
+enum class PciePath { kUnknown = 0, kPix = 1, kPxb = 2, kPhb = 3, kNode = 4, kSys = 5 };
+
+const char* HealthName(Health health);      // "healthy", "unhealthy", "unknown"
+const char* LinkTypeName(LinkType type);    // "pcie", "nvlink", "xgmi", ...
+const char* PciePathName(PciePath path);    // "PIX", ..., "" for unknown
+
+struct Attribute {
+  enum class Kind { kString = 0, kInt = 1, kBool = 2, kVersion = 3 };
+  std::string name;
+  Kind kind = Kind::kString;
+  std::string string_value;  // kString, kVersion
+  int64_t int_value = 0;     // kInt; kBool as 0/1
+};
+
+struct Device {
+  std::string id;        // stable, unique on the node (UUID)
+  std::string plugin;    // the plugin that reported it
+  std::string resource;  // the Ray resource it counts toward ("GPU")
+  uint32_t index = 0;    // the plugin's own index (what the visible-devices variable takes)
+  std::string name;
+  std::string vendor;
+  std::string accelerator_type;  // Ray's type string; derived by the host when not reported
+  std::string architecture;
+  uint64_t memory_bytes = 0;
+  std::string pci_bus_id;  // "dddd:bb:dd.f", or empty
+  uint32_t pci_vendor_id = 0;
+  uint32_t pci_device_id = 0;
+  int numa_node = -1;  // -1 unknown
+  std::string driver_version;
+  std::string firmware_version;
+  std::string parent_id;          // partition parent, empty for a whole device
+  std::string partition_profile;  // "1g.10gb", "CPX", ...
+  Health health = Health::kUnknown;
+  std::string health_reason;
+  std::vector<Attribute> attributes;
+};
+
+struct Link {
+  size_t a = 0;  // positions in NodeSnapshot::devices, a < b
+  size_t b = 0;
+  LinkType type = LinkType::kPcie;
+  uint32_t count = 0;
+  uint64_t bandwidth_mbps = 0;
+  PciePath pcie_path = PciePath::kUnknown;
+  std::string source;  // "plugin:<name>" or "hwloc"
+};
+
+struct Domain {
+  std::string plugin;
+  std::string kind;  // "nvlink", "xgmi", "tpu-slice", ...
+  std::string id;
+  std::vector<size_t> devices;  // positions in NodeSnapshot::devices
+};
+
+struct PluginStatus {
+  enum class State {
+    kActive = 0,    // loaded and answered; its devices are in the snapshot
+    kDegraded = 1,  // loaded, but some answers were rejected (message says which)
+    kFailed = 2,    // loaded, but initialize or discover failed; contributes nothing
+    kRefused = 3,   // not loaded: unsafe file, bad entry point, incompatible ABI, bad table
+  };
+  std::string name;  // the plugin's own name, or the file stem when refused before that
+  std::string path;
+  State state = State::kRefused;
+  std::string message;      // why, for anything but kActive; may carry notes otherwise
+  std::string abi_version;  // negotiated "1.0", empty when refused before negotiation
+  std::string vendor;
+  std::string plugin_version;
+  std::string resource_name;
+  std::string visible_devices_env;
+  uint64_t capabilities = 0;
+  size_t device_count = 0;
+};
+const char* PluginStateName(PluginStatus::State state);  // "active", "degraded", ...
+
+// What Ray is given: the same shapes as GcsNodeInfo.resources_total and .labels.
+struct RayView {
+  std::map<std::string, double> resources;
+  std::map<std::string, std::string> labels;
+};
+
+// One immutable view of the node. A rescan produces a new snapshot with a higher generation.
+struct NodeSnapshot {
+  uint64_t generation = 0;
+  std::vector<PluginStatus> plugins;
+  std::vector<Device> devices;  // grouped by plugin, in each plugin's discovery order
+  std::vector<Link> links;
+  std::vector<Domain> domains;
+  std::map<std::string, std::string> plugin_labels;  // node labels the plugins reported
+  RayView ray;
+};
+
+struct RegistryOptions {
+  // Folders to search for plugin files (librayaccel-<name>.so). Empty: RAYACCEL_PLUGIN_PATH
+  // (colon-separated), then ../lib/rayaccel/plugins next to the running binary and next to
+  // librayaccel itself.
+  std::vector<std::string> search_path;
+  // Load only these plugins: names ("sim") looked up on the search path, or file paths.
+  // Empty: every plugin found on the search path.
+  std::vector<std::string> plugins;
+  // Per-plugin configuration handed to each plugin's initialize hook, from three sources,
+  // highest precedence first:
+  //   1. `config`, e.g. config["sim"]["spec"] = "examples/dgx-h100.json" (the CLI's --config);
+  //   2. the environment, RAYACCEL_<PLUGIN>_<KEY> (RAYACCEL_SIM_SPEC), when use_environment;
+  //   3. `config_file`, lines of "plugin.key = value" ('#' starts a comment).
+  std::map<std::string, std::map<std::string, std::string>> config;
+  bool use_environment = true;
+  std::string config_file;
+  // Refuse plugin files and folders writable by others than their owner or root.
+  bool check_permissions = true;
+};
+
+class Registry {
+ public:
+  // Loads the plugins and takes the first snapshot. Fails only for errors of rayaccel itself
+  // (e.g. a named plugin file that does not exist is a plugin status, not a failure).
+  static absl::StatusOr<std::unique_ptr<Registry>> Create(RegistryOptions options);
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The current snapshot; never null.
+  std::shared_ptr<const NodeSnapshot> snapshot() const;
+
+  // Asks every loaded plugin again and publishes a new snapshot (generation + 1).
+  std::shared_ptr<const NodeSnapshot> Rescan();
+
+  // Whether `quantity` devices of `resource` may be requested together (plugin hook).
+  absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;
+
+  // The environment a worker needs to use exactly these devices (ids or snapshot positions
+  // as decimal strings). All devices must come from one plugin.
+  absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
+      const std::vector<std::string>& devices) const;
+
+ private:
+  class Impl;
+  explicit Registry(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_H_

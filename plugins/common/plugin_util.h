@@ -1,0 +1,93 @@
+// Helpers shared by the in-tree C++ plugins: strings and sinks, configuration lookup, host
+// logging, and the guard that keeps C++ exceptions from crossing the C ABI.
+#ifndef RAYACCEL_PLUGINS_COMMON_PLUGIN_UTIL_H_
+#define RAYACCEL_PLUGINS_COMMON_PLUGIN_UTIL_H_
+
+#include <algorithm>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "rayaccel/plugin.h"
+
+namespace rayaccel::plugin {
+
+// A view of `s` for the ABI; valid while `s` is.
+inline rayaccel_string Str(std::string_view s) { return {s.data(), s.size()}; }
+
+inline std::string_view View(rayaccel_string s) {
+  return s.data == nullptr ? std::string_view() : std::string_view(s.data, s.size);
+}
+
+// The value of configuration key `key`, or `fallback`.
+inline std::string ConfigValue(const rayaccel_initialize_args* args, std::string_view key,
+                               std::string fallback = "") {
+  for (size_t i = 0; i < args->config_count; ++i) {
+    if (View(args->config[i].key) == key) return std::string(View(args->config[i].value));
+  }
+  return fallback;
+}
+
+// Logs through the host when it offers a logger.
+inline void Log(const rayaccel_host_api* host, rayaccel_log_level level, std::string_view text) {
+  if (host != nullptr && RAYACCEL_HAS_FIELD(host, rayaccel_host_api, log) && host->log != nullptr) {
+    host->log(host->host_context, level, Str(text));
+  }
+}
+
+inline rayaccel_status Fail(rayaccel_error* error, rayaccel_status code, const std::string& text) {
+  return rayaccel_error_set(error, code, text.c_str());
+}
+
+// Runs `body` (returning rayaccel_status) and turns any escaping exception into an error:
+// exceptions must never unwind into the host.
+template <typename Body>
+rayaccel_status Guard(rayaccel_error* error, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(error, RAYACCEL_STATUS_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "internal error");
+  }
+}
+
+// Fills the negotiation for a plugin built against this header's version.
+inline rayaccel_status Negotiate(rayaccel_negotiation* n, const rayaccel_plugin_api* api,
+                                 rayaccel_error* error) {
+  if (n == nullptr || n->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_negotiation, api)) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "bad negotiation struct");
+  }
+  if (n->host_abi_major != RAYACCEL_ABI_VERSION_MAJOR) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE,
+                              "host ABI major version differs from this plugin's (1)");
+  }
+  n->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
+  const uint32_t mine = RAYACCEL_ABI_VERSION_MINOR;
+  n->chosen_abi_minor = std::min(n->host_abi_minor, mine);
+  n->api = api;
+  return RAYACCEL_STATUS_OK;
+}
+
+// Writes the plugin properties the host asked for, respecting the host's struct_size.
+inline void SetProperties(rayaccel_plugin_properties* p, std::string_view vendor,
+                          std::string_view resource, std::string_view visible_env,
+                          std::string_view version) {
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, vendor)) p->vendor = Str(vendor);
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, resource_name)) {
+    p->resource_name = Str(resource);
+  }
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, visible_devices_env)) {
+    p->visible_devices_env = Str(visible_env);
+  }
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, plugin_version)) {
+    p->plugin_version = Str(version);
+  }
+}
+
+}  // namespace rayaccel::plugin
+
+#endif  // RAYACCEL_PLUGINS_COMMON_PLUGIN_UTIL_H_

@@ -1,0 +1,165 @@
+// The `rayaccel` command: what this node's accelerators are, and what Ray would be given.
+// Exit codes: 0 when discovery ran (even with no devices or refused plugins), 1 when
+// rayaccel itself failed, 2 for usage errors.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "cli/render.h"
+#include "rayaccel/plugin.h"
+#include "rayaccel/registry.h"
+#include "registry/config.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kUsage[] = R"(usage: rayaccel <command> [options]
+
+Commands:
+  discover         plugins, devices, links, domains, and what Ray would be given
+  plugins          which plugins were found, loaded or refused, and why
+  resources        the Ray resources of this node
+  ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels)
+  version          print the version
+
+Options:
+  --json                      machine-readable output (discover, plugins, resources)
+  --plugin NAME|PATH          load only this plugin (repeatable)
+  --plugin-path DIR[:DIR...]  search these folders instead of RAYACCEL_PLUGIN_PATH and
+                              the folder next to the binary
+  --config PLUGIN.KEY=VALUE   configure a plugin, e.g. sim.spec=examples/dgx-h100.json
+                              (repeatable; beats RAYACCEL_<PLUGIN>_<KEY>, which beats
+                              --config-file)
+  --config-file FILE          lines of PLUGIN.KEY=VALUE
+  --log-level LEVEL           trace, debug, info, warn (default), error, off
+  -h, --help                  this text
+)";
+
+struct Args {
+  std::string command;
+  bool json = false;
+  RegistryOptions options;
+  std::string log_level = "warn";
+};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "rayaccel: %s\n\n%s", problem.c_str(), kUsage);
+  return kExitUsage;
+}
+
+// Parses argv; returns -1 to go on, or an exit code.
+int Parse(int argc, char** argv, Args* args) {
+  std::vector<std::string> rest(argv + 1, argv + argc);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& arg = rest[i];
+    std::string flag = arg, value;
+    bool has_inline = false;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+      flag = arg.substr(0, arg.find('='));
+      value = arg.substr(arg.find('=') + 1);
+      has_inline = true;
+    }
+    auto take = [&](std::string* out) {
+      if (has_inline) {
+        *out = value;
+        return true;
+      }
+      if (i + 1 >= rest.size()) return false;
+      *out = rest[++i];
+      return true;
+    };
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (flag == "--json") {
+      args->json = true;
+    } else if (flag == "--plugin") {
+      std::string v;
+      if (!take(&v) || v.empty()) return Usage("--plugin needs a name or path");
+      args->options.plugins.push_back(v);
+    } else if (flag == "--plugin-path") {
+      std::string v;
+      if (!take(&v)) return Usage("--plugin-path needs folders");
+      for (absl::string_view dir : absl::StrSplit(v, ':', absl::SkipEmpty())) {
+        args->options.search_path.emplace_back(dir);
+      }
+    } else if (flag == "--config") {
+      std::string v;
+      if (!take(&v)) return Usage("--config needs PLUGIN.KEY=VALUE");
+      if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
+        return Usage(std::string(st.message()));
+      }
+    } else if (flag == "--config-file") {
+      if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
+    } else if (flag == "--log-level") {
+      if (!take(&args->log_level)) return Usage("--log-level needs a level");
+      if (spdlog::level::from_str(args->log_level) == spdlog::level::off &&
+          args->log_level != "off") {
+        return Usage("unknown log level \"" + args->log_level + "\"");
+      }
+    } else if (!arg.empty() && arg[0] == '-') {
+      return Usage("unknown option " + arg);
+    } else if (args->command.empty()) {
+      args->command = arg;
+    } else {
+      return Usage("unexpected argument " + arg);
+    }
+  }
+  if (args->command.empty()) return Usage("no command given");
+  return -1;
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  if (int code = Parse(argc, argv, &args); code >= 0) return code;
+
+  auto logger = spdlog::stderr_color_mt("rayaccel");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(args.log_level));
+
+  const std::string& cmd = args.command;
+  if (cmd == "version") {
+    std::printf("rayaccel %s (plugin ABI %d.%d)\n", RAYACCEL_VERSION, RAYACCEL_ABI_VERSION_MAJOR,
+                RAYACCEL_ABI_VERSION_MINOR);
+    return kExitOk;
+  }
+  if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args") {
+    return Usage("unknown command \"" + cmd + "\"");
+  }
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(args.options);
+  if (!registry.ok()) {
+    std::fprintf(stderr, "rayaccel: %s\n", std::string(registry.status().message()).c_str());
+    return registry.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailure;
+  }
+  std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+  std::string out;
+  if (cmd == "discover") {
+    out = args.json ? DiscoverJson(*snap) : DiscoverText(*snap);
+  } else if (cmd == "plugins") {
+    out = args.json ? PluginsJson(*snap) : PluginsText(*snap);
+  } else if (cmd == "resources") {
+    out = args.json ? ResourcesJson(snap->ray) : ResourcesText(snap->ray);
+  } else {
+    out = RayStartArgs(snap->ray);
+  }
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
+    std::fprintf(stderr, "rayaccel: cannot write output: %s\n", std::strerror(errno));
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace rayaccel::cli
+
+int main(int argc, char** argv) { return rayaccel::cli::Run(argc, argv); }

@@ -1,0 +1,27 @@
+// How the CLI shows a NodeSnapshot: human tables and the stable JSON of docs/cli.md.
+#ifndef RAYACCEL_CLI_RENDER_H_
+#define RAYACCEL_CLI_RENDER_H_
+
+#include <string>
+
+#include "rayaccel/registry.h"
+
+namespace rayaccel::cli {
+
+std::string DiscoverJson(const NodeSnapshot& snapshot);
+std::string DiscoverText(const NodeSnapshot& snapshot);
+
+std::string PluginsJson(const NodeSnapshot& snapshot);
+std::string PluginsText(const NodeSnapshot& snapshot);
+
+// `resources --json` prints the object alone, compact: usable as RAY_OVERRIDE_RESOURCES.
+std::string ResourcesJson(const RayView& ray);
+std::string ResourcesText(const RayView& ray);
+
+// The arguments `ray start` takes today: --num-gpus for GPU (ray start refuses GPU inside
+// --resources), --resources for the rest, --labels as k=v pairs; shell-quoted, one line.
+std::string RayStartArgs(const RayView& ray);
+
+}  // namespace rayaccel::cli
+
+#endif  // RAYACCEL_CLI_RENDER_H_

@@ -1,0 +1,133 @@
+#include "ray/ray_mapping.h"
+
+#include <regex>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "registry/validate.h"
+
+namespace rayaccel {
+namespace {
+
+// Ray's TPU pod type: ^(v|tpu)\d+[a-zA-Z]*-\d+$, with "tpu7x-8" normalised to "v7x-8".
+std::string NormalizeTpuPodType(const std::string& pod_type) {
+  static const std::regex kPodType(R"(^(v|tpu)(\d+[a-zA-Z]*-\d+)$)");
+  std::smatch m;
+  if (!std::regex_match(pod_type, m, kPodType)) return "";
+  return "v" + m[2].str();
+}
+
+}  // namespace
+
+bool IsRayDefinedLabelKey(const std::string& key) {
+  static const std::set<std::string> kKeys = {
+      "ray.io/accelerator-type",    "ray.io/market-type",    "ray.io/availability-region",
+      "ray.io/availability-zone",   "ray.io/node-group",     "ray.io/tpu-topology",
+      "ray.io/tpu-slice-name",      "ray.io/tpu-worker-id",  "ray.io/tpu-pod-type",
+      "ray.io/gpu-domain",
+  };
+  return kKeys.count(key) > 0;
+}
+
+RayMapping MapToRay(const NodeSnapshot& snapshot) {
+  RayMapping out;
+  RayView& ray = out.view;
+
+  // Which devices are partition parents (their partitions are what gets scheduled).
+  std::set<std::pair<std::string, std::string>> parents;  // (plugin, id)
+  for (const Device& d : snapshot.devices) {
+    if (!d.parent_id.empty()) parents.insert({d.plugin, d.parent_id});
+  }
+  auto counted = [&](const Device& d) {
+    return d.health != Health::kUnhealthy && parents.count({d.plugin, d.id}) == 0;
+  };
+
+  std::map<std::string, std::string> owner;  // resource -> plugin
+  std::string first_type;
+  for (const PluginStatus& p : snapshot.plugins) {
+    size_t count = 0;
+    std::string type;
+    for (const Device& d : snapshot.devices) {
+      if (d.plugin != p.name || !counted(d)) continue;
+      ++count;
+      if (type.empty()) type = d.accelerator_type;
+    }
+    if (count == 0 || p.resource_name.empty()) continue;
+    auto [it, inserted] = owner.emplace(p.resource_name, p.name);
+    if (!inserted) {
+      out.notes[p.name].push_back(absl::StrCat("resource ", p.resource_name,
+                                               " is already provided by plugin ", it->second,
+                                               "; these devices are listed but not given to Ray"));
+      continue;
+    }
+    ray.resources[p.resource_name] = static_cast<double>(count);
+    for (const Device& d : snapshot.devices) {
+      if (d.plugin == p.name && counted(d) && !d.accelerator_type.empty()) {
+        ray.resources["accelerator_type:" + d.accelerator_type] = 1;
+      }
+    }
+    if (first_type.empty()) first_type = type;
+
+    std::string family = absl::AsciiStrToLower(p.resource_name);
+    std::string prefix = absl::StrCat(kRayaccelLabelPrefix, family, "-");
+    if (CheckLabelKey(prefix + "count").ok()) {
+      ray.labels[prefix + "count"] = std::to_string(count);
+      if (CheckLabelValue(type).ok() && !type.empty()) ray.labels[prefix + "type"] = type;
+      if (CheckLabelValue(p.vendor).ok() && !p.vendor.empty()) {
+        ray.labels[prefix + "vendor"] = p.vendor;
+      }
+    }
+  }
+  if (!first_type.empty()) {
+    if (CheckLabelValue(first_type).ok()) {
+      ray.labels["ray.io/accelerator-type"] = first_type;
+    }
+  }
+
+  // ray.io/gpu-domain: one NVLink domain holding every counted GPU.
+  auto gpu_owner = owner.find("GPU");
+  if (gpu_owner != owner.end()) {
+    std::set<size_t> gpus;
+    for (size_t i = 0; i < snapshot.devices.size(); ++i) {
+      const Device& d = snapshot.devices[i];
+      if (d.plugin == gpu_owner->second && counted(d)) gpus.insert(i);
+    }
+    std::vector<const Domain*> holding;
+    for (const Domain& dom : snapshot.domains) {
+      if (dom.plugin != gpu_owner->second || dom.kind != "nvlink") continue;
+      std::set<size_t> members(dom.devices.begin(), dom.devices.end());
+      bool all = std::includes(members.begin(), members.end(), gpus.begin(), gpus.end());
+      if (all) holding.push_back(&dom);
+    }
+    if (holding.size() == 1) {
+      if (CheckLabelValue(holding[0]->id).ok()) {
+        ray.labels["ray.io/gpu-domain"] = holding[0]->id;
+      } else {
+        out.notes[gpu_owner->second].push_back(absl::StrCat(
+            "NVLink domain id \"", holding[0]->id, "\" is not a valid label value; ray.io/gpu-domain not set"));
+      }
+    }
+  }
+
+  // The plugins' own labels (checked by the collector); derived labels above win.
+  for (const auto& [key, value] : snapshot.plugin_labels) ray.labels.emplace(key, value);
+
+  // TPU extras, from the labels the TPU plugin sets (Ray's tpu.py conventions).
+  auto label = [&](const char* key) -> std::string {
+    auto it = ray.labels.find(key);
+    return it == ray.labels.end() ? "" : it->second;
+  };
+  if (ray.resources.count("TPU") > 0) {
+    std::string slice = label("ray.io/tpu-slice-name");
+    if (!slice.empty()) ray.resources[slice] = 1;
+    std::string pod = NormalizeTpuPodType(label("ray.io/tpu-pod-type"));
+    if (!pod.empty() && label("ray.io/tpu-worker-id") == "0") {
+      ray.resources["TPU-" + pod + "-head"] = 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace rayaccel

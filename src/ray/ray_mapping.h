@@ -1,0 +1,42 @@
+// Maps a node's devices to what Ray is given: resources and labels in Ray's conventions.
+// The one place that knows Ray's resource and label naming (with accelerator_type.h).
+#ifndef RAYACCEL_RAY_RAY_MAPPING_H_
+#define RAYACCEL_RAY_RAY_MAPPING_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rayaccel/registry.h"
+
+namespace rayaccel {
+
+// Label keys Ray itself defines under its reserved prefix; plugins may set only these
+// (ray.io/node-id is the raylet's alone).
+bool IsRayDefinedLabelKey(const std::string& key);
+
+// The rayaccel label namespace for everything Ray does not define.
+inline constexpr char kRayaccelLabelPrefix[] = "rayaccel.io/";
+
+struct RayMapping {
+  RayView view;
+  // Per plugin name: what was not passed to Ray and why (a dropped label, a resource
+  // already provided by another plugin, ...).
+  std::map<std::string, std::vector<std::string>> notes;
+};
+
+// Pure function of the snapshot's plugins, devices, domains and plugin labels.
+//  - `<resource>: n` per family, n = healthy or unknown-health devices that are not the
+//    parent of a reported partition; the first plugin (in snapshot order) to claim a
+//    resource name owns it, later ones are noted and not counted.
+//  - `accelerator_type:<T>: 1` for each type among the counted devices.
+//  - `ray.io/accelerator-type`: the type of the first counted device of the first family.
+//  - `ray.io/gpu-domain`: the NVLink domain id when every counted GPU is in one.
+//  - TPU: `<slice name>: 1` and `TPU-<pod type>-head: 1` on worker 0, from the plugin's
+//    ray.io/tpu-* labels.
+//  - `rayaccel.io/<resource>-{count,type,vendor}` per family, and the plugins' own labels.
+RayMapping MapToRay(const NodeSnapshot& snapshot);
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_RAY_RAY_MAPPING_H_

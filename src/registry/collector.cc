@@ -1,0 +1,340 @@
+#include "registry/collector.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "ray/ray_mapping.h"
+#include "registry/validate.h"
+
+namespace rayaccel {
+namespace {
+
+// Copies a plugin string after checking it; `what` names the field in errors.
+absl::Status ReadString(rayaccel_string s, absl::string_view what, std::string* out) {
+  if (s.size == 0) {
+    out->clear();
+    return absl::OkStatus();
+  }
+  if (s.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has a size but a NULL pointer"));
+  }
+  if (s.size > kMaxStringBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", s.size, " bytes long (limit ", kMaxStringBytes, ")"));
+  }
+  absl::string_view view(s.data, s.size);
+  if (absl::Status st = CheckText(view, what); !st.ok()) return st;
+  *out = std::string(view);
+  return absl::OkStatus();
+}
+
+// Copies a plugin struct of any size >= min_size into a zeroed host-sized struct: fields a
+// smaller (older) struct lacks read as zero; a larger (newer) struct's tail is ignored.
+template <typename T>
+bool CopyStruct(const T* in, size_t min_size, T* out) {
+  if (in == nullptr || in->struct_size < min_size) return false;
+  std::memset(static_cast<void*>(out), 0, sizeof(T));
+  std::memcpy(static_cast<void*>(out), in, std::min(in->struct_size, sizeof(T)));
+  return true;
+}
+
+}  // namespace
+
+Collector::Collector(PluginReport* report) : report_(report) {
+  sink_.struct_size = sizeof(sink_);
+  sink_.host_context = this;
+  sink_.add_device = &AddDevice;
+  sink_.add_attribute = &AddAttribute;
+  sink_.add_label = &AddLabel;
+  sink_.add_link = &AddLink;
+  sink_.add_domain = &AddDomain;
+  sink_.set_health = &SetHealth;
+  sink_.set_env = &SetEnv;
+}
+
+rayaccel_status Collector::Refuse(std::string problem) {
+  // Keep the list bounded: a plugin that sends a million bad items gets a count, not a log.
+  constexpr size_t kMaxProblems = 64;
+  if (report_->problems.size() < kMaxProblems) {
+    report_->problems.push_back(std::move(problem));
+  } else if (report_->problems.size() == kMaxProblems) {
+    report_->problems.push_back("... further problems not listed");
+  }
+  return RAYACCEL_STATUS_INVALID_ARGUMENT;
+}
+
+rayaccel_status Collector::OverLimit(const std::string& what, size_t limit) {
+  if (!report_->over_limit) {
+    report_->over_limit = true;
+    report_->problems.push_back(absl::StrCat("more than ", limit, " ", what, " reported"));
+  }
+  return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
+}
+
+Device* Collector::FindDevice(uint32_t index) {
+  for (Device& d : report_->devices) {
+    if (d.index == index) return &d;
+  }
+  return nullptr;
+}
+
+rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) {
+  auto* self = static_cast<Collector*>(ctx);
+  PluginReport* r = self->report_;
+  if (r->devices.size() >= kMaxDevicesPerPlugin) return self->OverLimit("devices", kMaxDevicesPerPlugin);
+  rayaccel_device_info info;
+  constexpr size_t kMin = RAYACCEL_STRUCT_SIZE(rayaccel_device_info, name);
+  if (!CopyStruct(in, kMin, &info)) {
+    return self->Refuse(absl::StrCat("device: struct_size ",
+                                     in == nullptr ? 0 : in->struct_size,
+                                     " is smaller than the smallest 1.0 device_info (", kMin,
+                                     " bytes)"));
+  }
+  if (!RAYACCEL_HAS_FIELD(in, rayaccel_device_info, numa_node)) info.numa_node = -1;
+
+  Device d;
+  d.index = info.index;
+  std::string where = absl::StrCat("device ", info.index);
+  struct Field {
+    rayaccel_string value;
+    const char* name;
+    std::string* out;
+  };
+  std::string pci;
+  const Field fields[] = {
+      {info.id, "id", &d.id},
+      {info.name, "name", &d.name},
+      {info.accelerator_type, "accelerator_type", &d.accelerator_type},
+      {info.architecture, "architecture", &d.architecture},
+      {info.pci_bus_id, "pci_bus_id", &pci},
+      {info.driver_version, "driver_version", &d.driver_version},
+      {info.firmware_version, "firmware_version", &d.firmware_version},
+      {info.parent_id, "parent_id", &d.parent_id},
+      {info.partition_profile, "partition_profile", &d.partition_profile},
+      {info.health_reason, "health_reason", &d.health_reason},
+  };
+  for (const Field& f : fields) {
+    if (absl::Status st = ReadString(f.value, absl::StrCat(where, ": ", f.name), f.out); !st.ok()) {
+      return self->Refuse(std::string(st.message()));
+    }
+  }
+  if (d.id.empty()) return self->Refuse(absl::StrCat(where, ": id is required"));
+  if (d.name.empty()) return self->Refuse(absl::StrCat(where, ": name is required"));
+  if (self->FindDevice(d.index) != nullptr) {
+    return self->Refuse(absl::StrCat(where, ": index reported twice"));
+  }
+  for (const Device& other : r->devices) {
+    if (other.id == d.id) return self->Refuse(absl::StrCat(where, ": duplicate id \"", d.id, "\""));
+  }
+  if (!pci.empty()) {
+    std::optional<std::string> normal = NormalizePciBusId(pci);
+    if (!normal) {
+      return self->Refuse(absl::StrCat(where, ": pci_bus_id \"", pci,
+                                       "\" is not of the form dddd:bb:dd.f"));
+    }
+    d.pci_bus_id = *normal;
+  }
+  if (info.memory_bytes > kMaxMemoryBytes) {
+    return self->Refuse(absl::StrCat(where, ": memory_bytes ", info.memory_bytes,
+                                     " is absurd (limit 1 PiB)"));
+  }
+  if (info.numa_node < -1 || info.numa_node > 4095) {
+    return self->Refuse(absl::StrCat(where, ": numa_node ", info.numa_node, " out of range"));
+  }
+  if (info.pci_vendor_id > 0xFFFF || info.pci_device_id > 0xFFFF) {
+    return self->Refuse(absl::StrCat(where, ": PCI vendor/device ids are 16-bit"));
+  }
+  if (info.health != RAYACCEL_HEALTH_UNKNOWN && info.health != RAYACCEL_HEALTH_HEALTHY &&
+      info.health != RAYACCEL_HEALTH_UNHEALTHY) {
+    return self->Refuse(absl::StrCat(where, ": health ", static_cast<int>(info.health),
+                                     " is not a rayaccel_health value"));
+  }
+  d.memory_bytes = info.memory_bytes;
+  d.pci_vendor_id = info.pci_vendor_id;
+  d.pci_device_id = info.pci_device_id;
+  d.numa_node = info.numa_node;
+  d.health = static_cast<Health>(info.health);
+  r->devices.push_back(std::move(d));
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in) {
+  auto* self = static_cast<Collector*>(ctx);
+  rayaccel_attribute attr;
+  if (!CopyStruct(in, RAYACCEL_STRUCT_SIZE(rayaccel_attribute, int_value), &attr)) {
+    return self->Refuse("attribute: struct_size too small");
+  }
+  Device* d = self->FindDevice(attr.device_index);
+  if (d == nullptr) {
+    return self->Refuse(absl::StrCat("attribute for unknown device ", attr.device_index));
+  }
+  if (d->attributes.size() >= kMaxAttributesPerDevice) {
+    return self->OverLimit("attributes on one device", kMaxAttributesPerDevice);
+  }
+  Attribute a;
+  std::string where = absl::StrCat("device ", attr.device_index, ": attribute");
+  if (absl::Status st = ReadString(attr.name, where, &a.name); !st.ok()) {
+    return self->Refuse(std::string(st.message()));
+  }
+  if (absl::Status st = CheckLabelKey(a.name); !st.ok()) {
+    return self->Refuse(absl::StrCat(where, ": ", st.message()));
+  }
+  if (attr.kind < RAYACCEL_ATTRIBUTE_STRING || attr.kind > RAYACCEL_ATTRIBUTE_VERSION) {
+    return self->Refuse(absl::StrCat(where, " ", a.name, ": unknown kind ",
+                                     static_cast<int>(attr.kind)));
+  }
+  a.kind = static_cast<Attribute::Kind>(attr.kind);
+  if (a.kind == Attribute::Kind::kString || a.kind == Attribute::Kind::kVersion) {
+    if (absl::Status st = ReadString(attr.string_value, absl::StrCat(where, " ", a.name),
+                                     &a.string_value);
+        !st.ok()) {
+      return self->Refuse(std::string(st.message()));
+    }
+  } else if (a.kind == Attribute::Kind::kBool && attr.int_value != 0 && attr.int_value != 1) {
+    return self->Refuse(absl::StrCat(where, " ", a.name, ": a bool must be 0 or 1"));
+  }
+  a.int_value = attr.int_value;
+  for (Attribute& existing : d->attributes) {
+    if (existing.name == a.name) {
+      existing = a;  // the last report of a name wins
+      return RAYACCEL_STATUS_OK;
+    }
+  }
+  d->attributes.push_back(std::move(a));
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::AddLabel(void* ctx, rayaccel_string key_in, rayaccel_string value_in) {
+  auto* self = static_cast<Collector*>(ctx);
+  if (self->report_->labels.size() >= kMaxLabelsPerPlugin) {
+    return self->OverLimit("labels", kMaxLabelsPerPlugin);
+  }
+  std::string key, value;
+  absl::Status st = ReadString(key_in, "label key", &key);
+  if (st.ok()) st = ReadString(value_in, "label value", &value);
+  if (st.ok()) st = CheckLabelKey(key);
+  if (st.ok()) st = CheckLabelValue(value);
+  if (!st.ok()) return self->Refuse(std::string(st.message()));
+  if (absl::StartsWith(key, "ray.io/") && (!IsRayDefinedLabelKey(key) || key == "ray.io/node-id")) {
+    return self->Refuse(absl::StrCat("label key \"", key,
+                                     "\": the ray.io/ prefix is reserved for keys Ray defines"));
+  }
+  self->report_->labels[key] = value;
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
+  auto* self = static_cast<Collector*>(ctx);
+  if (self->report_->links.size() >= kMaxLinksPerPlugin) {
+    return self->OverLimit("links", kMaxLinksPerPlugin);
+  }
+  rayaccel_link link;
+  if (!CopyStruct(in, RAYACCEL_STRUCT_SIZE(rayaccel_link, type), &link)) {
+    return self->Refuse("link: struct_size too small");
+  }
+  std::string where = absl::StrCat("link ", link.device_a, "-", link.device_b);
+  if (self->FindDevice(link.device_a) == nullptr || self->FindDevice(link.device_b) == nullptr) {
+    return self->Refuse(absl::StrCat(where, ": endpoint is not a reported device"));
+  }
+  if (link.device_a == link.device_b) return self->Refuse(absl::StrCat(where, ": self link"));
+  if (link.type < RAYACCEL_LINK_PCIE || link.type > RAYACCEL_LINK_OTHER) {
+    return self->Refuse(absl::StrCat(where, ": unknown type ", static_cast<int>(link.type)));
+  }
+  if (link.pcie_path < RAYACCEL_PCIE_PATH_UNKNOWN || link.pcie_path > RAYACCEL_PCIE_PATH_SYS) {
+    return self->Refuse(absl::StrCat(where, ": unknown pcie_path ",
+                                     static_cast<int>(link.pcie_path)));
+  }
+  if (link.count > kMaxLinkCount) {
+    return self->Refuse(absl::StrCat(where, ": count ", link.count, " is absurd"));
+  }
+  ReportedLink r{std::min(link.device_a, link.device_b), std::max(link.device_a, link.device_b),
+                 static_cast<LinkType>(link.type), link.count, link.bandwidth_mbps,
+                 static_cast<PciePath>(link.pcie_path)};
+  for (const ReportedLink& e : self->report_->links) {
+    if (e.a == r.a && e.b == r.b && e.type == r.type) {
+      return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
+    }
+  }
+  self->report_->links.push_back(r);
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
+  auto* self = static_cast<Collector*>(ctx);
+  if (self->report_->domains.size() >= kMaxDomainsPerPlugin) {
+    return self->OverLimit("domains", kMaxDomainsPerPlugin);
+  }
+  rayaccel_domain dom;
+  if (!CopyStruct(in, RAYACCEL_STRUCT_SIZE(rayaccel_domain, device_count), &dom)) {
+    return self->Refuse("domain: struct_size too small");
+  }
+  ReportedDomain r;
+  absl::Status st = ReadString(dom.kind, "domain kind", &r.kind);
+  if (st.ok()) st = ReadString(dom.id, "domain id", &r.id);
+  if (!st.ok()) return self->Refuse(std::string(st.message()));
+  std::string where = absl::StrCat("domain ", r.kind, "/", r.id);
+  if (r.kind.empty() || r.id.empty()) return self->Refuse(absl::StrCat(where, ": kind and id are required"));
+  if (dom.device_count > kMaxDevicesPerPlugin || (dom.device_count > 0 && dom.devices == nullptr)) {
+    return self->Refuse(absl::StrCat(where, ": bad device list"));
+  }
+  std::set<uint32_t> seen;
+  for (size_t i = 0; i < dom.device_count; ++i) {
+    uint32_t index = dom.devices[i];
+    if (self->FindDevice(index) == nullptr) {
+      return self->Refuse(absl::StrCat(where, ": member ", index, " is not a reported device"));
+    }
+    if (!seen.insert(index).second) {
+      return self->Refuse(absl::StrCat(where, ": member ", index, " listed twice"));
+    }
+    r.devices.push_back(index);
+  }
+  for (const ReportedDomain& e : self->report_->domains) {
+    if (e.kind == r.kind && e.id == r.id) return self->Refuse(absl::StrCat(where, ": reported twice"));
+  }
+  self->report_->domains.push_back(std::move(r));
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_health health,
+                                     rayaccel_string reason_in) {
+  auto* self = static_cast<Collector*>(ctx);
+  if (health != RAYACCEL_HEALTH_UNKNOWN && health != RAYACCEL_HEALTH_HEALTHY &&
+      health != RAYACCEL_HEALTH_UNHEALTHY) {
+    return self->Refuse(absl::StrCat("health of device ", device_index, ": unknown state ",
+                                     static_cast<int>(health)));
+  }
+  std::string reason;
+  if (absl::Status st = ReadString(reason_in, "health reason", &reason); !st.ok()) {
+    return self->Refuse(std::string(st.message()));
+  }
+  if (self->report_->health.size() >= kMaxDevicesPerPlugin &&
+      self->report_->health.count(device_index) == 0) {
+    return self->OverLimit("health reports", kMaxDevicesPerPlugin);
+  }
+  self->report_->health[device_index] = {static_cast<Health>(health), reason};
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status Collector::SetEnv(void* ctx, rayaccel_string name_in, rayaccel_string value_in) {
+  auto* self = static_cast<Collector*>(ctx);
+  std::string name, value;
+  absl::Status st = ReadString(name_in, "environment name", &name);
+  if (st.ok()) st = ReadString(value_in, "environment value", &value);
+  if (!st.ok()) return self->Refuse(std::string(st.message()));
+  bool valid_name = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+                    std::all_of(name.begin(), name.end(), [](char c) {
+                      return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                             (c >= '0' && c <= '9') || c == '_';
+                    });
+  if (!valid_name) return self->Refuse(absl::StrCat("environment name \"", name, "\" is invalid"));
+  if (self->report_->env.size() >= kMaxLabelsPerPlugin) {
+    return self->OverLimit("environment variables", kMaxLabelsPerPlugin);
+  }
+  self->report_->env.emplace_back(std::move(name), std::move(value));
+  return RAYACCEL_STATUS_OK;
+}
+
+}  // namespace rayaccel

@@ -1,0 +1,69 @@
+// The host side of rayaccel_sink: collects one plugin's answers, checking each item as it
+// arrives. A bad item is dropped with a note in `problems`; the plugin's other answers stay.
+#ifndef RAYACCEL_REGISTRY_COLLECTOR_H_
+#define RAYACCEL_REGISTRY_COLLECTOR_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rayaccel/plugin.h"
+#include "rayaccel/registry.h"
+
+namespace rayaccel {
+
+// A link or domain as the plugin reported it, by plugin device index.
+struct ReportedLink {
+  uint32_t a = 0;
+  uint32_t b = 0;
+  LinkType type = LinkType::kPcie;
+  uint32_t count = 0;
+  uint64_t bandwidth_mbps = 0;
+  PciePath pcie_path = PciePath::kUnknown;
+};
+struct ReportedDomain {
+  std::string kind;
+  std::string id;
+  std::vector<uint32_t> devices;
+};
+
+struct PluginReport {
+  std::vector<Device> devices;  // plugin, resource and accelerator type not yet filled
+  std::vector<ReportedLink> links;
+  std::vector<ReportedDomain> domains;
+  std::map<std::string, std::string> labels;
+  std::map<uint32_t, std::pair<Health, std::string>> health;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::string> problems;  // items refused, in order
+  bool over_limit = false;            // the plugin sent absurd amounts; distrust it
+};
+
+class Collector {
+ public:
+  explicit Collector(PluginReport* report);
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+  const rayaccel_sink* sink() const { return &sink_; }
+
+ private:
+  static rayaccel_status AddDevice(void* ctx, const rayaccel_device_info* device);
+  static rayaccel_status AddAttribute(void* ctx, const rayaccel_attribute* attribute);
+  static rayaccel_status AddLabel(void* ctx, rayaccel_string key, rayaccel_string value);
+  static rayaccel_status AddLink(void* ctx, const rayaccel_link* link);
+  static rayaccel_status AddDomain(void* ctx, const rayaccel_domain* domain);
+  static rayaccel_status SetHealth(void* ctx, uint32_t device_index, rayaccel_health health,
+                                   rayaccel_string reason);
+  static rayaccel_status SetEnv(void* ctx, rayaccel_string name, rayaccel_string value);
+
+  rayaccel_status Refuse(std::string problem);
+  rayaccel_status OverLimit(const std::string& what, size_t limit);
+  Device* FindDevice(uint32_t index);
+
+  PluginReport* report_;
+  rayaccel_sink sink_{};
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_COLLECTOR_H_

@@ -1,0 +1,65 @@
+#include "registry/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+extern char** environ;
+
+namespace rayaccel {
+
+absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* config) {
+  size_t eq = assignment.find('=');
+  size_t dot = assignment.find('.');
+  if (eq == absl::string_view::npos || dot == absl::string_view::npos || dot > eq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", assignment, "\": expected PLUGIN.KEY=VALUE, e.g. sim.spec=spec.json"));
+  }
+  absl::string_view plugin = absl::StripAsciiWhitespace(assignment.substr(0, dot));
+  absl::string_view key = absl::StripAsciiWhitespace(assignment.substr(dot + 1, eq - dot - 1));
+  absl::string_view value = absl::StripAsciiWhitespace(assignment.substr(eq + 1));
+  if (plugin.empty() || key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", assignment, "\": plugin and key must not be empty"));
+  }
+  (*config)[std::string(plugin)][std::string(key)] = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read"));
+  PluginConfig config;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text[0] == '#') continue;
+    if (absl::Status st = AddConfigAssignment(text, &config); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", st.message()));
+    }
+  }
+  return config;
+}
+
+std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin) {
+  std::string prefix = "RAYACCEL_";
+  for (char c : plugin) prefix.push_back(c == '-' ? '_' : absl::ascii_toupper(c));
+  prefix.push_back('_');
+  std::map<std::string, std::string> out;
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    size_t eq = entry.find('=');
+    if (eq == absl::string_view::npos || !absl::StartsWith(entry, prefix)) continue;
+    std::string key = absl::AsciiStrToLower(entry.substr(prefix.size(), eq - prefix.size()));
+    if (!key.empty()) out[key] = std::string(entry.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace rayaccel

@@ -1,0 +1,31 @@
+// Plugin configuration: "plugin.key=value" arguments, config files and the environment.
+#ifndef RAYACCEL_REGISTRY_CONFIG_H_
+#define RAYACCEL_REGISTRY_CONFIG_H_
+
+#include <map>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+
+namespace rayaccel {
+
+// plugin -> key -> value
+using PluginConfig = std::map<std::string, std::map<std::string, std::string>>;
+
+// Parses "plugin.key=value" into `config` (replacing an earlier value of the same key).
+absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* config);
+
+// Reads a config file: one "plugin.key = value" per line, blank lines and '#' comments
+// allowed. Errors name the file and line.
+absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path);
+
+// RAYACCEL_<PLUGIN>_<KEY>=value entries of the environment for `plugin` ('-' in the plugin
+// name reads as '_'); keys come back lower-case: RAYACCEL_SIM_SPEC -> {"spec": ...}.
+std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin);
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_CONFIG_H_

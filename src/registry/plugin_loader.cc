@@ -1,0 +1,350 @@
+#include "registry/plugin_loader.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "registry/validate.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel {
+namespace {
+
+constexpr char kPrefix[] = "librayaccel-";
+constexpr char kSuffix[] = ".so";
+
+std::string Dirname(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message) {
+  const auto* plugin_name = static_cast<const std::string*>(host_context);
+  absl::string_view text(message.data != nullptr ? message.data : "",
+                        message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
+  spdlog::level::level_enum lvl = spdlog::level::info;
+  switch (level) {
+    case RAYACCEL_LOG_TRACE:
+      lvl = spdlog::level::trace;
+      break;
+    case RAYACCEL_LOG_DEBUG:
+      lvl = spdlog::level::debug;
+      break;
+    case RAYACCEL_LOG_INFO:
+      lvl = spdlog::level::info;
+      break;
+    case RAYACCEL_LOG_WARN:
+      lvl = spdlog::level::warn;
+      break;
+    default:
+      lvl = spdlog::level::err;
+      break;
+  }
+  spdlog::log(lvl, "[plugin {}] {}", *plugin_name,
+              IsValidUtf8(text) ? std::string(text) : std::string("<non-UTF-8 message>"));
+}
+
+// The table's plugin name: [a-z0-9_-]{1,32}.
+bool IsPluginName(absl::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
+std::string PluginFileName(const std::string& name) { return kPrefix + name + kSuffix; }
+
+std::vector<std::string> DefaultSearchPath() {
+  std::vector<std::string> path;
+  if (const char* env = std::getenv("RAYACCEL_PLUGIN_PATH"); env != nullptr) {
+    for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+      path.emplace_back(dir);
+    }
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    path.push_back(Dirname(Dirname(exe)) + "/lib/rayaccel/plugins");
+  }
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&DefaultSearchPath), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    char real[PATH_MAX];
+    if (realpath(info.dli_fname, real) != nullptr) {
+      path.push_back(Dirname(real) + "/rayaccel/plugins");
+    }
+  }
+  // Drop repeats, keeping the first.
+  std::vector<std::string> unique;
+  for (const std::string& dir : path) {
+    char real[PATH_MAX];
+    std::string key = realpath(dir.c_str(), real) != nullptr ? std::string(real) : dir;
+    if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
+  }
+  return unique;
+}
+
+std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_path,
+                                        const std::vector<std::string>& requested) {
+  std::vector<PluginFile> files;
+  if (!requested.empty()) {
+    for (const std::string& want : requested) {
+      if (want.find('/') != std::string::npos) {
+        std::string base = want.substr(want.rfind('/') + 1);
+        std::string name = base;
+        if (absl::StartsWith(name, kPrefix)) name = name.substr(sizeof(kPrefix) - 1);
+        if (absl::EndsWith(name, kSuffix)) name.resize(name.size() - (sizeof(kSuffix) - 1));
+        files.push_back({name, want});
+        continue;
+      }
+      PluginFile file{want, ""};
+      for (const std::string& dir : search_path) {
+        std::string candidate = dir + "/" + PluginFileName(want);
+        if (IsFile(candidate)) {
+          file.path = candidate;
+          break;
+        }
+      }
+      files.push_back(file);
+    }
+    return files;
+  }
+  std::set<std::string> seen;
+  for (const std::string& dir : search_path) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) continue;
+    std::vector<std::string> names;
+    while (struct dirent* entry = readdir(d)) {
+      std::string base = entry->d_name;
+      if (absl::StartsWith(base, kPrefix) && absl::EndsWith(base, kSuffix) &&
+          base.size() > sizeof(kPrefix) - 1 + sizeof(kSuffix) - 1) {
+        names.push_back(base);
+      }
+    }
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const std::string& base : names) {
+      std::string name = base.substr(sizeof(kPrefix) - 1,
+                                     base.size() - (sizeof(kPrefix) - 1) - (sizeof(kSuffix) - 1));
+      if (!seen.insert(name).second) continue;
+      std::string path = dir + "/" + base;
+      if (IsFile(path)) files.push_back({name, path});
+    }
+  }
+  return files;
+}
+
+absl::Status CheckPermissions(const std::string& path) {
+  char real[PATH_MAX];
+  if (realpath(path.c_str(), real) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  const uid_t me = geteuid();
+  for (const std::string& p : {std::string(real), Dirname(real)}) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat(p, ": ", std::strerror(errno)));
+    }
+    if (st.st_uid != 0 && st.st_uid != me) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(p, " is owned by uid ", st.st_uid, ", neither root nor this user"));
+    }
+    bool group_writable = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0;
+    if ((st.st_mode & S_IWOTH) != 0 || group_writable) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          p, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group",
+          " (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
+          "); a plugin runs with this process's rights, so it must be writable only by its "
+          "owner or root"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FromPluginStatus(rayaccel_status code, const char* message,
+                              const std::string& what) {
+  std::string text = (message != nullptr && message[0] != '\0' &&
+                      IsValidUtf8(absl::string_view(message)))
+                         ? std::string(message)
+                         : std::string("(no message)");
+  std::string full = absl::StrCat(what, ": ", text);
+  switch (code) {
+    case RAYACCEL_STATUS_OK:
+      return absl::OkStatus();
+    case RAYACCEL_STATUS_INVALID_ARGUMENT:
+      return absl::InvalidArgumentError(full);
+    case RAYACCEL_STATUS_NOT_FOUND:
+      return absl::NotFoundError(full);
+    case RAYACCEL_STATUS_UNSUPPORTED:
+      return absl::UnimplementedError(full);
+    case RAYACCEL_STATUS_UNAVAILABLE:
+      return absl::UnavailableError(full);
+    case RAYACCEL_STATUS_FAILED_PRECONDITION:
+      return absl::FailedPreconditionError(full);
+    case RAYACCEL_STATUS_RESOURCE_EXHAUSTED:
+      return absl::ResourceExhaustedError(full);
+    case RAYACCEL_STATUS_TIMEOUT:
+      return absl::DeadlineExceededError(full);
+    case RAYACCEL_STATUS_ABORTED:
+      return absl::AbortedError(full);
+    default:
+      return absl::InternalError(full);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::string& path) {
+  std::unique_ptr<LoadedPlugin> plugin(new LoadedPlugin());
+  plugin->path_ = path;
+  dlerror();
+  plugin->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (plugin->handle_ == nullptr) {
+    const char* err = dlerror();
+    return absl::FailedPreconditionError(
+        absl::StrCat("dlopen failed: ", err != nullptr ? err : "unknown error"));
+  }
+  auto entry = reinterpret_cast<rayaccel_plugin_entry_fn>(
+      dlsym(plugin->handle_, RAYACCEL_PLUGIN_ENTRY_SYMBOL));
+  if (entry == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no entry symbol '", RAYACCEL_PLUGIN_ENTRY_SYMBOL, "': not a rayaccel plugin"));
+  }
+
+  rayaccel_negotiation negotiation{};
+  negotiation.struct_size = sizeof(negotiation);
+  negotiation.host_abi_major = kHostAbiMajor;
+  negotiation.host_abi_minor = kHostAbiMinor;
+  ErrorBuffer err;
+  rayaccel_status rc = entry(&negotiation, &err.error);
+  if (rc != RAYACCEL_STATUS_OK) {
+    return FromPluginStatus(rc, err.text, "negotiation refused by the plugin");
+  }
+  if (negotiation.chosen_abi_major != kHostAbiMajor) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("incompatible ABI: plugin speaks ", negotiation.chosen_abi_major, ".",
+                     negotiation.chosen_abi_minor, ", host speaks ", kHostAbiMajor, ".",
+                     kHostAbiMinor, " (major versions must match)"));
+  }
+  if (negotiation.chosen_abi_minor > kHostAbiMinor) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plugin chose ABI 1.", negotiation.chosen_abi_minor,
+                     ", newer than the host's 1.", kHostAbiMinor));
+  }
+  const rayaccel_plugin_api* api = negotiation.api;
+  if (api == nullptr) return absl::FailedPreconditionError("negotiation returned no table");
+  constexpr size_t kMinTable = RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, discover);
+  if (api->struct_size < kMinTable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plugin table struct_size ", api->struct_size,
+                     " is smaller than the smallest 1.0 table (", kMinTable, " bytes)"));
+  }
+  if (api->abi_major != kHostAbiMajor) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table says ABI major ", api->abi_major, ", negotiation said ", kHostAbiMajor));
+  }
+  // Copy what the plugin's table has; hooks it lacks stay NULL.
+  std::memcpy(&plugin->api_, api, std::min(api->struct_size, sizeof(rayaccel_plugin_api)));
+  plugin->api_.struct_size = sizeof(rayaccel_plugin_api);
+  plugin->chosen_minor_ = negotiation.chosen_abi_minor;
+  const rayaccel_plugin_api& t = plugin->api_;
+
+  absl::string_view name(t.name.data != nullptr ? t.name.data : "",
+                        t.name.data != nullptr ? std::min<size_t>(t.name.size, 64) : 0);
+  if (!IsPluginName(name)) {
+    return absl::FailedPreconditionError(
+        "table name must be 1-32 characters of [a-z0-9_-] (e.g. \"cuda\")");
+  }
+  plugin->name_ = std::string(name);
+
+  std::vector<std::string> missing;
+  if (t.initialize == nullptr) missing.push_back("initialize");
+  if (t.shutdown == nullptr) missing.push_back("shutdown");
+  if (t.get_properties == nullptr) missing.push_back("get_properties");
+  if (t.discover == nullptr) missing.push_back("discover");
+  if ((t.capabilities & RAYACCEL_CAP_TOPOLOGY) && t.get_topology == nullptr) {
+    missing.push_back("get_topology (RAYACCEL_CAP_TOPOLOGY claimed)");
+  }
+  if ((t.capabilities & RAYACCEL_CAP_HEALTH_EVENTS) && t.wait_health_events == nullptr) {
+    missing.push_back("wait_health_events (RAYACCEL_CAP_HEALTH_EVENTS claimed)");
+  }
+  if ((t.capabilities & RAYACCEL_CAP_ALLOCATION) && t.validate_quantity == nullptr &&
+      t.prepare_allocation == nullptr) {
+    missing.push_back("validate_quantity or prepare_allocation (RAYACCEL_CAP_ALLOCATION claimed)");
+  }
+  if ((t.capabilities & RAYACCEL_CAP_TRANSPORT) && t.transport == nullptr) {
+    missing.push_back("transport (RAYACCEL_CAP_TRANSPORT claimed)");
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NULL mandatory hook: ", absl::StrJoin(missing, ", ")));
+  }
+  spdlog::info("plugin {} ({}): host speaks ABI {}.{}, plugin chose {}.{}", plugin->name_, path,
+               kHostAbiMajor, kHostAbiMinor, negotiation.chosen_abi_major,
+               negotiation.chosen_abi_minor);
+  return plugin;
+}
+
+absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& config) {
+  std::vector<rayaccel_config_entry> entries;
+  entries.reserve(config.size());
+  for (const auto& [key, value] : config) {
+    entries.push_back({sizeof(rayaccel_config_entry), {key.data(), key.size()},
+                       {value.data(), value.size()}});
+  }
+  host_api_.struct_size = sizeof(host_api_);
+  host_api_.host_context = &name_;
+  host_api_.log = &HostLog;
+  rayaccel_initialize_args args{};
+  args.struct_size = sizeof(args);
+  args.host = &host_api_;
+  args.config = entries.data();
+  args.config_count = entries.size();
+  ErrorBuffer err;
+  rayaccel_status rc = api_.initialize(&args, &err.error);
+  if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "initialize failed");
+  if (args.instance == nullptr) {
+    return absl::InternalError("initialize returned OK but no instance");
+  }
+  instance_ = args.instance;
+  return absl::OkStatus();
+}
+
+std::string LoadedPlugin::abi_version() const {
+  return absl::StrCat(api_.abi_major, ".", chosen_minor_);
+}
+
+LoadedPlugin::~LoadedPlugin() {
+  if (instance_ != nullptr) {
+    ErrorBuffer err;
+    rayaccel_status rc = api_.shutdown(instance_, &err.error);
+    if (rc != RAYACCEL_STATUS_OK) {
+      spdlog::warn("plugin {}: {}", name_,
+                   std::string(FromPluginStatus(rc, err.text, "shutdown failed").message()));
+    }
+  }
+  // Stay loaded under sanitizers' leak checks so that reports keep the plugin's symbols.
+  if (handle_ != nullptr && std::getenv("RAYACCEL_NO_DLCLOSE") == nullptr) dlclose(handle_);
+}
+
+}  // namespace rayaccel

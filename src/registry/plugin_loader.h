@@ -1,0 +1,86 @@
+// Finding plugin files, refusing unsafe ones, dlopen, version negotiation and the checks on a
+// plugin's table. A LoadedPlugin is one initialized plugin instance with its library.
+#ifndef RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
+#define RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rayaccel/plugin.h"
+
+namespace rayaccel {
+
+// The host's ABI version (what this build of librayaccel speaks).
+inline constexpr uint32_t kHostAbiMajor = RAYACCEL_ABI_VERSION_MAJOR;
+inline constexpr uint32_t kHostAbiMinor = RAYACCEL_ABI_VERSION_MINOR;
+
+// "librayaccel-<name>.so"
+std::string PluginFileName(const std::string& name);
+
+// The default search path: RAYACCEL_PLUGIN_PATH entries, then the plugin folder next to the
+// running binary and next to librayaccel.
+std::vector<std::string> DefaultSearchPath();
+
+struct PluginFile {
+  std::string name;  // from the file name; the table's name wins once loaded
+  std::string path;
+};
+
+// Plugin files to try: each `requested` entry (a path when it contains '/', otherwise a name
+// looked up on the path), or every librayaccel-*.so on the path when `requested` is empty.
+// A name found in several folders is taken from the first. Missing requested names come back
+// with an empty path.
+std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_path,
+                                        const std::vector<std::string>& requested);
+
+// Refuses a file, or its folder, that someone other than its owner or root can write, and
+// files owned by someone other than root or the current user.
+absl::Status CheckPermissions(const std::string& path);
+
+class LoadedPlugin {
+ public:
+  // dlopen (RTLD_NOW | RTLD_LOCAL), entry symbol, negotiation and table checks. Errors say
+  // what is wrong with the file; nothing of it stays loaded.
+  static absl::StatusOr<std::unique_ptr<LoadedPlugin>> Open(const std::string& path);
+  ~LoadedPlugin();  // shutdown (when initialized), then dlclose
+  LoadedPlugin(const LoadedPlugin&) = delete;
+  LoadedPlugin& operator=(const LoadedPlugin&) = delete;
+
+  absl::Status Initialize(const std::map<std::string, std::string>& config);
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+  std::string abi_version() const;
+  // The plugin's table, copied into a full-size, zero-padded host struct: every hook the
+  // plugin's (possibly older) table lacks is NULL here.
+  const rayaccel_plugin_api& api() const { return api_; }
+  rayaccel_plugin_instance* instance() const { return instance_; }
+
+ private:
+  LoadedPlugin() = default;
+  void* handle_ = nullptr;
+  std::string path_;
+  std::string name_;
+  rayaccel_plugin_api api_{};
+  uint32_t chosen_minor_ = 0;
+  rayaccel_plugin_instance* instance_ = nullptr;
+  rayaccel_host_api host_api_{};
+};
+
+// A status for a non-OK plugin return code, with the plugin's message.
+absl::Status FromPluginStatus(rayaccel_status code, const char* message, const std::string& what);
+
+// Holds the buffer behind a rayaccel_error handed to a hook.
+struct ErrorBuffer {
+  ErrorBuffer() : error{sizeof(rayaccel_error), text, sizeof(text)} { text[0] = '\0'; }
+  char text[512];
+  rayaccel_error error;
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_PLUGIN_LOADER_H_

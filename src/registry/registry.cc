@@ -1,0 +1,442 @@
+#include "rayaccel/registry.h"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ray/accelerator_type.h"
+#include "ray/ray_mapping.h"
+#include "registry/collector.h"
+#include "registry/config.h"
+#include "registry/plugin_loader.h"
+#include "registry/validate.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel {
+
+const char* HealthName(Health health) {
+  switch (health) {
+    case Health::kHealthy:
+      return "healthy";
+    case Health::kUnhealthy:
+      return "unhealthy";
+    default:
+      return "unknown";
+  }
+}
+
+const char* LinkTypeName(LinkType type) {
+  switch (type) {
+    case LinkType::kPcie:
+      return "pcie";
+    case LinkType::kNvlink:
+      return "nvlink";
+    case LinkType::kXgmi:
+      return "xgmi";
+    case LinkType::kIci:
+      return "ici";
+    case LinkType::kScaleOut:
+      return "scale-out";
+    default:
+      return "other";
+  }
+}
+
+const char* PciePathName(PciePath path) {
+  static constexpr const char* kNames[] = {"", "PIX", "PXB", "PHB", "NODE", "SYS"};
+  int i = static_cast<int>(path);
+  return i >= 0 && i <= 5 ? kNames[i] : "";
+}
+
+const char* PluginStateName(PluginStatus::State state) {
+  switch (state) {
+    case PluginStatus::State::kActive:
+      return "active";
+    case PluginStatus::State::kDegraded:
+      return "degraded";
+    case PluginStatus::State::kFailed:
+      return "failed";
+    default:
+      return "refused";
+  }
+}
+
+namespace {
+
+// Ray resource names as `ray start --resources` and the raylet's static resource list take
+// them: no commas (the list separator), no spaces.
+bool IsResourceName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':';
+  });
+}
+
+// A plugin slot: the loaded plugin (null when refused) and its status.
+struct Slot {
+  std::unique_ptr<LoadedPlugin> plugin;
+  PluginStatus status;  // static part: name, path, properties; state before any rescan
+};
+
+void AppendMessage(std::string* message, const std::string& text) {
+  if (text.empty()) return;
+  if (!message->empty()) message->append("; ");
+  message->append(text);
+}
+
+}  // namespace
+
+class Registry::Impl {
+ public:
+  explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
+
+  absl::Status Load() {
+    PluginConfig file_config;
+    if (!options_.config_file.empty()) {
+      absl::StatusOr<PluginConfig> parsed = ReadConfigFile(options_.config_file);
+      if (!parsed.ok()) return parsed.status();
+      file_config = *std::move(parsed);
+    }
+    std::vector<std::string> search =
+        options_.search_path.empty() ? DefaultSearchPath() : options_.search_path;
+    std::set<std::string> names;
+    for (const PluginFile& file : FindPluginFiles(search, options_.plugins)) {
+      Slot slot;
+      slot.status.name = file.name;
+      slot.status.path = file.path;
+      auto refuse = [&](const std::string& why) {
+        slot.status.state = PluginStatus::State::kRefused;
+        slot.status.message = why;
+        spdlog::warn("plugin {} refused: {}", file.path.empty() ? file.name : file.path, why);
+      };
+      if (file.path.empty()) {
+        refuse(absl::StrCat("not found: no ", PluginFileName(file.name), " in ",
+                            search.empty() ? "(empty search path)" : absl::StrJoin(search, ":")));
+      } else if (absl::Status perm = options_.check_permissions ? CheckPermissions(file.path)
+                                                                : absl::OkStatus();
+                 !perm.ok()) {
+        refuse(std::string(perm.message()));
+      } else if (absl::StatusOr<std::unique_ptr<LoadedPlugin>> opened =
+                     LoadedPlugin::Open(file.path);
+                 !opened.ok()) {
+        refuse(std::string(opened.status().message()));
+      } else if (!names.insert((*opened)->name()).second) {
+        refuse(absl::StrCat("a plugin named \"", (*opened)->name(), "\" is already loaded"));
+      } else {
+        slot.plugin = *std::move(opened);
+        slot.status.name = slot.plugin->name();
+        slot.status.abi_version = slot.plugin->abi_version();
+        slot.status.capabilities = slot.plugin->api().capabilities;
+        Initialize(&slot, file_config);
+      }
+      slots_.push_back(std::move(slot));
+    }
+    for (const auto& [plugin, unused] : options_.config) {
+      if (names.count(plugin) == 0) {
+        spdlog::warn("configuration for plugin \"{}\", which is not loaded", plugin);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const NodeSnapshot> snapshot() const {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    return snapshot_;
+  }
+
+  std::shared_ptr<const NodeSnapshot> Rescan() {
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    auto snap = std::make_shared<NodeSnapshot>();
+    snap->generation = ++generation_;
+    std::set<std::string> ids;
+    for (Slot& slot : slots_) {
+      PluginStatus status = slot.status;
+      if (slot.plugin == nullptr || status.state == PluginStatus::State::kFailed) {
+        snap->plugins.push_back(status);
+        continue;
+      }
+      PluginReport report;
+      absl::Status st = Query(slot, &report);
+      if (!st.ok() || report.over_limit) {
+        status.state = PluginStatus::State::kFailed;
+        status.message = !st.ok() ? std::string(st.message())
+                                  : absl::StrCat("answers refused as absurd: ",
+                                                 absl::StrJoin(report.problems, "; "));
+        spdlog::warn("plugin {} failed: {}", status.name, status.message);
+        snap->plugins.push_back(status);
+        continue;
+      }
+      Merge(status, std::move(report), &ids, snap.get(), &status);
+      snap->plugins.push_back(status);
+    }
+    RayMapping mapping = MapToRay(*snap);
+    snap->ray = std::move(mapping.view);
+    for (PluginStatus& p : snap->plugins) {
+      auto it = mapping.notes.find(p.name);
+      if (it == mapping.notes.end()) continue;
+      for (const std::string& note : it->second) AppendMessage(&p.message, note);
+      if (p.state == PluginStatus::State::kActive) p.state = PluginStatus::State::kDegraded;
+    }
+    std::lock_guard<std::mutex> snap_lock(snapshot_mu_);
+    snapshot_ = snap;
+    return snap;
+  }
+
+  absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const {
+    if (quantity == 0) return absl::InvalidArgumentError("quantity must be at least 1");
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    const Slot* slot = SlotForResource(resource);
+    if (slot == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
+    }
+    const rayaccel_plugin_api& api = slot->plugin->api();
+    if (api.validate_quantity == nullptr) return absl::OkStatus();
+    ErrorBuffer err;
+    rayaccel_status rc = api.validate_quantity(slot->plugin->instance(), quantity, &err.error);
+    return FromPluginStatus(rc, err.text,
+                            absl::StrCat(slot->status.name, " refuses ", quantity, " ", resource));
+  }
+
+  absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
+      const std::vector<std::string>& requested) const {
+    std::shared_ptr<const NodeSnapshot> snap = snapshot();
+    if (requested.empty()) return absl::InvalidArgumentError("no devices given");
+    std::vector<const Device*> devices;
+    for (const std::string& want : requested) {
+      const Device* found = nullptr;
+      size_t position = 0;
+      for (const Device& d : snap->devices) {
+        if (d.id == want) found = &d;
+      }
+      if (found == nullptr && absl::SimpleAtoi(want, &position) && position < snap->devices.size()) {
+        found = &snap->devices[position];
+      }
+      if (found == nullptr) return absl::NotFoundError(absl::StrCat("no device \"", want, "\""));
+      if (std::find(devices.begin(), devices.end(), found) != devices.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("device \"", want, "\" given twice"));
+      }
+      devices.push_back(found);
+    }
+    const std::string& plugin_name = devices.front()->plugin;
+    for (const Device* d : devices) {
+      if (d->plugin != plugin_name) {
+        return absl::InvalidArgumentError(
+            "devices of one allocation must come from one plugin (one accelerator family)");
+      }
+    }
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    const Slot* slot = nullptr;
+    for (const Slot& s : slots_) {
+      if (s.plugin != nullptr && s.status.name == plugin_name) slot = &s;
+    }
+    if (slot == nullptr) return absl::FailedPreconditionError("plugin is no longer loaded");
+    std::vector<uint32_t> indices;
+    for (const Device* d : devices) indices.push_back(d->index);
+    std::map<std::string, std::string> env;
+    const rayaccel_plugin_api& api = slot->plugin->api();
+    if (api.prepare_allocation == nullptr) {
+      if (slot->status.visible_devices_env.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "plugin ", plugin_name, " has no prepare_allocation hook and no visible-devices variable"));
+      }
+      env[slot->status.visible_devices_env] = absl::StrJoin(indices, ",");
+      return env;
+    }
+    PluginReport report;
+    Collector collector(&report);
+    rayaccel_allocation_args args{};
+    args.struct_size = sizeof(args);
+    args.device_indices = indices.data();
+    args.device_count = indices.size();
+    args.sink = collector.sink();
+    ErrorBuffer err;
+    rayaccel_status rc = api.prepare_allocation(slot->plugin->instance(), &args, &err.error);
+    if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "prepare_allocation");
+    if (!report.problems.empty()) {
+      return absl::InternalError(absl::StrCat("prepare_allocation: ",
+                                              absl::StrJoin(report.problems, "; ")));
+    }
+    for (auto& [name, value] : report.env) env[name] = value;
+    return env;
+  }
+
+ private:
+  void Initialize(Slot* slot, const PluginConfig& file_config) {
+    const std::string& name = slot->plugin->name();
+    std::map<std::string, std::string> config;
+    if (auto it = file_config.find(name); it != file_config.end()) config = it->second;
+    if (options_.use_environment) {
+      for (auto& [k, v] : EnvironmentConfig(name)) config[k] = v;
+    }
+    if (auto it = options_.config.find(name); it != options_.config.end()) {
+      for (auto& [k, v] : it->second) config[k] = v;
+    }
+    PluginStatus& status = slot->status;
+    auto fail = [&](const std::string& why) {
+      status.state = PluginStatus::State::kFailed;
+      status.message = why;
+      spdlog::warn("plugin {} failed: {}", name, why);
+    };
+    if (absl::Status st = slot->plugin->Initialize(config); !st.ok()) {
+      return fail(std::string(st.message()));
+    }
+    rayaccel_plugin_properties props{};
+    props.struct_size = sizeof(props);
+    ErrorBuffer err;
+    rayaccel_status rc =
+        slot->plugin->api().get_properties(slot->plugin->instance(), &props, &err.error);
+    if (rc != RAYACCEL_STATUS_OK) {
+      return fail(std::string(FromPluginStatus(rc, err.text, "get_properties failed").message()));
+    }
+    struct Field {
+      rayaccel_string value;
+      const char* what;
+      std::string* out;
+    } fields[] = {{props.vendor, "vendor", &status.vendor},
+                  {props.resource_name, "resource_name", &status.resource_name},
+                  {props.visible_devices_env, "visible_devices_env", &status.visible_devices_env},
+                  {props.plugin_version, "plugin_version", &status.plugin_version}};
+    for (const Field& f : fields) {
+      if (f.value.size > 0 && (f.value.data == nullptr || f.value.size > kMaxStringBytes)) {
+        return fail(absl::StrCat("get_properties: ", f.what, " is malformed"));
+      }
+      absl::string_view text(f.value.data != nullptr ? f.value.data : "", f.value.size);
+      if (absl::Status st = CheckText(text, absl::StrCat("get_properties: ", f.what)); !st.ok()) {
+        return fail(std::string(st.message()));
+      }
+      *f.out = std::string(text);
+    }
+    if (!IsResourceName(status.resource_name)) {
+      return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
+                               "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
+    }
+    status.state = PluginStatus::State::kActive;
+  }
+
+  // Runs the query hooks of one plugin into `report`.
+  absl::Status Query(const Slot& slot, PluginReport* report) {
+    const rayaccel_plugin_api& api = slot.plugin->api();
+    rayaccel_plugin_instance* instance = slot.plugin->instance();
+    Collector collector(report);
+    ErrorBuffer err;
+    rayaccel_status rc = api.discover(instance, collector.sink(), &err.error);
+    if (rc != RAYACCEL_STATUS_OK && !report->over_limit) {
+      return FromPluginStatus(rc, err.text, "discover failed");
+    }
+    using Hook = rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*,
+                                     rayaccel_error*);
+    const std::pair<Hook, const char*> optional[] = {{api.get_labels, "get_labels"},
+                                                     {api.get_topology, "get_topology"},
+                                                     {api.get_health, "get_health"}};
+    for (const auto& [hook, what] : optional) {
+      if (hook == nullptr || report->over_limit) continue;
+      ErrorBuffer hook_err;
+      rc = hook(instance, collector.sink(), &hook_err.error);
+      if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED) {
+        report->problems.push_back(
+            std::string(FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Adds one plugin's report to the snapshot; refusals become notes in `status`.
+  void Merge(const PluginStatus& plugin, PluginReport report, std::set<std::string>* ids,
+             NodeSnapshot* snap, PluginStatus* status) {
+    std::vector<std::string> problems = std::move(report.problems);
+    std::map<uint32_t, size_t> position;  // plugin index -> snapshot position
+    for (Device& d : report.devices) {
+      if (!ids->insert(d.id).second) {
+        problems.push_back(absl::StrCat("device ", d.index, ": id \"", d.id,
+                                        "\" already reported by another plugin"));
+        continue;
+      }
+      d.plugin = plugin.name;
+      d.resource = plugin.resource_name;
+      d.vendor = plugin.vendor;
+      if (auto h = report.health.find(d.index); h != report.health.end()) {
+        d.health = h->second.first;
+        d.health_reason = h->second.second;
+      }
+      if (d.accelerator_type.empty()) {
+        d.accelerator_type =
+            DeriveAcceleratorType(plugin.vendor, d.name, d.pci_vendor_id, d.pci_device_id);
+      }
+      position[d.index] = snap->devices.size();
+      snap->devices.push_back(std::move(d));
+    }
+    status->device_count = position.size();
+    for (const ReportedLink& l : report.links) {
+      auto a = position.find(l.a), b = position.find(l.b);
+      if (a == position.end() || b == position.end()) continue;  // device refused above
+      snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
+                                 l.type, l.count, l.bandwidth_mbps, l.pcie_path,
+                                 "plugin:" + plugin.name});
+    }
+    for (ReportedDomain& r : report.domains) {
+      Domain dom{plugin.name, r.kind, r.id, {}};
+      for (uint32_t index : r.devices) {
+        if (auto p = position.find(index); p != position.end()) dom.devices.push_back(p->second);
+      }
+      snap->domains.push_back(std::move(dom));
+    }
+    for (auto& [key, value] : report.labels) {
+      auto [it, inserted] = snap->plugin_labels.emplace(key, value);
+      if (!inserted && it->second != value) {
+        problems.push_back(absl::StrCat("label ", key, "=", value,
+                                        " conflicts with another plugin's value ", it->second));
+      }
+    }
+    if (!problems.empty()) {
+      status->state = PluginStatus::State::kDegraded;
+      status->message = absl::StrJoin(problems, "; ");
+      spdlog::warn("plugin {} degraded: {}", plugin.name, status->message);
+    }
+  }
+
+  const Slot* SlotForResource(const std::string& resource) const {
+    for (const Slot& s : slots_) {
+      if (s.plugin != nullptr && s.status.state != PluginStatus::State::kFailed &&
+          s.status.resource_name == resource) {
+        return &s;
+      }
+    }
+    return nullptr;
+  }
+
+  RegistryOptions options_;
+  mutable std::mutex plugins_mu_;  // one caller into the plugins at a time
+  std::vector<Slot> slots_;
+  uint64_t generation_ = 0;
+  mutable std::mutex snapshot_mu_;
+  std::shared_ptr<const NodeSnapshot> snapshot_;
+};
+
+Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Registry::~Registry() = default;
+
+absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status st = impl->Load(); !st.ok()) return st;
+  std::unique_ptr<Registry> registry(new Registry(std::move(impl)));
+  registry->Rescan();
+  return registry;
+}
+
+std::shared_ptr<const NodeSnapshot> Registry::snapshot() const { return impl_->snapshot(); }
+std::shared_ptr<const NodeSnapshot> Registry::Rescan() { return impl_->Rescan(); }
+
+absl::Status Registry::ValidateQuantity(const std::string& resource, uint32_t quantity) const {
+  return impl_->ValidateQuantity(resource, quantity);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Registry::PrepareAllocation(
+    const std::vector<std::string>& devices) const {
+  return impl_->PrepareAllocation(devices);
+}
+
+}  // namespace rayaccel

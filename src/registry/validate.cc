@@ -1,0 +1,140 @@
+#include "registry/validate.h"
+
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace rayaccel {
+
+bool IsValidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t extra = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= text.size()) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      unsigned char cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+absl::Status CheckText(absl::string_view text, absl::string_view what) {
+  if (text.size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", text.size(), " bytes long (limit ", kMaxStringBytes, ")"));
+  }
+  if (!IsValidUtf8(text)) return absl::InvalidArgumentError(absl::StrCat(what, " is not UTF-8"));
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " contains a control character"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+bool IsAlnum(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); }
+
+// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63.
+bool IsLabelName(absl::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  if (!IsAlnum(name.front()) || !IsAlnum(name.back())) return false;
+  for (char c : name) {
+    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+// RFC 1123 subdomain: dot-separated lower-case labels of [a-z0-9-], alnum at both ends.
+bool IsDnsSubdomain(absl::string_view prefix) {
+  if (prefix.empty() || prefix.size() > 253) return false;
+  for (absl::string_view part : absl::StrSplit(prefix, '.')) {
+    if (part.empty() || part.size() > 63) return false;
+    auto ok_end = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (!ok_end(part.front()) || !ok_end(part.back())) return false;
+    for (char c : part) {
+      if (!ok_end(c) && c != '-') return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status CheckLabelKey(absl::string_view key) {
+  absl::string_view name = key;
+  size_t slash = key.find('/');
+  if (slash != absl::string_view::npos) {
+    absl::string_view prefix = key.substr(0, slash);
+    name = key.substr(slash + 1);
+    if (!IsDnsSubdomain(prefix)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label key \"", key, "\": prefix is not a DNS subdomain of <= 253"));
+    }
+  }
+  if (!IsLabelName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label key \"", key,
+        "\": name must be <= 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLabelValue(absl::string_view value) {
+  if (value.empty() || IsLabelName(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "label value \"", value,
+      "\": must be empty or <= 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends"));
+}
+
+std::optional<std::string> NormalizePciBusId(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  if (parts.size() == 2) parts.insert(parts.begin(), "0");
+  if (parts.size() != 3) return std::nullopt;
+  std::vector<absl::string_view> dev_fn = absl::StrSplit(parts[2], '.');
+  if (dev_fn.size() != 2) return std::nullopt;
+  auto hex = [](absl::string_view s, size_t max_digits, uint32_t limit, uint32_t* out) {
+    if (s.empty() || s.size() > max_digits) return false;
+    for (char c : s) {
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+    }
+    return absl::SimpleHexAtoi(s, out) && *out <= limit;
+  };
+  uint32_t domain = 0, bus = 0, device = 0, function = 0;
+  if (!hex(parts[0], 8, 0xFFFF, &domain) || !hex(parts[1], 2, 0xFF, &bus) ||
+      !hex(dev_fn[0], 2, 0x1F, &device) || !hex(dev_fn[1], 1, 7, &function)) {
+    return std::nullopt;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", domain, bus, device, function);
+  return std::string(buf);
+}
+
+}  // namespace rayaccel

@@ -1,0 +1,41 @@
+// Checks on what plugins return: text, label syntax, PCI bus ids. Pure functions.
+#ifndef RAYACCEL_REGISTRY_VALIDATE_H_
+#define RAYACCEL_REGISTRY_VALIDATE_H_
+
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace rayaccel {
+
+// Limits on what a plugin may hand over; past them the answer is refused as absurd.
+inline constexpr size_t kMaxStringBytes = 1024;
+inline constexpr size_t kMaxDevicesPerPlugin = 4096;
+inline constexpr size_t kMaxAttributesPerDevice = 256;
+inline constexpr size_t kMaxLinksPerPlugin = 1 << 20;
+inline constexpr size_t kMaxDomainsPerPlugin = 4096;
+inline constexpr size_t kMaxLabelsPerPlugin = 256;
+inline constexpr uint64_t kMaxMemoryBytes = uint64_t{1} << 50;  // 1 PiB per device
+inline constexpr uint32_t kMaxLinkCount = 1024;
+
+bool IsValidUtf8(absl::string_view text);
+
+// Bounded, valid UTF-8, no control characters. `what` names the field in the error.
+absl::Status CheckText(absl::string_view text, absl::string_view what);
+
+// Kubernetes label key: optional DNS-subdomain prefix (<= 253) and '/', then a name
+// (<= 63) of [A-Za-z0-9] at both ends and [-A-Za-z0-9_.] inside.
+absl::Status CheckLabelKey(absl::string_view key);
+// Kubernetes label value: empty, or <= 63 with the name rules.
+absl::Status CheckLabelValue(absl::string_view value);
+
+// Accepts "dddd:bb:dd.f", "bb:dd.f" (domain 0) and NVML's "DDDDDDDD:BB:DD.F", any case;
+// returns the canonical lower-case "dddd:bb:dd.f", or nullopt when malformed.
+std::optional<std::string> NormalizePciBusId(absl::string_view text);
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_VALIDATE_H_
