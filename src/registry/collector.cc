@@ -56,6 +56,7 @@ Collector::Collector(PluginReport* report) : report_(report) {
 }
 
 rayaccel_status Collector::Refuse(std::string problem) {
+  refused_any_ = true;
   // Keep the list bounded: a plugin that sends a million bad items gets a count, not a log.
   constexpr size_t kMaxProblems = 64;
   if (report_->problems.size() < kMaxProblems) {
@@ -67,6 +68,7 @@ rayaccel_status Collector::Refuse(std::string problem) {
 }
 
 rayaccel_status Collector::OverLimit(const std::string& what, size_t limit) {
+  refused_any_ = true;
   if (!report_->over_limit) {
     report_->over_limit = true;
     report_->problems.push_back(absl::StrCat("more than ", limit, " ", what, " reported"));

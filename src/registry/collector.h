@@ -45,6 +45,9 @@ class Collector {
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
   const rayaccel_sink* sink() const { return &sink_; }
+  // Whether any item was refused: a hook that then fails without a message is only passing
+  // the refusal back, which `problems` already explains.
+  bool refused_any() const { return refused_any_; }
 
  private:
   static rayaccel_status AddDevice(void* ctx, const rayaccel_device_info* device);
@@ -62,6 +65,7 @@ class Collector {
 
   PluginReport* report_;
   rayaccel_sink sink_{};
+  bool refused_any_ = false;
 };
 
 }  // namespace rayaccel

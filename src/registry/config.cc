@@ -57,7 +57,8 @@ std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin) 
     size_t eq = entry.find('=');
     if (eq == absl::string_view::npos || !absl::StartsWith(entry, prefix)) continue;
     std::string key = absl::AsciiStrToLower(entry.substr(prefix.size(), eq - prefix.size()));
-    if (!key.empty()) out[key] = std::string(entry.substr(eq + 1));
+    // An empty value reads as unset, as `VAR= command` is the usual way to clear one.
+    if (!key.empty() && eq + 1 < entry.size()) out[key] = std::string(entry.substr(eq + 1));
   }
   return out;
 }

@@ -23,7 +23,8 @@ absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* con
 absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path);
 
 // RAYACCEL_<PLUGIN>_<KEY>=value entries of the environment for `plugin` ('-' in the plugin
-// name reads as '_'); keys come back lower-case: RAYACCEL_SIM_SPEC -> {"spec": ...}.
+// name reads as '_'); keys come back lower-case: RAYACCEL_SIM_SPEC -> {"spec": ...}. Empty
+// values are skipped.
 std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin);
 
 }  // namespace rayaccel

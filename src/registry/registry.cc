@@ -336,7 +336,8 @@ class Registry::Impl {
       if (hook == nullptr || report->over_limit) continue;
       ErrorBuffer hook_err;
       rc = hook(instance, collector.sink(), &hook_err.error);
-      if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED) {
+      bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
+      if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
         report->problems.push_back(
             std::string(FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
       }

@@ -119,7 +119,8 @@ class Parser {
         if (AtEnd()) return Fail("unexpected end of input");
         return Fail("unexpected character");
       default:
-        return ParseNumber(out);
+        if (Peek() == '-' || (Peek() >= '0' && Peek() <= '9')) return ParseNumber(out);
+        return Fail("unexpected character");
     }
   }
 
@@ -296,9 +297,13 @@ class Parser {
     while (true) {
       SkipSpace();
       if (Peek() != '"') return Fail("expected a member name in quotes");
+      const size_t key_pos = pos_;
       std::string key;
       if (!ParseString(&key)) return false;
-      if (out->Find(key) != nullptr) return Fail("duplicate member \"" + key + "\"");
+      if (out->Find(key) != nullptr) {
+        pos_ = key_pos;  // point at the repeated name
+        return Fail("duplicate member \"" + key + "\"");
+      }
       SkipSpace();
       if (Peek() != ':') return Fail("expected ':' after member name");
       ++pos_;

@@ -1,0 +1,54 @@
+# Thin wrapper: install missing Debian packages, configure, build, run, test.
+#   make run    builds and runs `rayaccel discover` on this host
+#   make test   builds and runs the whole suite through ctest
+#   make asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make tsan   the suite under ThreadSanitizer
+BUILD_DIR ?= build
+CMAKE_ARGS ?=
+JOBS ?= $(shell nproc)
+
+DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgtest-dev \
+                libgmock-dev libbenchmark-dev hwloc-nox
+
+.PHONY: all deps configure build run test asan tsan bench clean format
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:" $$missing; \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+configure: deps
+	@[ -f $(BUILD_DIR)/build.ninja ] || cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/bin/rayaccel discover
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+asan: deps
+	cmake --preset asan && cmake --build --preset asan -j $(JOBS) && ctest --preset asan -j $(JOBS)
+
+tsan: deps
+	cmake --preset tsan && cmake --build --preset tsan -j $(JOBS) && ctest --preset tsan -j $(JOBS)
+
+bench: build
+	$(BUILD_DIR)/bin/rayaccel_bench_discovery
+	bench/compare_lstopo.sh $(BUILD_DIR)
+
+format:
+	git ls-files '*.h' '*.cc' '*.c' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan build-tsan

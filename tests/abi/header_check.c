@@ -1,0 +1,11 @@
+/* Compiled as strict C99 (-std=c99 -pedantic -Werror): the ABI header must stay plain C. */
+#include "rayaccel/plugin.h"
+
+/* Uses the macros and helper so that they are compiled, not only parsed. */
+size_t rayaccel_abi_c99_check(rayaccel_device_info *info, rayaccel_error *error);
+size_t rayaccel_abi_c99_check(rayaccel_device_info *info, rayaccel_error *error) {
+  rayaccel_error_set(error, RAYACCEL_STATUS_OK, "ok");
+  return RAYACCEL_HAS_FIELD(info, rayaccel_device_info, health_reason)
+             ? RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason)
+             : 0;
+}

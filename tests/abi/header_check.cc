@@ -1,0 +1,7 @@
+// Compiled as C++17 with -pedantic -Werror; the header's static_asserts run here too.
+#include "rayaccel/plugin.h"
+
+static_assert(RAYACCEL_STATUS_OK == 0 && RAYACCEL_STATUS_ABORTED == 10, "pinned status values");
+static_assert(RAYACCEL_LINK_PCIE == 1 && RAYACCEL_LINK_OTHER == 6, "pinned link types");
+static_assert(RAYACCEL_PCIE_PATH_PIX == 1 && RAYACCEL_PCIE_PATH_SYS == 5, "pinned path levels");
+static_assert(RAYACCEL_HEALTH_UNKNOWN == 0, "absent health must read as unknown");

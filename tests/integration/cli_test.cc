@@ -1,0 +1,161 @@
+// The rayaccel binary as an operator runs it: real process, real plugins, real spec files.
+#include "gtest/gtest.h"
+#include "support/test_support.h"
+#include "util/json.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::CommandResult;
+using testing::Example;
+
+CommandResult Cli(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), RAYACCEL_CLI);
+  // Plugins are found next to the binary; make sure the caller's environment does not steer.
+  env.emplace("RAYACCEL_PLUGIN_PATH", "");
+  env.emplace("RAYACCEL_SIM_SPEC", "");
+  return testing::Run(args, env);
+}
+
+json::Value ParseJson(const std::string& text) {
+  json::ParseError error;
+  std::optional<json::Value> v = json::Parse(text, &error);
+  EXPECT_TRUE(v) << error.message << " at " << error.line << ":" << error.column << "\n" << text;
+  return v ? *v : json::Value();
+}
+
+TEST(Cli, DiscoverJsonOnDgxH100) {
+  CommandResult r = Cli({"discover", "--json", "--config", "sim.spec=" + Example("dgx-h100.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::Value doc = ParseJson(r.out);
+  const json::Value& plugins = *doc.Find("plugins");
+  ASSERT_EQ(plugins.array().size(), 1u);
+  EXPECT_EQ(plugins.array()[0].Find("name")->string(), "sim");
+  EXPECT_EQ(plugins.array()[0].Find("status")->string(), "active");
+  EXPECT_EQ(plugins.array()[0].Find("message")->string(), "");
+  const json::Value& devices = *doc.Find("devices");
+  ASSERT_EQ(devices.array().size(), 8u);
+  const json::Value& d0 = devices.array()[0];
+  EXPECT_EQ(d0.Find("id")->string(), "GPU-5d1c8c3e-6b0e-4a51-9f0e-0000000a0000");
+  EXPECT_EQ(d0.Find("plugin")->string(), "sim");
+  EXPECT_EQ(d0.Find("resource")->string(), "GPU");
+  EXPECT_EQ(d0.Find("name")->string(), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(d0.Find("accelerator_type")->string(), "H100");
+  EXPECT_EQ(d0.Find("pci_bus_id")->string(), "0000:18:00.0");
+  EXPECT_EQ(d0.Find("numa_node")->as_int64(), 0);
+  EXPECT_EQ(d0.Find("memory_bytes")->as_uint64(), 85520809984u);
+  EXPECT_EQ(d0.Find("health")->string(), "healthy");
+  EXPECT_EQ(doc.Find("links")->array().size(), 28u);
+  const json::Value& link = doc.Find("links")->array()[0];
+  EXPECT_EQ(link.Find("type")->string(), "nvlink");
+  EXPECT_EQ(link.Find("count")->as_int64(), 18);
+  EXPECT_EQ(doc.Find("domains")->array().size(), 0u);
+  const json::Value& ray = *doc.Find("ray");
+  EXPECT_EQ(ray.Find("resources")->Find("GPU")->as_int64(), 8);
+  EXPECT_EQ(ray.Find("resources")->Find("accelerator_type:H100")->as_int64(), 1);
+  EXPECT_EQ(ray.Find("labels")->Find("ray.io/accelerator-type")->string(), "H100");
+}
+
+TEST(Cli, DiscoverTextIsATable) {
+  CommandResult r = Cli({"discover", "--config", "sim.spec=" + Example("dgx1-v100.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Tesla V100-SXM2-16GB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  0  3  NV2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  0  4  SYS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resources: {\"GPU\": 8, \"accelerator_type:V100\": 1}"), std::string::npos)
+      << r.out;
+}
+
+TEST(Cli, ResourcesAndRayStartArgs) {
+  std::string spec = "sim.spec=" + Example("dgx-h100.json");
+  CommandResult r = Cli({"resources", "--json", "--config", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"GPU\": 8, \"accelerator_type:H100\": 1}\n");
+
+  r = Cli({"ray-start-args", "--config", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "--num-gpus=8 --resources='{\"accelerator_type:H100\": 1}' "
+            "--labels='ray.io/accelerator-type=H100,rayaccel.io/gpu-count=8,"
+            "rayaccel.io/gpu-type=H100,rayaccel.io/gpu-vendor=nvidia'\n");
+
+  r = Cli({"ray-start-args", "--config=sim.spec=" + Example("tpu-v4-host.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--resources='{\"TPU\": 4, \"TPU-v4-16-head\": 1, "
+                       "\"accelerator_type:TPU-V4\": 1, \"my-tpu-v4-16\": 1}'"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("--num-gpus"), std::string::npos);
+}
+
+TEST(Cli, ZeroDevicesAndRefusedPluginsStillExitZero) {
+  CommandResult r = Cli({"discover", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::Value doc = ParseJson(r.out);
+  EXPECT_EQ(doc.Find("devices")->array().size(), 0u);
+  EXPECT_TRUE(doc.Find("ray")->Find("resources")->members().empty());
+
+  r = Cli({"plugins", "--plugin", "/nonexistent/librayaccel-x.so", "--plugin", "sim"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("refused"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sim     active"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MalformedSpecIsReportedNotFatal) {
+  std::string dir = testing::MakeTempDir("cli-spec");
+  std::string spec = dir + "/broken.json";
+  FILE* f = std::fopen(spec.c_str(), "w");
+  std::fputs("{\n  \"devices\": [\n    {\"uuid\": \"a\", \"name\": \"x\", \"memory_bytes\": \"8G\"}\n  ]\n}\n", f);
+  std::fclose(f);
+  CommandResult r = Cli({"discover", "--json", "--config", "sim.spec=" + spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::Value doc = ParseJson(r.out);
+  const json::Value& sim = doc.Find("plugins")->array()[0];
+  EXPECT_EQ(sim.Find("status")->string(), "failed");
+  EXPECT_EQ(sim.Find("message")->string(),
+            "initialize failed: " + spec + ":3:48: devices[0].memory_bytes: expected number, found string");
+}
+
+TEST(Cli, EnvironmentAndConfigFile) {
+  CommandResult r = Cli({"resources", "--json"}, {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"GPU\": 8, \"accelerator_type:V100\": 1}\n");
+
+  std::string dir = testing::MakeTempDir("cli-conf");
+  std::string conf = dir + "/rayaccel.conf";
+  FILE* f = std::fopen(conf.c_str(), "w");
+  std::fprintf(f, "# test\nsim.spec = %s\n", Example("tpu-v4-host.json").c_str());
+  std::fclose(f);
+  r = Cli({"resources", "--json", "--config-file", conf});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"TPU\": 4"), std::string::npos) << r.out;
+
+  f = std::fopen(conf.c_str(), "w");
+  std::fputs("sim.spec\n", f);
+  std::fclose(f);
+  r = Cli({"resources", "--config-file", conf});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(conf + ":1:"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"frobnicate"},
+                                             {"discover", "--bogus"},
+                                             {"discover", "--config", "nodot=1"},
+                                             {"discover", "--plugin"},
+                                             {"discover", "extra"},
+                                             {"discover", "--log-level", "loud"}}) {
+    CommandResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(r.err.find("usage: rayaccel"), std::string::npos);
+    EXPECT_TRUE(r.out.empty());
+  }
+  CommandResult help = Cli({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("ray-start-args"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rayaccel

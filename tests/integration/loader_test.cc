@@ -1,0 +1,218 @@
+// The loader against real .so files: one correct C plugin and one built per defect
+// (tests/plugins/test_plugin.c). Each defect gets a clear per-plugin status; the host and the
+// other plugins carry on.
+#include <sys/stat.h>
+
+#include "gtest/gtest.h"
+#include "rayaccel/registry.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::Example;
+using testing::SimPlugin;
+using testing::StatusOf;
+using testing::TestPlugin;
+
+std::shared_ptr<const NodeSnapshot> Load(const std::vector<std::string>& plugins,
+                                         RegistryOptions options = {}) {
+  options.plugins = plugins;
+  options.use_environment = false;
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return registry.ok() ? (*registry)->snapshot() : std::make_shared<NodeSnapshot>();
+}
+
+// Loads one plugin file alone and returns its status.
+PluginStatus LoadFile(const std::string& path) {
+  std::shared_ptr<const NodeSnapshot> snap = Load({path});
+  EXPECT_EQ(snap->plugins.size(), 1u);
+  return snap->plugins.empty() ? PluginStatus() : snap->plugins[0];
+}
+
+TEST(Loader, CorrectCPluginLoads) {
+  std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("testgpu")});
+  const PluginStatus& p = StatusOf(*snap, "testgpu");
+  EXPECT_EQ(p.state, PluginStatus::State::kActive) << p.message;
+  EXPECT_EQ(p.abi_version, "1.0");
+  EXPECT_EQ(p.vendor, "nvidia");
+  EXPECT_EQ(p.resource_name, "GPU");
+  ASSERT_EQ(snap->devices.size(), 2u);
+  EXPECT_EQ(snap->devices[0].accelerator_type, "A100");  // derived by the host from the name
+  EXPECT_EQ(snap->devices[0].numa_node, 0);
+  ASSERT_EQ(snap->links.size(), 1u);
+  EXPECT_EQ(snap->links[0].type, LinkType::kNvlink);
+  EXPECT_EQ(snap->links[0].count, 12u);
+  EXPECT_EQ(snap->links[0].source, "plugin:testgpu");
+  EXPECT_EQ(snap->plugin_labels.at("example.com/rack"), "r12");
+  EXPECT_EQ(snap->ray.resources.at("GPU"), 2);
+  EXPECT_EQ(snap->ray.resources.at("accelerator_type:A100"), 1);
+}
+
+struct Refusal {
+  const char* plugin;
+  PluginStatus::State state;
+  const char* message;
+};
+
+void PrintTo(const Refusal& r, std::ostream* os) { *os << r.plugin; }
+
+class BadPlugin : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(BadPlugin, GetsAClearStatus) {
+  const Refusal& r = GetParam();
+  PluginStatus p = LoadFile(TestPlugin(r.plugin));
+  EXPECT_EQ(PluginStateName(p.state), std::string(PluginStateName(r.state))) << p.message;
+  EXPECT_NE(p.message.find(r.message), std::string::npos)
+      << "message was: " << p.message << "\nexpected to contain: " << r.message;
+}
+
+using State = PluginStatus::State;
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, BadPlugin,
+    ::testing::Values(
+        Refusal{"no-entry", State::kRefused, "no entry symbol 'rayaccel_plugin_entry'"},
+        Refusal{"wrong-major", State::kRefused, "incompatible ABI: plugin speaks 2.0"},
+        Refusal{"table-major", State::kRefused, "table says ABI major 2"},
+        Refusal{"small-table", State::kRefused, "smaller than the smallest 1.0 table"},
+        Refusal{"null-discover", State::kRefused, "NULL mandatory hook: discover"},
+        Refusal{"cap-without-hook", State::kRefused,
+                "wait_health_events (RAYACCEL_CAP_HEALTH_EVENTS claimed)"},
+        Refusal{"init-fails", State::kFailed, "initialize failed: vendor driver 1.2.3 is too old"},
+        Refusal{"discover-fails", State::kFailed, "discover failed: NVML_ERROR_GPU_IS_LOST"},
+        Refusal{"non-utf8-property", State::kFailed, "vendor is not UTF-8"},
+        Refusal{"bad-resource-name", State::kFailed, "is not a Ray resource name"},
+        Refusal{"absurd-count", State::kFailed, "more than 4096 devices reported"},
+        Refusal{"duplicate-id", State::kDegraded, "device 1: duplicate id \"GPU-test-0\""},
+        Refusal{"non-utf8-name", State::kDegraded, "device 1: name is not UTF-8"},
+        Refusal{"bad-label", State::kDegraded, "label key \"bad key with spaces\""},
+        Refusal{"link-out-of-range", State::kDegraded,
+                "link 0-7: endpoint is not a reported device"},
+        Refusal{"tiny-device-struct", State::kDegraded,
+                "smaller than the smallest 1.0 device_info"}),
+    [](const ::testing::TestParamInfo<Refusal>& info) {
+      std::string name = info.param.plugin;
+      for (char& c : name) c = c == '-' ? '_' : c;
+      return name;
+    });
+
+TEST(Loader, DegradedPluginsKeepTheirGoodAnswers) {
+  std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("duplicate-id")});
+  EXPECT_EQ(snap->devices.size(), 1u);
+  EXPECT_EQ(snap->ray.resources.at("GPU"), 1);
+
+  snap = Load({TestPlugin("bad-label")});
+  EXPECT_EQ(snap->plugin_labels.at("example.com/rack"), "r12");
+  EXPECT_EQ(snap->plugin_labels.count("ray.io/node-id"), 0u);
+  EXPECT_NE(StatusOf(*snap, "bad-label").message.find("reserved for keys Ray defines"),
+            std::string::npos);
+
+  snap = Load({TestPlugin("link-out-of-range")});
+  EXPECT_EQ(snap->devices.size(), 2u);
+  EXPECT_TRUE(snap->links.empty());
+
+  snap = Load({TestPlugin("absurd-count")});
+  EXPECT_TRUE(snap->devices.empty());  // a plugin that floods is distrusted entirely
+}
+
+TEST(Loader, OldAndNewStructSizesWork) {
+  // A plugin whose rayaccel_device_info ends after pci_bus_id: the host reads what is there
+  // and treats the rest as absent (NUMA unknown, health unknown).
+  std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("old-device-struct")});
+  const PluginStatus& old_status = StatusOf(*snap, "old-device-struct");
+  EXPECT_EQ(old_status.state, PluginStatus::State::kActive) << old_status.message;
+  ASSERT_EQ(snap->devices.size(), 1u);
+  const Device& d = snap->devices[0];
+  EXPECT_EQ(d.id, "GPU-old-0");
+  EXPECT_EQ(d.memory_bytes, 42949672960u);
+  EXPECT_EQ(d.pci_bus_id, "0000:07:00.0");  // NVML's 8-digit domain, normalised
+  EXPECT_EQ(d.numa_node, -1);
+  EXPECT_EQ(d.health, Health::kUnknown);
+  EXPECT_TRUE(d.driver_version.empty());
+  EXPECT_EQ(d.accelerator_type, "A100");
+
+  // A newer plugin's larger struct: the host reads the fields it knows.
+  snap = Load({TestPlugin("new-device-struct")});
+  ASSERT_EQ(snap->devices.size(), 1u);
+  EXPECT_EQ(snap->devices[0].numa_node, 1);
+  EXPECT_EQ(snap->devices[0].accelerator_type, "H200");
+
+  // A plugin built for ABI 1.7 steps down to the host's 1.0.
+  snap = Load({TestPlugin("newer-minor")});
+  EXPECT_EQ(StatusOf(*snap, "newer-minor").state, PluginStatus::State::kActive);
+  EXPECT_EQ(StatusOf(*snap, "newer-minor").abi_version, "1.0");
+}
+
+TEST(Loader, EveryBadPluginTogetherLeavesTheGoodOneIntact) {
+  std::vector<std::string> plugins;
+  for (const char* name :
+       {"no-entry", "wrong-major", "table-major", "small-table", "null-discover",
+        "cap-without-hook", "init-fails", "discover-fails", "non-utf8-property",
+        "bad-resource-name", "absurd-count"}) {
+    plugins.push_back(TestPlugin(name));
+  }
+  plugins.push_back(SimPlugin());
+  RegistryOptions options;
+  options.config["sim"]["spec"] = Example("tpu-v4-host.json");
+  std::shared_ptr<const NodeSnapshot> snap = Load(plugins, options);
+  EXPECT_EQ(snap->plugins.size(), plugins.size());
+  EXPECT_EQ(StatusOf(*snap, "sim").state, PluginStatus::State::kActive);
+  EXPECT_EQ(snap->devices.size(), 4u);
+  EXPECT_EQ(snap->ray.resources.at("TPU"), 4);
+}
+
+TEST(Loader, RefusesFilesOthersCanWrite) {
+  std::string dir = testing::MakeTempDir("perm");
+  std::string path = dir + "/librayaccel-testgpu.so";
+  testing::CopyFile(TestPlugin("testgpu"), path);
+  EXPECT_EQ(LoadFile(path).state, PluginStatus::State::kActive);
+
+  chmod(path.c_str(), 0757);
+  PluginStatus p = LoadFile(path);
+  EXPECT_EQ(p.state, PluginStatus::State::kRefused);
+  EXPECT_NE(p.message.find("writable by everyone"), std::string::npos) << p.message;
+
+  chmod(path.c_str(), 0755);
+  chmod(dir.c_str(), 0777);
+  p = LoadFile(path);
+  EXPECT_EQ(p.state, PluginStatus::State::kRefused);
+  EXPECT_NE(p.message.find(dir), std::string::npos) << p.message;
+
+  // The check can be turned off (e.g. for a read-only, verified image).
+  RegistryOptions lax;
+  lax.check_permissions = false;
+  EXPECT_EQ(StatusOf(*Load({path}, lax), "testgpu").state, PluginStatus::State::kActive);
+  chmod(dir.c_str(), 0755);
+}
+
+TEST(Loader, MissingAndDuplicatePlugins) {
+  PluginStatus p = LoadFile("/nonexistent/librayaccel-nope.so");
+  EXPECT_EQ(p.state, PluginStatus::State::kRefused);
+  EXPECT_NE(p.message.find("/nonexistent/librayaccel-nope.so"), std::string::npos) << p.message;
+
+  RegistryOptions options;
+  options.search_path = {std::string(RAYACCEL_TEST_PLUGIN_DIR)};
+  std::shared_ptr<const NodeSnapshot> snap = Load({"nope"}, options);
+  ASSERT_EQ(snap->plugins.size(), 1u);
+  EXPECT_NE(snap->plugins[0].message.find("no librayaccel-nope.so in"), std::string::npos);
+
+  std::string dir = testing::MakeTempDir("dup");
+  testing::CopyFile(TestPlugin("testgpu"), dir + "/librayaccel-copy.so");
+  snap = Load({TestPlugin("testgpu"), dir + "/librayaccel-copy.so"});
+  ASSERT_EQ(snap->plugins.size(), 2u);
+  EXPECT_EQ(snap->plugins[1].state, PluginStatus::State::kRefused);
+  EXPECT_NE(snap->plugins[1].message.find("already loaded"), std::string::npos);
+  EXPECT_EQ(snap->devices.size(), 2u);
+}
+
+TEST(Loader, SearchPathFindsEveryPluginOnce) {
+  RegistryOptions options;
+  options.search_path = {std::string(RAYACCEL_PLUGIN_DIR), std::string(RAYACCEL_PLUGIN_DIR)};
+  std::shared_ptr<const NodeSnapshot> snap = Load({}, options);
+  ASSERT_EQ(snap->plugins.size(), 1u);
+  EXPECT_EQ(snap->plugins[0].name, "sim");
+}
+
+}  // namespace
+}  // namespace rayaccel

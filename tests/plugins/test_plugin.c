@@ -1,0 +1,295 @@
+/*
+ * A small plugin in plain C99, built once per FAULT_* macro into its own .so: without a
+ * macro it is a correct two-GPU plugin; each macro breaks it in exactly one way that the
+ * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
+ * proves the header is usable from C and that the host needs nothing C++ from a plugin.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rayaccel/plugin.h"
+
+#define STR(lit) \
+  { (lit), sizeof(lit) - 1 }
+
+#ifndef PLUGIN_NAME
+#define PLUGIN_NAME "testgpu"
+#endif
+
+struct rayaccel_plugin_instance {
+  int initialized;
+};
+
+/* An older plugin's view of rayaccel_device_info: what a 1.0 plugin compiled against a header
+ * that ended after pci_bus_id would send. The host must default the rest (numa_node = -1). */
+typedef struct old_device_info {
+  size_t struct_size;
+  uint32_t index;
+  rayaccel_string id;
+  rayaccel_string name;
+  rayaccel_string accelerator_type;
+  rayaccel_string architecture;
+  uint64_t memory_bytes;
+  rayaccel_string pci_bus_id;
+} old_device_info;
+
+/* A newer plugin's rayaccel_device_info: two fields the host does not know yet. */
+typedef struct new_device_info {
+  rayaccel_device_info v1;
+  uint64_t future_field_a;
+  rayaccel_string future_field_b;
+} new_device_info;
+
+static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error *error) {
+#ifdef FAULT_INIT_FAILS
+  (void)args;
+  return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "vendor driver 1.2.3 is too old");
+#else
+  struct rayaccel_plugin_instance *self = calloc(1, sizeof(*self));
+  if (self == NULL) return rayaccel_error_set(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "oom");
+  self->initialized = 1;
+  args->instance = self;
+  return RAYACCEL_STATUS_OK;
+#endif
+}
+
+static rayaccel_status plugin_shutdown(rayaccel_plugin_instance *instance, rayaccel_error *error) {
+  (void)error;
+  free(instance);
+  return RAYACCEL_STATUS_OK;
+}
+
+static rayaccel_status get_properties(rayaccel_plugin_instance *instance,
+                                      rayaccel_plugin_properties *p, rayaccel_error *error) {
+  rayaccel_string vendor = STR("nvidia");
+  rayaccel_string resource = STR("GPU");
+  rayaccel_string env = STR("CUDA_VISIBLE_DEVICES");
+  (void)instance;
+  (void)error;
+#ifdef FAULT_NON_UTF8_PROPERTY
+  vendor.data = "nvid\xff\xfe";
+  vendor.size = 6;
+#endif
+#ifdef FAULT_RESOURCE_NAME
+  resource.data = "GPU, CPU";
+  resource.size = 8;
+#endif
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, vendor)) p->vendor = vendor;
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, resource_name)) p->resource_name = resource;
+  if (RAYACCEL_HAS_FIELD(p, rayaccel_plugin_properties, visible_devices_env)) {
+    p->visible_devices_env = env;
+  }
+  return RAYACCEL_STATUS_OK;
+}
+
+static rayaccel_status add_gpu(const rayaccel_sink *sink, uint32_t index, const char *id,
+                               const char *name) {
+  rayaccel_device_info d;
+  memset(&d, 0, sizeof(d));
+  d.struct_size = sizeof(d);
+  d.index = index;
+  d.id.data = id;
+  d.id.size = strlen(id);
+  d.name.data = name;
+  d.name.size = strlen(name);
+  d.memory_bytes = 42949672960u;
+  d.numa_node = 0;
+  d.health = RAYACCEL_HEALTH_HEALTHY;
+  return sink->add_device(sink->host_context, &d);
+}
+
+static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                rayaccel_error *error) {
+  (void)instance;
+  (void)error;
+#if defined(FAULT_OLD_DEVICE_STRUCT)
+  (void)add_gpu;
+  {
+    old_device_info d;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = sizeof(d);
+    d.index = 0;
+    d.id.data = "GPU-old-0";
+    d.id.size = 9;
+    d.name.data = "NVIDIA A100-SXM4-40GB";
+    d.name.size = strlen(d.name.data);
+    d.memory_bytes = 42949672960u;
+    d.pci_bus_id.data = "00000000:07:00.0"; /* NVML's 8-digit domain: the host normalises */
+    d.pci_bus_id.size = 16;
+    return sink->add_device(sink->host_context, (const rayaccel_device_info *)(const void *)&d);
+  }
+#elif defined(FAULT_NEW_DEVICE_STRUCT)
+  (void)add_gpu;
+  {
+    new_device_info d;
+    memset(&d, 0, sizeof(d));
+    d.v1.struct_size = sizeof(d);
+    d.v1.index = 0;
+    d.v1.id.data = "GPU-new-0";
+    d.v1.id.size = 9;
+    d.v1.name.data = "NVIDIA H200";
+    d.v1.name.size = 11;
+    d.v1.numa_node = 1;
+    d.future_field_a = 7;
+    return sink->add_device(sink->host_context, &d.v1);
+  }
+#elif defined(FAULT_TINY_DEVICE_STRUCT)
+  {
+    rayaccel_device_info d;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = RAYACCEL_STRUCT_SIZE(rayaccel_device_info, id); /* name missing */
+    d.index = 0;
+    d.id.data = "GPU-tiny";
+    d.id.size = 8;
+    sink->add_device(sink->host_context, &d);
+    return add_gpu(sink, 1, "GPU-test-1", "NVIDIA A100-SXM4-40GB");
+  }
+#elif defined(FAULT_ABSURD_COUNT)
+  {
+    uint32_t i;
+    char id[32];
+    for (i = 0; i < 1000000; ++i) {
+      size_t n = 0;
+      uint32_t v = i;
+      id[n++] = 'G';
+      do {
+        id[n++] = (char)('0' + v % 10);
+        v /= 10;
+      } while (v != 0);
+      id[n] = '\0';
+      if (add_gpu(sink, i, id, "NVIDIA A100-SXM4-40GB") == RAYACCEL_STATUS_RESOURCE_EXHAUSTED) {
+        return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
+      }
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+#elif defined(FAULT_DISCOVER_FAILS)
+  (void)sink;
+  (void)add_gpu;
+  return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "NVML_ERROR_GPU_IS_LOST on GPU 1");
+#else
+  add_gpu(sink, 0, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
+#if defined(FAULT_DUPLICATE_ID)
+  add_gpu(sink, 1, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
+#elif defined(FAULT_NON_UTF8_NAME)
+  add_gpu(sink, 1, "GPU-test-1", "NVIDIA \xc3\x28 broken");
+#else
+  add_gpu(sink, 1, "GPU-test-1", "NVIDIA A100-SXM4-40GB");
+#endif
+  return RAYACCEL_STATUS_OK;
+#endif
+}
+
+static rayaccel_status get_labels(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                  rayaccel_error *error) {
+  (void)instance;
+  (void)error;
+#ifdef FAULT_BAD_LABEL
+  {
+    rayaccel_string key = STR("bad key with spaces");
+    rayaccel_string value = STR("v");
+    sink->add_label(sink->host_context, key, value);
+  }
+  {
+    rayaccel_string key = STR("ray.io/node-id");
+    rayaccel_string value = STR("stolen");
+    sink->add_label(sink->host_context, key, value);
+  }
+#endif
+  {
+    rayaccel_string key = STR("example.com/rack");
+    rayaccel_string value = STR("r12");
+    return sink->add_label(sink->host_context, key, value);
+  }
+}
+
+static rayaccel_status get_topology(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                    rayaccel_error *error) {
+  rayaccel_link link;
+  (void)instance;
+  (void)error;
+  memset(&link, 0, sizeof(link));
+  link.struct_size = sizeof(link);
+  link.device_a = 0;
+  link.device_b = 1;
+  link.type = RAYACCEL_LINK_NVLINK;
+  link.count = 12;
+#if defined(FAULT_OLD_DEVICE_STRUCT) || defined(FAULT_NEW_DEVICE_STRUCT)
+  (void)sink;
+  return RAYACCEL_STATUS_OK; /* one device only: nothing to link */
+#endif
+#ifdef FAULT_LINK_OUT_OF_RANGE
+  link.device_b = 7;
+#endif
+  return sink->add_link(sink->host_context, &link);
+}
+
+static const rayaccel_plugin_api kApi = {
+#ifdef FAULT_SMALL_TABLE
+    RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
+#else
+    sizeof(rayaccel_plugin_api),
+#endif
+#ifdef FAULT_TABLE_MAJOR
+    2,
+#else
+    RAYACCEL_ABI_VERSION_MAJOR,
+#endif
+    RAYACCEL_ABI_VERSION_MINOR,
+    STR(PLUGIN_NAME),
+#ifdef FAULT_CAP_WITHOUT_HOOK
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
+#else
+    RAYACCEL_CAP_TOPOLOGY,
+#endif
+    initialize,
+    plugin_shutdown,
+    get_properties,
+#ifdef FAULT_NULL_DISCOVER
+    NULL,
+#else
+    discover,
+#endif
+    get_labels,
+    get_topology,
+    NULL, /* get_health */
+    NULL, /* wait_health_events */
+    NULL, /* validate_quantity */
+    NULL, /* prepare_allocation */
+    NULL, /* transport */
+};
+
+#ifndef FAULT_NO_ENTRY
+RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiation *n,
+                                                             rayaccel_error *error) {
+#ifdef FAULT_NULL_DISCOVER
+  (void)discover; /* compiled, just not in the table */
+#endif
+#if defined(FAULT_WRONG_MAJOR)
+  /* A plugin built for ABI 2 that does not check the host's version. */
+  n->chosen_abi_major = 2;
+  n->chosen_abi_minor = 0;
+  n->api = &kApi;
+  (void)error;
+  return RAYACCEL_STATUS_OK;
+#elif defined(FAULT_NEWER_MINOR)
+  /* A plugin built for ABI 1.7 talking to a 1.0 host: it must step down to the host's minor. */
+  n->chosen_abi_major = 1;
+  n->chosen_abi_minor = n->host_abi_minor < 7 ? n->host_abi_minor : 7;
+  n->api = &kApi;
+  (void)error;
+  return RAYACCEL_STATUS_OK;
+#else
+  if (n->host_abi_major != RAYACCEL_ABI_VERSION_MAJOR) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "needs ABI major 1");
+  }
+  n->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
+  n->chosen_abi_minor = RAYACCEL_ABI_VERSION_MINOR;
+  n->api = &kApi;
+  return RAYACCEL_STATUS_OK;
+#endif
+}
+#else
+/* Exports something, just not the entry point. */
+RAYACCEL_PLUGIN_EXPORT int rayaccel_plugin_entry_v0(void) { return (int)sizeof(kApi); }
+#endif

@@ -1,0 +1,121 @@
+#include "support/test_support.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace rayaccel::testing {
+
+CommandResult Run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& env) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string key = entry.substr(0, entry.find('='));
+    if (env.count(key) == 0) env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (std::string& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2];
+  EXPECT_EQ(pipe(out_pipe), 0);
+  EXPECT_EQ(pipe(err_pipe), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
+  posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
+  pid_t pid = 0;
+  CommandResult result;
+  int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return result;
+  }
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string MakeTempDir(const std::string& name) {
+  std::string base = ::testing::TempDir();
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  base += "/rayaccel-" + name + "-XXXXXX";
+  std::vector<char> path(base.begin(), base.end());
+  path.push_back('\0');
+  char* made = mkdtemp(path.data());
+  EXPECT_NE(made, nullptr) << std::strerror(errno);
+  chmod(made, 0755);
+  return made;
+}
+
+void CopyFile(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  ASSERT_TRUE(in) << from;
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  chmod(to.c_str(), 0755);
+}
+
+std::string TestPlugin(const std::string& name) {
+  return std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/librayaccel-" + name + ".so";
+}
+
+std::string SimPlugin() { return std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so"; }
+
+std::string Example(const std::string& name) {
+  return std::string(RAYACCEL_EXAMPLES_DIR) + "/" + name;
+}
+
+const PluginStatus& StatusOf(const NodeSnapshot& snapshot, const std::string& name) {
+  for (const PluginStatus& p : snapshot.plugins) {
+    if (p.name == name) return p;
+  }
+  ADD_FAILURE() << "no plugin status for " << name;
+  static const PluginStatus kNone;
+  return kNone;
+}
+
+}  // namespace rayaccel::testing

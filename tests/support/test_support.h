@@ -1,0 +1,40 @@
+// Helpers for integration tests: run a command, make temporary folders, load plugins.
+#ifndef RAYACCEL_TESTS_SUPPORT_TEST_SUPPORT_H_
+#define RAYACCEL_TESTS_SUPPORT_TEST_SUPPORT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rayaccel/registry.h"
+
+namespace rayaccel::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` (no shell) with `env` added to this process's environment, and waits.
+CommandResult Run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& env = {});
+
+// A fresh folder under the test temp dir, mode 0755.
+std::string MakeTempDir(const std::string& name);
+
+// Copies a file, keeping nothing but the bytes (mode 0755).
+void CopyFile(const std::string& from, const std::string& to);
+
+// Path of a test plugin built from tests/plugins/test_plugin.c, e.g. "duplicate-id".
+std::string TestPlugin(const std::string& name);
+// Path of the in-tree sim plugin.
+std::string SimPlugin();
+std::string Example(const std::string& name);
+
+// The status of plugin `name` in `snapshot`; fails the test when absent.
+const PluginStatus& StatusOf(const NodeSnapshot& snapshot, const std::string& name);
+
+}  // namespace rayaccel::testing
+
+#endif  // RAYACCEL_TESTS_SUPPORT_TEST_SUPPORT_H_
