@@ -3,6 +3,8 @@
 // loader, so tests, demos and the conformance suite exercise the host exactly as a vendor's
 // plugin would. The spec is re-read on every discovery, so editing it and rescanning shows
 // the change (e.g. a device turning unhealthy).
+#include <sys/stat.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,22 +26,36 @@ constexpr char kVersion[] = "1.0.0";
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string spec_path;
-  std::mutex mu;  // guards spec
+  std::mutex mu;  // guards everything below
   rayaccel::sim::SimSpec spec;
+  bool loaded = false;  // `spec` matches the file as of loaded_size and loaded_mtime
+  off_t loaded_size = 0;
+  timespec loaded_mtime{};
 };
 
 namespace rayaccel::sim {
 namespace {
 
-// Re-reads the spec; keeps the previous one when the file is now broken.
+// Re-reads the spec when the file changed since the last read (size or modification time);
+// a broken file is an error and the previous spec is kept for the other hooks.
 rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   if (self->spec_path.empty()) return RAYACCEL_STATUS_OK;
+  struct stat st;
+  if (stat(self->spec_path.c_str(), &st) == 0 && self->loaded &&
+      st.st_size == self->loaded_size && st.st_mtim.tv_sec == self->loaded_mtime.tv_sec &&
+      st.st_mtim.tv_nsec == self->loaded_mtime.tv_nsec) {
+    return RAYACCEL_STATUS_OK;
+  }
   SimSpec spec;
   std::string problem;
   if (!LoadSpec(self->spec_path, &spec, &problem)) {
+    self->loaded = false;
     return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, problem);
   }
   self->spec = std::move(spec);
+  self->loaded = true;
+  self->loaded_size = st.st_size;
+  self->loaded_mtime = st.st_mtim;
   return RAYACCEL_STATUS_OK;
 }
 

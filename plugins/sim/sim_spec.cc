@@ -1,9 +1,11 @@
 #include "sim/sim_spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "util/json.h"
 
@@ -97,6 +99,10 @@ class Reader {
     return true;
   }
 
+  // What was already read, to refuse repeats in O(log n).
+  std::set<std::string> seen_uuids;
+  std::set<std::tuple<uint32_t, uint32_t, rayaccel_link_type>> seen_links;
+
  private:
   std::string source_;
   std::string error_;
@@ -161,10 +167,8 @@ bool ParseDevice(Reader* r, const Value& dev, const std::string& field, SimSpec*
                           "\"); describe another family in a second spec");
     }
   }
-  for (const SimDevice& other : spec->devices) {
-    if (other.uuid == d.uuid) {
-      return r->Error(*dev.Find("uuid"), field + ".uuid", "duplicate uuid \"" + d.uuid + "\"");
-    }
+  if (!r->seen_uuids.insert(d.uuid).second) {
+    return r->Error(*dev.Find("uuid"), field + ".uuid", "duplicate uuid \"" + d.uuid + "\"");
   }
   spec->devices.push_back(std::move(d));
   return true;
@@ -215,12 +219,9 @@ bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spe
       return r->Error(*l.Find("path"), field + ".path", "only pcie links have a path");
     }
   }
-  for (const SimLink& other : spec->links) {
-    bool same_pair = (other.a == link.a && other.b == link.b) ||
-                     (other.a == link.b && other.b == link.a);
-    if (same_pair && other.type == link.type) {
-      return r->Error(l, field, "this pair already has a " + type + " link");
-    }
+  auto key = std::make_tuple(std::min(link.a, link.b), std::max(link.a, link.b), link.type);
+  if (!r->seen_links.insert(key).second) {
+    return r->Error(l, field, "this pair already has a " + type + " link");
   }
   spec->links.push_back(link);
   return true;
@@ -287,12 +288,13 @@ bool ParseSpec(std::string_view text, const std::string& source, SimSpec* spec,
         return false;
       }
     }
+    std::set<std::string> whole;  // a parent must be a whole device, not a partition
+    for (const SimDevice& d : spec->devices) {
+      if (d.parent.empty()) whole.insert(d.uuid);
+    }
     for (size_t i = 0; i < spec->devices.size(); ++i) {
       const std::string& parent = spec->devices[i].parent;
-      if (parent.empty()) continue;
-      bool found = false;
-      for (const SimDevice& d : spec->devices) found = found || (d.uuid == parent && d.parent.empty());
-      if (!found) {
+      if (!parent.empty() && whole.count(parent) == 0) {
         return r.Error(devices->array()[i], "devices[" + std::to_string(i) + "].parent",
                        "no whole device with uuid \"" + parent + "\"");
       }

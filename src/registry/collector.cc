@@ -77,10 +77,8 @@ rayaccel_status Collector::OverLimit(const std::string& what, size_t limit) {
 }
 
 Device* Collector::FindDevice(uint32_t index) {
-  for (Device& d : report_->devices) {
-    if (d.index == index) return &d;
-  }
-  return nullptr;
+  auto it = device_by_index_.find(index);
+  return it == device_by_index_.end() ? nullptr : &report_->devices[it->second];
 }
 
 rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) {
@@ -128,8 +126,8 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   if (self->FindDevice(d.index) != nullptr) {
     return self->Refuse(absl::StrCat(where, ": index reported twice"));
   }
-  for (const Device& other : r->devices) {
-    if (other.id == d.id) return self->Refuse(absl::StrCat(where, ": duplicate id \"", d.id, "\""));
+  if (self->device_ids_.count(d.id) > 0) {
+    return self->Refuse(absl::StrCat(where, ": duplicate id \"", d.id, "\""));
   }
   if (!pci.empty()) {
     std::optional<std::string> normal = NormalizePciBusId(pci);
@@ -159,6 +157,8 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   d.pci_device_id = info.pci_device_id;
   d.numa_node = info.numa_node;
   d.health = static_cast<Health>(info.health);
+  self->device_by_index_[d.index] = r->devices.size();
+  self->device_ids_.insert(d.id);
   r->devices.push_back(std::move(d));
   return RAYACCEL_STATUS_OK;
 }
@@ -255,10 +255,8 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
   ReportedLink r{std::min(link.device_a, link.device_b), std::max(link.device_a, link.device_b),
                  static_cast<LinkType>(link.type), link.count, link.bandwidth_mbps,
                  static_cast<PciePath>(link.pcie_path)};
-  for (const ReportedLink& e : self->report_->links) {
-    if (e.a == r.a && e.b == r.b && e.type == r.type) {
-      return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
-    }
+  if (!self->link_keys_.insert({r.a, r.b, r.type}).second) {
+    return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
   }
   self->report_->links.push_back(r);
   return RAYACCEL_STATUS_OK;
@@ -293,8 +291,8 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
     }
     r.devices.push_back(index);
   }
-  for (const ReportedDomain& e : self->report_->domains) {
-    if (e.kind == r.kind && e.id == r.id) return self->Refuse(absl::StrCat(where, ": reported twice"));
+  if (!self->domain_keys_.insert({r.kind, r.id}).second) {
+    return self->Refuse(absl::StrCat(where, ": reported twice"));
   }
   self->report_->domains.push_back(std::move(r));
   return RAYACCEL_STATUS_OK;

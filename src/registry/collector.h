@@ -4,6 +4,9 @@
 #define RAYACCEL_REGISTRY_COLLECTOR_H_
 
 #include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +68,11 @@ class Collector {
 
   PluginReport* report_;
   rayaccel_sink sink_{};
+  // Indexes over `report_`, so that checking each item stays O(log n).
+  std::unordered_map<uint32_t, size_t> device_by_index_;
+  std::set<std::string> device_ids_;
+  std::set<std::tuple<uint32_t, uint32_t, LinkType>> link_keys_;
+  std::set<std::pair<std::string, std::string>> domain_keys_;
   bool refused_any_ = false;
 };
 

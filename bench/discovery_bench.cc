@@ -1,0 +1,56 @@
+// Discovery cost, end to end through the public API with the real sim plugin:
+//  - Create: dlopen + negotiate + initialize + discover + snapshot + Ray mapping (a cold start,
+//    what `rayaccel discover` pays besides process start-up);
+//  - Rescan: discover + snapshot + Ray mapping on a loaded plugin (what the agent pays per
+//    rescan). The sim plugin re-reads and parses its JSON spec in both.
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "rayaccel/registry.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+rayaccel::RegistryOptions Options(const std::string& spec) {
+  rayaccel::RegistryOptions options;
+  options.plugins = {std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so"};
+  options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR) + "/" + spec;
+  options.use_environment = false;
+  return options;
+}
+
+void BM_Create(benchmark::State& state, const std::string& spec) {
+  spdlog::set_level(spdlog::level::warn);
+  rayaccel::RegistryOptions options = Options(spec);
+  size_t devices = 0;
+  for (auto _ : state) {
+    auto registry = rayaccel::Registry::Create(options);
+    devices = (*registry)->snapshot()->devices.size();
+    benchmark::DoNotOptimize(devices);
+  }
+  state.counters["devices"] = static_cast<double>(devices);
+}
+
+void BM_Rescan(benchmark::State& state, const std::string& spec) {
+  spdlog::set_level(spdlog::level::warn);
+  auto registry = rayaccel::Registry::Create(Options(spec));
+  size_t links = 0;
+  for (auto _ : state) {
+    links = (*registry)->Rescan()->links.size();
+    benchmark::DoNotOptimize(links);
+  }
+  state.counters["links"] = static_cast<double>(links);
+}
+
+BENCHMARK_CAPTURE(BM_Create, dgx_h100_8gpu, std::string("dgx-h100.json"))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Create, nvl72_72gpu, std::string("nvl72.json"))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Rescan, dgx_h100_8gpu, std::string("dgx-h100.json"))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Rescan, nvl72_72gpu, std::string("nvl72.json"))
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
