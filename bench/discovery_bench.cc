@@ -44,12 +44,10 @@ void BM_Rescan(benchmark::State& state, const std::string& spec) {
 
 BENCHMARK_CAPTURE(BM_Create, dgx_h100_8gpu, std::string("dgx-h100.json"))
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Create, nvl72_72gpu, std::string("nvl72.json"))
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Create, nvl72_72gpu, std::string("nvl72.json"))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Rescan, dgx_h100_8gpu, std::string("dgx-h100.json"))
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Rescan, nvl72_72gpu, std::string("nvl72.json"))
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Rescan, nvl72_72gpu, std::string("nvl72.json"))->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

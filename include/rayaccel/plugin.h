@@ -211,8 +211,8 @@ typedef enum rayaccel_attribute_kind {
 
 typedef struct rayaccel_attribute {
   size_t struct_size;
-  uint32_t device_index;   /* a device already added in this discovery */
-  rayaccel_string name;    /* Kubernetes label-key syntax, e.g. "compute_capability" */
+  uint32_t device_index; /* a device already added in this discovery */
+  rayaccel_string name;  /* Kubernetes label-key syntax, e.g. "compute_capability" */
   rayaccel_attribute_kind kind;
   rayaccel_string string_value; /* STRING and VERSION */
   int64_t int_value;            /* INT; BOOL uses 0 or 1 */
@@ -220,10 +220,10 @@ typedef struct rayaccel_attribute {
 
 /* How two devices connect. Pinned values. */
 typedef enum rayaccel_link_type {
-  RAYACCEL_LINK_PCIE = 1,     /* a PCIe path; `pcie_path` says how far */
-  RAYACCEL_LINK_NVLINK = 2,   /* NVIDIA NVLink, direct or through NVSwitch */
-  RAYACCEL_LINK_XGMI = 3,     /* AMD Infinity Fabric / xGMI */
-  RAYACCEL_LINK_ICI = 4,      /* TPU inter-chip interconnect */
+  RAYACCEL_LINK_PCIE = 1,      /* a PCIe path; `pcie_path` says how far */
+  RAYACCEL_LINK_NVLINK = 2,    /* NVIDIA NVLink, direct or through NVSwitch */
+  RAYACCEL_LINK_XGMI = 3,      /* AMD Infinity Fabric / xGMI */
+  RAYACCEL_LINK_ICI = 4,       /* TPU inter-chip interconnect */
   RAYACCEL_LINK_SCALE_OUT = 5, /* an on-device NIC fabric (Gaudi RoCE ports) */
   RAYACCEL_LINK_OTHER = 6
 } rayaccel_link_type;
@@ -252,9 +252,9 @@ typedef struct rayaccel_link {
 /* A group of devices that belong together: an NVLink clique, an xGMI hive, a TPU slice. */
 typedef struct rayaccel_domain {
   size_t struct_size;
-  rayaccel_string kind;      /* "nvlink", "xgmi", "tpu-slice", "rack", ... */
-  rayaccel_string id;        /* unique within kind on this node, e.g. "<clusterUUID>.<clique>" */
-  const uint32_t *devices;   /* device indices, owned by the plugin for the call */
+  rayaccel_string kind;    /* "nvlink", "xgmi", "tpu-slice", "rack", ... */
+  rayaccel_string id;      /* unique within kind on this node, e.g. "<clusterUUID>.<clique>" */
+  const uint32_t *devices; /* device indices, owned by the plugin for the call */
   size_t device_count;
 } rayaccel_domain;
 
@@ -288,17 +288,17 @@ typedef struct rayaccel_sink {
 
 typedef struct rayaccel_initialize_args {
   size_t struct_size;
-  const rayaccel_host_api *host;        /* valid until shutdown */
-  const rayaccel_config_entry *config;  /* valid for the call only: copy what you keep */
+  const rayaccel_host_api *host;       /* valid until shutdown */
+  const rayaccel_config_entry *config; /* valid for the call only: copy what you keep */
   size_t config_count;
-  rayaccel_plugin_instance *instance;   /* out: the new instance */
+  rayaccel_plugin_instance *instance; /* out: the new instance */
 } rayaccel_initialize_args;
 
 typedef struct rayaccel_allocation_args {
   size_t struct_size;
   const uint32_t *device_indices; /* the chosen devices, valid for the call */
   size_t device_count;
-  const rayaccel_sink *sink;      /* prepare_allocation reports through set_env */
+  const rayaccel_sink *sink; /* prepare_allocation reports through set_env */
 } rayaccel_allocation_args;
 
 typedef struct rayaccel_health_wait_args {
@@ -335,8 +335,8 @@ typedef enum rayaccel_memory_kind {
 } rayaccel_memory_kind;
 
 typedef enum rayaccel_transfer_op {
-  RAYACCEL_TRANSFER_READ = 0,  /* remote -> local */
-  RAYACCEL_TRANSFER_WRITE = 1  /* local -> remote */
+  RAYACCEL_TRANSFER_READ = 0, /* remote -> local */
+  RAYACCEL_TRANSFER_WRITE = 1 /* local -> remote */
 } rayaccel_transfer_op;
 
 typedef struct rayaccel_transfer_args {
@@ -414,8 +414,7 @@ typedef struct rayaccel_plugin_api {
 
   /* Identity, required: fills `properties` (struct_size set by the host). Since 1.0. */
   rayaccel_status (*get_properties)(rayaccel_plugin_instance *instance,
-                                    rayaccel_plugin_properties *properties,
-                                    rayaccel_error *error);
+                                    rayaccel_plugin_properties *properties, rayaccel_error *error);
 
   /* Discovery, required: add_device for every device, then add_attribute for any typed
    * attributes. Each call is a full rescan; the host replaces what it had. Since 1.0. */

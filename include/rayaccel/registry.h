@@ -31,9 +31,9 @@ enum class Health { kUnknown = 0, kHealthy = 1, kUnhealthy = 2 };
 enum class LinkType { kPcie = 1, kNvlink = 2, kXgmi = 3, kIci = 4, kScaleOut = 5, kOther = 6 };
 enum class PciePath { kUnknown = 0, kPix = 1, kPxb = 2, kPhb = 3, kNode = 4, kSys = 5 };
 
-const char* HealthName(Health health);      // "healthy", "unhealthy", "unknown"
-const char* LinkTypeName(LinkType type);    // "pcie", "nvlink", "xgmi", ...
-const char* PciePathName(PciePath path);    // "PIX", ..., "" for unknown
+const char* HealthName(Health health);    // "healthy", "unhealthy", "unknown"
+const char* LinkTypeName(LinkType type);  // "pcie", "nvlink", "xgmi", ...
+const char* PciePathName(PciePath path);  // "PIX", ..., "" for unknown
 
 struct Attribute {
   enum class Kind { kString = 0, kInt = 1, kBool = 2, kVersion = 3 };

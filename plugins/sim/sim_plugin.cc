@@ -41,8 +41,8 @@ namespace {
 rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   if (self->spec_path.empty()) return RAYACCEL_STATUS_OK;
   struct stat st;
-  if (stat(self->spec_path.c_str(), &st) == 0 && self->loaded &&
-      st.st_size == self->loaded_size && st.st_mtim.tv_sec == self->loaded_mtime.tv_sec &&
+  if (stat(self->spec_path.c_str(), &st) == 0 && self->loaded && st.st_size == self->loaded_size &&
+      st.st_mtim.tv_sec == self->loaded_mtime.tv_sec &&
       st.st_mtim.tv_nsec == self->loaded_mtime.tv_nsec) {
     return RAYACCEL_STATUS_OK;
   }
@@ -61,8 +61,8 @@ rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
 
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
   return plugin::Guard(error, [&] {
-    if (args == nullptr || args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_initialize_args,
-                                                                     instance)) {
+    if (args == nullptr ||
+        args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_initialize_args, instance)) {
       return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "bad initialize args");
     }
     auto self = std::make_unique<rayaccel_plugin_instance>();
@@ -94,8 +94,7 @@ rayaccel_status GetProperties(rayaccel_plugin_instance* self, rayaccel_plugin_pr
   std::lock_guard<std::mutex> lock(self->mu);
   const SimSpec& s = self->spec;
   std::string_view vendor = s.vendor.empty() ? std::string_view("simulated") : s.vendor;
-  plugin::SetProperties(props, vendor, s.resource_name,
-                        s.visible_devices_env, kVersion);
+  plugin::SetProperties(props, vendor, s.resource_name, s.visible_devices_env, kVersion);
   return RAYACCEL_STATUS_OK;
 }
 
@@ -202,8 +201,7 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
     for (size_t i = 0; i < args->device_count; ++i) {
       uint32_t index = args->device_indices[i];
       if (index >= s.devices.size()) {
-        return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND,
-                            "no device " + std::to_string(index));
+        return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no device " + std::to_string(index));
       }
       list += (i == 0 ? "" : ",") + std::to_string(index);
     }
@@ -234,7 +232,7 @@ constexpr rayaccel_plugin_api kApi = {
 }  // namespace
 }  // namespace rayaccel::sim
 
-extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(
-    rayaccel_negotiation* negotiation, rayaccel_error* error) {
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
   return rayaccel::plugin::Negotiate(negotiation, &rayaccel::sim::kApi, error);
 }

@@ -30,8 +30,9 @@ class Reader {
 
   bool Expect(const Value& v, Value::Type type, const std::string& field) {
     if (v.type() == type) return true;
-    return Error(v, field, std::string("expected ") + Value::TypeName(type) + ", found " +
-                               Value::TypeName(v.type()));
+    return Error(
+        v, field,
+        std::string("expected ") + Value::TypeName(type) + ", found " + Value::TypeName(v.type()));
   }
 
   // Rejects members not in `known`: a misspelt field must not be silently ignored.
@@ -45,8 +46,8 @@ class Reader {
     return true;
   }
 
-  bool String(const Value& object, std::string_view key, const std::string& field,
-              std::string* out, bool required = false) {
+  bool String(const Value& object, std::string_view key, const std::string& field, std::string* out,
+              bool required = false) {
     const Value* v = object.Find(key);
     if (v == nullptr) {
       return required ? Error(object, field, "missing required field") : true;
@@ -92,8 +93,9 @@ class Reader {
     std::optional<uint64_t> n = v.is_number() ? v.as_uint64() : std::nullopt;
     if (!n) return Error(v, field, "expected a device position (a whole number)");
     if (*n >= device_count) {
-      return Error(v, field, "device " + std::to_string(*n) + " does not exist (the spec has " +
-                                 std::to_string(device_count) + " devices)");
+      return Error(v, field,
+                   "device " + std::to_string(*n) + " does not exist (the spec has " +
+                       std::to_string(device_count) + " devices)");
     }
     *out = static_cast<uint32_t>(*n);
     return true;
@@ -126,31 +128,30 @@ bool ParseHealth(Reader* r, const Value& dev, const std::string& field, SimDevic
 
 bool ParseDevice(Reader* r, const Value& dev, const std::string& field, SimSpec* spec) {
   if (!r->Expect(dev, Value::Type::kObject, field)) return false;
-  if (!r->OnlyKnown(dev, field,
-                    {"uuid", "name", "vendor", "accelerator_type", "architecture",
-                     "memory_bytes", "pci_bus_id", "pci_vendor_id", "pci_device_id", "numa_node",
-                     "driver_version", "firmware_version", "parent", "partition_profile",
-                     "health", "health_reason"})) {
+  if (!r->OnlyKnown(
+          dev, field,
+          {"uuid", "name", "vendor", "accelerator_type", "architecture", "memory_bytes",
+           "pci_bus_id", "pci_vendor_id", "pci_device_id", "numa_node", "driver_version",
+           "firmware_version", "parent", "partition_profile", "health", "health_reason"})) {
     return false;
   }
   SimDevice d;
   std::string vendor;
-  bool ok = r->String(dev, "uuid", field + ".uuid", &d.uuid, true) &&
-            r->String(dev, "name", field + ".name", &d.name, true) &&
-            r->String(dev, "vendor", field + ".vendor", &vendor) &&
-            r->String(dev, "accelerator_type", field + ".accelerator_type", &d.accelerator_type) &&
-            r->String(dev, "architecture", field + ".architecture", &d.architecture) &&
-            r->Unsigned(dev, "memory_bytes", field + ".memory_bytes", &d.memory_bytes) &&
-            r->String(dev, "pci_bus_id", field + ".pci_bus_id", &d.pci_bus_id) &&
-            r->PciId(dev, "pci_vendor_id", field + ".pci_vendor_id", &d.pci_vendor_id) &&
-            r->PciId(dev, "pci_device_id", field + ".pci_device_id", &d.pci_device_id) &&
-            r->String(dev, "driver_version", field + ".driver_version", &d.driver_version) &&
-            r->String(dev, "firmware_version", field + ".firmware_version",
-                      &d.firmware_version) &&
-            r->String(dev, "parent", field + ".parent", &d.parent) &&
-            r->String(dev, "partition_profile", field + ".partition_profile",
-                      &d.partition_profile) &&
-            ParseHealth(r, dev, field, &d);
+  bool ok =
+      r->String(dev, "uuid", field + ".uuid", &d.uuid, true) &&
+      r->String(dev, "name", field + ".name", &d.name, true) &&
+      r->String(dev, "vendor", field + ".vendor", &vendor) &&
+      r->String(dev, "accelerator_type", field + ".accelerator_type", &d.accelerator_type) &&
+      r->String(dev, "architecture", field + ".architecture", &d.architecture) &&
+      r->Unsigned(dev, "memory_bytes", field + ".memory_bytes", &d.memory_bytes) &&
+      r->String(dev, "pci_bus_id", field + ".pci_bus_id", &d.pci_bus_id) &&
+      r->PciId(dev, "pci_vendor_id", field + ".pci_vendor_id", &d.pci_vendor_id) &&
+      r->PciId(dev, "pci_device_id", field + ".pci_device_id", &d.pci_device_id) &&
+      r->String(dev, "driver_version", field + ".driver_version", &d.driver_version) &&
+      r->String(dev, "firmware_version", field + ".firmware_version", &d.firmware_version) &&
+      r->String(dev, "parent", field + ".parent", &d.parent) &&
+      r->String(dev, "partition_profile", field + ".partition_profile", &d.partition_profile) &&
+      ParseHealth(r, dev, field, &d);
   if (!ok) return false;
   if (const Value* numa = dev.Find("numa_node")) {
     std::optional<int64_t> n = numa->as_int64();
@@ -194,8 +195,8 @@ bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spe
     return false;
   }
   static const std::pair<const char*, rayaccel_link_type> kTypes[] = {
-      {"pcie", RAYACCEL_LINK_PCIE}, {"nvlink", RAYACCEL_LINK_NVLINK},
-      {"xgmi", RAYACCEL_LINK_XGMI}, {"ici", RAYACCEL_LINK_ICI},
+      {"pcie", RAYACCEL_LINK_PCIE},           {"nvlink", RAYACCEL_LINK_NVLINK},
+      {"xgmi", RAYACCEL_LINK_XGMI},           {"ici", RAYACCEL_LINK_ICI},
       {"scale-out", RAYACCEL_LINK_SCALE_OUT}, {"other", RAYACCEL_LINK_OTHER}};
   bool found = false;
   for (const auto& [name, value] : kTypes) {
@@ -206,15 +207,18 @@ bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spe
                     "expected pcie, nvlink, xgmi, ici, scale-out or other");
   }
   static const std::pair<const char*, rayaccel_pcie_path> kPaths[] = {
-      {"PIX", RAYACCEL_PCIE_PATH_PIX}, {"PXB", RAYACCEL_PCIE_PATH_PXB},
-      {"PHB", RAYACCEL_PCIE_PATH_PHB}, {"NODE", RAYACCEL_PCIE_PATH_NODE},
+      {"PIX", RAYACCEL_PCIE_PATH_PIX},
+      {"PXB", RAYACCEL_PCIE_PATH_PXB},
+      {"PHB", RAYACCEL_PCIE_PATH_PHB},
+      {"NODE", RAYACCEL_PCIE_PATH_NODE},
       {"SYS", RAYACCEL_PCIE_PATH_SYS}};
   if (!path.empty()) {
     found = false;
     for (const auto& [name, value] : kPaths) {
       if (path == name) link.path = value, found = true;
     }
-    if (!found) return r->Error(*l.Find("path"), field + ".path", "expected PIX, PXB, PHB, NODE or SYS");
+    if (!found)
+      return r->Error(*l.Find("path"), field + ".path", "expected PIX, PXB, PHB, NODE or SYS");
     if (link.type != RAYACCEL_LINK_PCIE) {
       return r->Error(*l.Find("path"), field + ".path", "only pcie links have a path");
     }
@@ -272,8 +276,7 @@ bool ParseSpec(std::string_view text, const std::string& source, SimSpec* spec,
       return false;
     }
     if (!r.String(root, "resource_name", "resource_name", &spec->resource_name) ||
-        !r.String(root, "visible_devices_env", "visible_devices_env",
-                  &spec->visible_devices_env) ||
+        !r.String(root, "visible_devices_env", "visible_devices_env", &spec->visible_devices_env) ||
         !r.String(root, "vendor", "vendor", &spec->vendor)) {
       return false;
     }

@@ -58,8 +58,7 @@ struct SimSpec {
 };
 
 // Parses spec text; `source` names it in errors. On failure returns false with `error` set.
-bool ParseSpec(std::string_view text, const std::string& source, SimSpec* spec,
-               std::string* error);
+bool ParseSpec(std::string_view text, const std::string& source, SimSpec* spec, std::string* error);
 
 // Reads and parses a spec file.
 bool LoadSpec(const std::string& path, SimSpec* spec, std::string* error);

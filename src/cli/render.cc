@@ -202,9 +202,8 @@ std::string PluginsText(const NodeSnapshot& s) {
   if (s.plugins.empty()) return "No plugins found (set RAYACCEL_PLUGIN_PATH or --plugin).\n";
   Table t({"PLUGIN", "STATUS", "ABI", "DEVICES", "RESOURCE", "PATH", "MESSAGE"});
   for (const PluginStatus& p : s.plugins) {
-    t.Add({p.name, PluginStateName(p.state), OrDash(p.abi_version),
-           std::to_string(p.device_count), OrDash(p.resource_name), OrDash(p.path),
-           p.message});
+    t.Add({p.name, PluginStateName(p.state), OrDash(p.abi_version), std::to_string(p.device_count),
+           OrDash(p.resource_name), OrDash(p.path), p.message});
   }
   return t.Render("");
 }
@@ -230,8 +229,8 @@ std::string DiscoverText(const NodeSnapshot& s) {
   if (s.devices.empty()) {
     out += "  (none)\n";
   } else {
-    Table devices({"#", "PLUGIN", "RESOURCE", "TYPE", "NAME", "PCI", "NUMA", "MEMORY", "HEALTH",
-                   "ID"});
+    Table devices(
+        {"#", "PLUGIN", "RESOURCE", "TYPE", "NAME", "PCI", "NUMA", "MEMORY", "HEALTH", "ID"});
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const Device& d = s.devices[i];
       std::string health = HealthName(d.health);

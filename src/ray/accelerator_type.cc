@@ -21,8 +21,8 @@ std::string NvidiaAcceleratorType(absl::string_view device_name) {
     if (result.size() > 1) return result;
   }
   static const std::regex kVendorPrefix(R"(^NVIDIA\s+)");
-  std::string cleaned = std::regex_replace(name, kVendorPrefix, "",
-                                           std::regex_constants::format_first_only);
+  std::string cleaned =
+      std::regex_replace(name, kVendorPrefix, "", std::regex_constants::format_first_only);
   cleaned = std::string(absl::StripAsciiWhitespace(cleaned));
   return absl::StrReplaceAll(cleaned, {{" ", "-"}});
 }
@@ -34,10 +34,10 @@ std::string AmdAcceleratorType(uint32_t pci_device_id) {
     const char* product;
   };
   static constexpr Entry kTable[] = {
-      {0x66a1, "MI50"},       {0x738c, "MI100"},      {0x7408, "MI250X"},
-      {0x740c, "MI250X-MI250"}, {0x740f, "MI210"},    {0x74a0, "MI300A"},
-      {0x74a1, "MI300X-OAM"}, {0x74a2, "MI308X-OAM"}, {0x74a9, "MI300X-HF"},
-      {0x74a5, "MI325X-OAM"}, {0x75a0, "MI350X-OAM"}, {0x75a3, "MI355X-OAM"},
+      {0x66a1, "MI50"},         {0x738c, "MI100"},      {0x7408, "MI250X"},
+      {0x740c, "MI250X-MI250"}, {0x740f, "MI210"},      {0x74a0, "MI300A"},
+      {0x74a1, "MI300X-OAM"},   {0x74a2, "MI308X-OAM"}, {0x74a9, "MI300X-HF"},
+      {0x74a5, "MI325X-OAM"},   {0x75a0, "MI350X-OAM"}, {0x75a3, "MI355X-OAM"},
   };
   for (const Entry& e : kTable) {
     if (e.id == pci_device_id) return std::string("AMD-Instinct-") + e.product;

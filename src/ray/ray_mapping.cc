@@ -23,9 +23,9 @@ std::string NormalizeTpuPodType(const std::string& pod_type) {
 
 bool IsRayDefinedLabelKey(const std::string& key) {
   static const std::set<std::string> kKeys = {
-      "ray.io/accelerator-type",    "ray.io/market-type",    "ray.io/availability-region",
-      "ray.io/availability-zone",   "ray.io/node-group",     "ray.io/tpu-topology",
-      "ray.io/tpu-slice-name",      "ray.io/tpu-worker-id",  "ray.io/tpu-pod-type",
+      "ray.io/accelerator-type",  "ray.io/market-type",   "ray.io/availability-region",
+      "ray.io/availability-zone", "ray.io/node-group",    "ray.io/tpu-topology",
+      "ray.io/tpu-slice-name",    "ray.io/tpu-worker-id", "ray.io/tpu-pod-type",
       "ray.io/gpu-domain",
   };
   return kKeys.count(key) > 0;
@@ -105,8 +105,9 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
       if (CheckLabelValue(holding[0]->id).ok()) {
         ray.labels["ray.io/gpu-domain"] = holding[0]->id;
       } else {
-        out.notes[gpu_owner->second].push_back(absl::StrCat(
-            "NVLink domain id \"", holding[0]->id, "\" is not a valid label value; ray.io/gpu-domain not set"));
+        out.notes[gpu_owner->second].push_back(
+            absl::StrCat("NVLink domain id \"", holding[0]->id,
+                         "\" is not a valid label value; ray.io/gpu-domain not set"));
       }
     }
   }

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <set>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "ray/ray_mapping.h"
 #include "registry/validate.h"
 
@@ -84,12 +84,12 @@ Device* Collector::FindDevice(uint32_t index) {
 rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) {
   auto* self = static_cast<Collector*>(ctx);
   PluginReport* r = self->report_;
-  if (r->devices.size() >= kMaxDevicesPerPlugin) return self->OverLimit("devices", kMaxDevicesPerPlugin);
+  if (r->devices.size() >= kMaxDevicesPerPlugin)
+    return self->OverLimit("devices", kMaxDevicesPerPlugin);
   rayaccel_device_info info;
   constexpr size_t kMin = RAYACCEL_STRUCT_SIZE(rayaccel_device_info, name);
   if (!CopyStruct(in, kMin, &info)) {
-    return self->Refuse(absl::StrCat("device: struct_size ",
-                                     in == nullptr ? 0 : in->struct_size,
+    return self->Refuse(absl::StrCat("device: struct_size ", in == nullptr ? 0 : in->struct_size,
                                      " is smaller than the smallest 1.0 device_info (", kMin,
                                      " bytes)"));
   }
@@ -132,14 +132,14 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   if (!pci.empty()) {
     std::optional<std::string> normal = NormalizePciBusId(pci);
     if (!normal) {
-      return self->Refuse(absl::StrCat(where, ": pci_bus_id \"", pci,
-                                       "\" is not of the form dddd:bb:dd.f"));
+      return self->Refuse(
+          absl::StrCat(where, ": pci_bus_id \"", pci, "\" is not of the form dddd:bb:dd.f"));
     }
     d.pci_bus_id = *normal;
   }
   if (info.memory_bytes > kMaxMemoryBytes) {
-    return self->Refuse(absl::StrCat(where, ": memory_bytes ", info.memory_bytes,
-                                     " is absurd (limit 1 PiB)"));
+    return self->Refuse(
+        absl::StrCat(where, ": memory_bytes ", info.memory_bytes, " is absurd (limit 1 PiB)"));
   }
   if (info.numa_node < -1 || info.numa_node > 4095) {
     return self->Refuse(absl::StrCat(where, ": numa_node ", info.numa_node, " out of range"));
@@ -185,13 +185,13 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
     return self->Refuse(absl::StrCat(where, ": ", st.message()));
   }
   if (attr.kind < RAYACCEL_ATTRIBUTE_STRING || attr.kind > RAYACCEL_ATTRIBUTE_VERSION) {
-    return self->Refuse(absl::StrCat(where, " ", a.name, ": unknown kind ",
-                                     static_cast<int>(attr.kind)));
+    return self->Refuse(
+        absl::StrCat(where, " ", a.name, ": unknown kind ", static_cast<int>(attr.kind)));
   }
   a.kind = static_cast<Attribute::Kind>(attr.kind);
   if (a.kind == Attribute::Kind::kString || a.kind == Attribute::Kind::kVersion) {
-    if (absl::Status st = ReadString(attr.string_value, absl::StrCat(where, " ", a.name),
-                                     &a.string_value);
+    if (absl::Status st =
+            ReadString(attr.string_value, absl::StrCat(where, " ", a.name), &a.string_value);
         !st.ok()) {
       return self->Refuse(std::string(st.message()));
     }
@@ -246,14 +246,17 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
     return self->Refuse(absl::StrCat(where, ": unknown type ", static_cast<int>(link.type)));
   }
   if (link.pcie_path < RAYACCEL_PCIE_PATH_UNKNOWN || link.pcie_path > RAYACCEL_PCIE_PATH_SYS) {
-    return self->Refuse(absl::StrCat(where, ": unknown pcie_path ",
-                                     static_cast<int>(link.pcie_path)));
+    return self->Refuse(
+        absl::StrCat(where, ": unknown pcie_path ", static_cast<int>(link.pcie_path)));
   }
   if (link.count > kMaxLinkCount) {
     return self->Refuse(absl::StrCat(where, ": count ", link.count, " is absurd"));
   }
-  ReportedLink r{std::min(link.device_a, link.device_b), std::max(link.device_a, link.device_b),
-                 static_cast<LinkType>(link.type), link.count, link.bandwidth_mbps,
+  ReportedLink r{std::min(link.device_a, link.device_b),
+                 std::max(link.device_a, link.device_b),
+                 static_cast<LinkType>(link.type),
+                 link.count,
+                 link.bandwidth_mbps,
                  static_cast<PciePath>(link.pcie_path)};
   if (!self->link_keys_.insert({r.a, r.b, r.type}).second) {
     return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
@@ -276,7 +279,8 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
   if (st.ok()) st = ReadString(dom.id, "domain id", &r.id);
   if (!st.ok()) return self->Refuse(std::string(st.message()));
   std::string where = absl::StrCat("domain ", r.kind, "/", r.id);
-  if (r.kind.empty() || r.id.empty()) return self->Refuse(absl::StrCat(where, ": kind and id are required"));
+  if (r.kind.empty() || r.id.empty())
+    return self->Refuse(absl::StrCat(where, ": kind and id are required"));
   if (dom.device_count > kMaxDevicesPerPlugin || (dom.device_count > 0 && dom.devices == nullptr)) {
     return self->Refuse(absl::StrCat(where, ": bad device list"));
   }

@@ -5,9 +5,9 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
-#include <string>
 #include <utility>
 #include <vector>
 

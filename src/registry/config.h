@@ -4,11 +4,10 @@
 
 #include <map>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace rayaccel {
 

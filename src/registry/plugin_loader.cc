@@ -40,7 +40,7 @@ bool IsFile(const std::string& path) {
 void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message) {
   const auto* plugin_name = static_cast<const std::string*>(host_context);
   absl::string_view text(message.data != nullptr ? message.data : "",
-                        message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
+                         message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
   spdlog::level::level_enum lvl = spdlog::level::info;
   switch (level) {
     case RAYACCEL_LOG_TRACE:
@@ -174,8 +174,8 @@ absl::Status CheckPermissions(const std::string& path) {
     bool group_writable = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0;
     if ((st.st_mode & S_IWOTH) != 0 || group_writable) {
       return absl::PermissionDeniedError(absl::StrCat(
-          p, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group",
-          " (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
+          p, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group", " (mode ",
+          absl::StrFormat("%04o", st.st_mode & 07777),
           "); a plugin runs with this process's rights, so it must be writable only by its "
           "owner or root"));
     }
@@ -183,12 +183,11 @@ absl::Status CheckPermissions(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status FromPluginStatus(rayaccel_status code, const char* message,
-                              const std::string& what) {
-  std::string text = (message != nullptr && message[0] != '\0' &&
-                      IsValidUtf8(absl::string_view(message)))
-                         ? std::string(message)
-                         : std::string("(no message)");
+absl::Status FromPluginStatus(rayaccel_status code, const char* message, const std::string& what) {
+  std::string text =
+      (message != nullptr && message[0] != '\0' && IsValidUtf8(absl::string_view(message)))
+          ? std::string(message)
+          : std::string("(no message)");
   std::string full = absl::StrCat(what, ": ", text);
   switch (code) {
     case RAYACCEL_STATUS_OK:
@@ -247,21 +246,21 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
                      kHostAbiMinor, " (major versions must match)"));
   }
   if (negotiation.chosen_abi_minor > kHostAbiMinor) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("plugin chose ABI 1.", negotiation.chosen_abi_minor,
-                     ", newer than the host's 1.", kHostAbiMinor));
+    return absl::FailedPreconditionError(absl::StrCat("plugin chose ABI 1.",
+                                                      negotiation.chosen_abi_minor,
+                                                      ", newer than the host's 1.", kHostAbiMinor));
   }
   const rayaccel_plugin_api* api = negotiation.api;
   if (api == nullptr) return absl::FailedPreconditionError("negotiation returned no table");
   constexpr size_t kMinTable = RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, discover);
   if (api->struct_size < kMinTable) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("plugin table struct_size ", api->struct_size,
-                     " is smaller than the smallest 1.0 table (", kMinTable, " bytes)"));
+    return absl::FailedPreconditionError(absl::StrCat("plugin table struct_size ", api->struct_size,
+                                                      " is smaller than the smallest 1.0 table (",
+                                                      kMinTable, " bytes)"));
   }
   if (api->abi_major != kHostAbiMajor) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "table says ABI major ", api->abi_major, ", negotiation said ", kHostAbiMajor));
+    return absl::FailedPreconditionError(absl::StrCat("table says ABI major ", api->abi_major,
+                                                      ", negotiation said ", kHostAbiMajor));
   }
   // Copy what the plugin's table has; hooks it lacks stay NULL.
   std::memcpy(&plugin->api_, api, std::min(api->struct_size, sizeof(rayaccel_plugin_api)));
@@ -270,7 +269,7 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   const rayaccel_plugin_api& t = plugin->api_;
 
   absl::string_view name(t.name.data != nullptr ? t.name.data : "",
-                        t.name.data != nullptr ? std::min<size_t>(t.name.size, 64) : 0);
+                         t.name.data != nullptr ? std::min<size_t>(t.name.size, 64) : 0);
   if (!IsPluginName(name)) {
     return absl::FailedPreconditionError(
         "table name must be 1-32 characters of [a-z0-9_-] (e.g. \"cuda\")");
@@ -309,8 +308,8 @@ absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& 
   std::vector<rayaccel_config_entry> entries;
   entries.reserve(config.size());
   for (const auto& [key, value] : config) {
-    entries.push_back({sizeof(rayaccel_config_entry), {key.data(), key.size()},
-                       {value.data(), value.size()}});
+    entries.push_back(
+        {sizeof(rayaccel_config_entry), {key.data(), key.size()}, {value.data(), value.size()}});
   }
   host_api_.struct_size = sizeof(host_api_);
   host_api_.host_context = &name_;

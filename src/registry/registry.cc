@@ -71,8 +71,8 @@ namespace {
 bool IsResourceName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':';
   });
 }
 
@@ -116,8 +116,8 @@ class Registry::Impl {
       if (file.path.empty()) {
         refuse(absl::StrCat("not found: no ", PluginFileName(file.name), " in ",
                             search.empty() ? "(empty search path)" : absl::StrJoin(search, ":")));
-      } else if (absl::Status perm = options_.check_permissions ? CheckPermissions(file.path)
-                                                                : absl::OkStatus();
+      } else if (absl::Status perm =
+                     options_.check_permissions ? CheckPermissions(file.path) : absl::OkStatus();
                  !perm.ok()) {
         refuse(std::string(perm.message()));
       } else if (absl::StatusOr<std::unique_ptr<LoadedPlugin>> opened =
@@ -212,7 +212,8 @@ class Registry::Impl {
       for (const Device& d : snap->devices) {
         if (d.id == want) found = &d;
       }
-      if (found == nullptr && absl::SimpleAtoi(want, &position) && position < snap->devices.size()) {
+      if (found == nullptr && absl::SimpleAtoi(want, &position) &&
+          position < snap->devices.size()) {
         found = &snap->devices[position];
       }
       if (found == nullptr) return absl::NotFoundError(absl::StrCat("no device \"", want, "\""));
@@ -240,8 +241,9 @@ class Registry::Impl {
     const rayaccel_plugin_api& api = slot->plugin->api();
     if (api.prepare_allocation == nullptr) {
       if (slot->status.visible_devices_env.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "plugin ", plugin_name, " has no prepare_allocation hook and no visible-devices variable"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("plugin ", plugin_name,
+                         " has no prepare_allocation hook and no visible-devices variable"));
       }
       env[slot->status.visible_devices_env] = absl::StrJoin(indices, ",");
       return env;
@@ -257,8 +259,8 @@ class Registry::Impl {
     rayaccel_status rc = api.prepare_allocation(slot->plugin->instance(), &args, &err.error);
     if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "prepare_allocation");
     if (!report.problems.empty()) {
-      return absl::InternalError(absl::StrCat("prepare_allocation: ",
-                                              absl::StrJoin(report.problems, "; ")));
+      return absl::InternalError(
+          absl::StrCat("prepare_allocation: ", absl::StrJoin(report.problems, "; ")));
     }
     for (auto& [name, value] : report.env) env[name] = value;
     return env;
@@ -327,8 +329,8 @@ class Registry::Impl {
     if (rc != RAYACCEL_STATUS_OK && !report->over_limit) {
       return FromPluginStatus(rc, err.text, "discover failed");
     }
-    using Hook = rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*,
-                                     rayaccel_error*);
+    using Hook =
+        rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*, rayaccel_error*);
     const std::pair<Hook, const char*> optional[] = {{api.get_labels, "get_labels"},
                                                      {api.get_topology, "get_topology"},
                                                      {api.get_health, "get_health"}};
@@ -338,8 +340,8 @@ class Registry::Impl {
       rc = hook(instance, collector.sink(), &hook_err.error);
       bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
       if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
-        report->problems.push_back(
-            std::string(FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
+        report->problems.push_back(std::string(
+            FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
       }
     }
     return absl::OkStatus();

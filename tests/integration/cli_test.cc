@@ -105,7 +105,10 @@ TEST(Cli, MalformedSpecIsReportedNotFatal) {
   std::string dir = testing::MakeTempDir("cli-spec");
   std::string spec = dir + "/broken.json";
   FILE* f = std::fopen(spec.c_str(), "w");
-  std::fputs("{\n  \"devices\": [\n    {\"uuid\": \"a\", \"name\": \"x\", \"memory_bytes\": \"8G\"}\n  ]\n}\n", f);
+  std::fputs(
+      "{\n  \"devices\": [\n    {\"uuid\": \"a\", \"name\": \"x\", \"memory_bytes\": \"8G\"}\n  "
+      "]\n}\n",
+      f);
   std::fclose(f);
   CommandResult r = Cli({"discover", "--json", "--config", "sim.spec=" + spec});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -113,11 +116,13 @@ TEST(Cli, MalformedSpecIsReportedNotFatal) {
   const json::Value& sim = doc.Find("plugins")->array()[0];
   EXPECT_EQ(sim.Find("status")->string(), "failed");
   EXPECT_EQ(sim.Find("message")->string(),
-            "initialize failed: " + spec + ":3:48: devices[0].memory_bytes: expected number, found string");
+            "initialize failed: " + spec +
+                ":3:48: devices[0].memory_bytes: expected number, found string");
 }
 
 TEST(Cli, EnvironmentAndConfigFile) {
-  CommandResult r = Cli({"resources", "--json"}, {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
+  CommandResult r =
+      Cli({"resources", "--json"}, {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "{\"GPU\": 8, \"accelerator_type:V100\": 1}\n");
 

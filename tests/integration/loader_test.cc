@@ -146,10 +146,9 @@ TEST(Loader, OldAndNewStructSizesWork) {
 
 TEST(Loader, EveryBadPluginTogetherLeavesTheGoodOneIntact) {
   std::vector<std::string> plugins;
-  for (const char* name :
-       {"no-entry", "wrong-major", "table-major", "small-table", "null-discover",
-        "cap-without-hook", "init-fails", "discover-fails", "non-utf8-property",
-        "bad-resource-name", "absurd-count"}) {
+  for (const char* name : {"no-entry", "wrong-major", "table-major", "small-table", "null-discover",
+                           "cap-without-hook", "init-fails", "discover-fails", "non-utf8-property",
+                           "bad-resource-name", "absurd-count"}) {
     plugins.push_back(TestPlugin(name));
   }
   plugins.push_back(SimPlugin());

@@ -37,7 +37,8 @@ TEST(Config, Environment) {
   setenv("RAYACCEL_SIM_SPEC", "/tmp/x.json", 1);
   setenv("RAYACCEL_MY_PLUGIN_SOME_KEY", "v", 1);
   setenv("RAYACCEL_SIMX_SPEC", "no", 1);
-  EXPECT_EQ(EnvironmentConfig("sim"), (std::map<std::string, std::string>{{"spec", "/tmp/x.json"}}));
+  EXPECT_EQ(EnvironmentConfig("sim"),
+            (std::map<std::string, std::string>{{"spec", "/tmp/x.json"}}));
   EXPECT_EQ(EnvironmentConfig("my-plugin")["some_key"], "v");
   unsetenv("RAYACCEL_SIM_SPEC");
   unsetenv("RAYACCEL_MY_PLUGIN_SOME_KEY");

@@ -7,8 +7,8 @@ namespace {
 
 TEST(JsonParse, ValuesAndPositions) {
   ParseError error;
-  std::optional<Value> v = Parse("{\n  \"a\": [1, -2.5e3, true, null],\n  \"b\": \"x\\u00e9\"\n}",
-                                 &error);
+  std::optional<Value> v =
+      Parse("{\n  \"a\": [1, -2.5e3, true, null],\n  \"b\": \"x\\u00e9\"\n}", &error);
   ASSERT_TRUE(v) << error.message;
   const Value* a = v->Find("a");
   ASSERT_NE(a, nullptr);

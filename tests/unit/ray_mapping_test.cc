@@ -30,8 +30,8 @@ TEST(MapToRay, CountsAFamilyAndNamesItsType) {
   s.plugins = {Plugin("cuda", "GPU", "nvidia")};
   for (int i = 0; i < 8; ++i) s.devices.push_back(Gpu("cuda", "GPU-" + std::to_string(i), "H100"));
   RayMapping m = MapToRay(s);
-  EXPECT_EQ(m.view.resources, (std::map<std::string, double>{{"GPU", 8},
-                                                             {"accelerator_type:H100", 1}}));
+  EXPECT_EQ(m.view.resources,
+            (std::map<std::string, double>{{"GPU", 8}, {"accelerator_type:H100", 1}}));
   EXPECT_EQ(m.view.labels.at("ray.io/accelerator-type"), "H100");
   EXPECT_EQ(m.view.labels.at("rayaccel.io/gpu-count"), "8");
   EXPECT_EQ(m.view.labels.at("rayaccel.io/gpu-vendor"), "nvidia");
@@ -61,10 +61,11 @@ TEST(MapToRay, SeveralFamiliesSideBySide) {
   s.devices = {Gpu("cuda", "GPU-0", "L4"), Gpu("gaudi", "hpu-0", "Intel-GAUDI2"),
                Gpu("gaudi", "hpu-1", "Intel-GAUDI2")};
   RayMapping m = MapToRay(s);
-  EXPECT_EQ(m.view.resources, (std::map<std::string, double>{{"GPU", 1},
-                                                             {"HPU", 2},
-                                                             {"accelerator_type:L4", 1},
-                                                             {"accelerator_type:Intel-GAUDI2", 1}}));
+  EXPECT_EQ(m.view.resources,
+            (std::map<std::string, double>{{"GPU", 1},
+                                           {"HPU", 2},
+                                           {"accelerator_type:L4", 1},
+                                           {"accelerator_type:Intel-GAUDI2", 1}}));
   // Ray's label holds one type: the first family's, as Ray's own Python path does.
   EXPECT_EQ(m.view.labels.at("ray.io/accelerator-type"), "L4");
   EXPECT_EQ(m.view.labels.at("rayaccel.io/hpu-type"), "Intel-GAUDI2");

@@ -16,8 +16,7 @@ TEST(SimSpec, ShippedExamplesParse) {
   for (const char* name : {"dgx-h100.json", "dgx1-v100.json", "tpu-v4-host.json", "nvl72.json"}) {
     SimSpec spec;
     std::string error;
-    EXPECT_TRUE(LoadSpec(std::string(RAYACCEL_EXAMPLES_DIR) + "/" + name, &spec, &error))
-        << error;
+    EXPECT_TRUE(LoadSpec(std::string(RAYACCEL_EXAMPLES_DIR) + "/" + name, &spec, &error)) << error;
   }
   SimSpec spec;
   std::string error;
@@ -57,9 +56,10 @@ TEST(SimSpec, FullDevice) {
 }
 
 TEST(SimSpec, ErrorsNameLineColumnAndField) {
-  EXPECT_EQ(ErrorOf("{\"devices\": [\n  {\"uuid\": \"a\", \"name\": \"x\", \"memory_bytes\": -1}]}"),
-            "spec.json:2:46: devices[0].memory_bytes: expected a whole number from 0 to "
-            "18446744073709551615");
+  EXPECT_EQ(
+      ErrorOf("{\"devices\": [\n  {\"uuid\": \"a\", \"name\": \"x\", \"memory_bytes\": -1}]}"),
+      "spec.json:2:46: devices[0].memory_bytes: expected a whole number from 0 to "
+      "18446744073709551615");
   EXPECT_EQ(ErrorOf("{\"devices\": [{\"name\": \"x\"}]}"),
             "spec.json:1:14: devices[0].uuid: missing required field");
   EXPECT_EQ(ErrorOf("{\"devices\": [{\"uuid\": \"a\", \"name\": \"x\", \"numa\": 0}]}"),
