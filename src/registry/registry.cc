@@ -236,6 +236,7 @@ class Registry::Impl {
     }
     if (slot == nullptr) return absl::FailedPreconditionError("plugin is no longer loaded");
     std::vector<uint32_t> indices;
+    indices.reserve(devices.size());
     for (const Device* d : devices) indices.push_back(d->index);
     std::map<std::string, std::string> env;
     const rayaccel_plugin_api& api = slot->plugin->api();
