@@ -37,32 +37,6 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message) {
-  const auto* plugin_name = static_cast<const std::string*>(host_context);
-  absl::string_view text(message.data != nullptr ? message.data : "",
-                         message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
-  spdlog::level::level_enum lvl = spdlog::level::info;
-  switch (level) {
-    case RAYACCEL_LOG_TRACE:
-      lvl = spdlog::level::trace;
-      break;
-    case RAYACCEL_LOG_DEBUG:
-      lvl = spdlog::level::debug;
-      break;
-    case RAYACCEL_LOG_INFO:
-      lvl = spdlog::level::info;
-      break;
-    case RAYACCEL_LOG_WARN:
-      lvl = spdlog::level::warn;
-      break;
-    default:
-      lvl = spdlog::level::err;
-      break;
-  }
-  spdlog::log(lvl, "[plugin {}] {}", *plugin_name,
-              IsValidUtf8(text) ? std::string(text) : std::string("<non-UTF-8 message>"));
-}
-
 // The table's plugin name: [a-z0-9_-]{1,32}.
 bool IsPluginName(absl::string_view name) {
   if (name.empty() || name.size() > 32) return false;
@@ -304,6 +278,41 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   return plugin;
 }
 
+void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level,
+                           rayaccel_string message) {
+  auto* self = static_cast<LoadedPlugin*>(host_context);
+  absl::string_view text(message.data != nullptr ? message.data : "",
+                         message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
+  std::string line = IsValidUtf8(text) ? std::string(text) : std::string("<non-UTF-8 message>");
+  if (absl::StartsWith(line, "0 devices")) {
+    std::lock_guard<std::mutex> lock(self->log_mu_);
+    self->zero_devices_reason_ = line;
+  }
+  spdlog::level::level_enum lvl = spdlog::level::err;
+  switch (level) {
+    case RAYACCEL_LOG_TRACE:
+      lvl = spdlog::level::trace;
+      break;
+    case RAYACCEL_LOG_DEBUG:
+      lvl = spdlog::level::debug;
+      break;
+    case RAYACCEL_LOG_INFO:
+      lvl = spdlog::level::info;
+      break;
+    case RAYACCEL_LOG_WARN:
+      lvl = spdlog::level::warn;
+      break;
+    default:
+      break;
+  }
+  spdlog::log(lvl, "[plugin {}] {}", self->name_, line);
+}
+
+std::string LoadedPlugin::zero_devices_reason() const {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return zero_devices_reason_;
+}
+
 absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& config) {
   std::vector<rayaccel_config_entry> entries;
   entries.reserve(config.size());
@@ -312,8 +321,8 @@ absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& 
         {sizeof(rayaccel_config_entry), {key.data(), key.size()}, {value.data(), value.size()}});
   }
   host_api_.struct_size = sizeof(host_api_);
-  host_api_.host_context = &name_;
-  host_api_.log = &HostLog;
+  host_api_.host_context = this;
+  host_api_.log = &LoadedPlugin::HostLog;
   rayaccel_initialize_args args{};
   args.struct_size = sizeof(args);
   args.host = &host_api_;

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ class LoadedPlugin {
   // plugin's (possibly older) table lacks is NULL here.
   const rayaccel_plugin_api& api() const { return api_; }
   rayaccel_plugin_instance* instance() const { return instance_; }
+  // The plugin's latest "0 devices: <reason>" log line (docs/abi.md), or empty.
+  std::string zero_devices_reason() const;
 
  private:
   LoadedPlugin() = default;
@@ -69,6 +72,10 @@ class LoadedPlugin {
   uint32_t chosen_minor_ = 0;
   rayaccel_plugin_instance* instance_ = nullptr;
   rayaccel_host_api host_api_{};
+  mutable std::mutex log_mu_;  // the plugin may log from its own threads
+  std::string zero_devices_reason_;
+
+  static void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message);
 };
 
 // A status for a non-OK plugin return code, with the plugin's message.

@@ -170,7 +170,10 @@ class Registry::Impl {
         snap->plugins.push_back(status);
         continue;
       }
-      Merge(status, std::move(report), &ids, snap.get(), &status);
+      Merge(std::move(report), &ids, snap.get(), &status);
+      if (status.device_count == 0 && status.message.empty()) {
+        status.message = slot.plugin->zero_devices_reason();
+      }
       snap->plugins.push_back(status);
     }
     RayMapping mapping = MapToRay(*snap);
@@ -349,8 +352,8 @@ class Registry::Impl {
   }
 
   // Adds one plugin's report to the snapshot; refusals become notes in `status`.
-  void Merge(const PluginStatus& plugin, PluginReport report, std::set<std::string>* ids,
-             NodeSnapshot* snap, PluginStatus* status) {
+  void Merge(PluginReport report, std::set<std::string>* ids, NodeSnapshot* snap,
+             PluginStatus* status) {
     std::vector<std::string> problems = std::move(report.problems);
     std::map<uint32_t, size_t> position;  // plugin index -> snapshot position
     for (Device& d : report.devices) {
@@ -359,16 +362,16 @@ class Registry::Impl {
                                         "\" already reported by another plugin"));
         continue;
       }
-      d.plugin = plugin.name;
-      d.resource = plugin.resource_name;
-      d.vendor = plugin.vendor;
+      d.plugin = status->name;
+      d.resource = status->resource_name;
+      d.vendor = status->vendor;
       if (auto h = report.health.find(d.index); h != report.health.end()) {
         d.health = h->second.first;
         d.health_reason = h->second.second;
       }
       if (d.accelerator_type.empty()) {
         d.accelerator_type =
-            DeriveAcceleratorType(plugin.vendor, d.name, d.pci_vendor_id, d.pci_device_id);
+            DeriveAcceleratorType(status->vendor, d.name, d.pci_vendor_id, d.pci_device_id);
       }
       position[d.index] = snap->devices.size();
       snap->devices.push_back(std::move(d));
@@ -379,10 +382,10 @@ class Registry::Impl {
       if (a == position.end() || b == position.end()) continue;  // device refused above
       snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
                                  l.type, l.count, l.bandwidth_mbps, l.pcie_path,
-                                 "plugin:" + plugin.name});
+                                 "plugin:" + status->name});
     }
     for (ReportedDomain& r : report.domains) {
-      Domain dom{plugin.name, r.kind, r.id, {}};
+      Domain dom{status->name, r.kind, r.id, {}};
       for (uint32_t index : r.devices) {
         if (auto p = position.find(index); p != position.end()) dom.devices.push_back(p->second);
       }
@@ -398,7 +401,7 @@ class Registry::Impl {
     if (!problems.empty()) {
       status->state = PluginStatus::State::kDegraded;
       status->message = absl::StrJoin(problems, "; ");
-      spdlog::warn("plugin {} degraded: {}", plugin.name, status->message);
+      spdlog::warn("plugin {} degraded: {}", status->name, status->message);
     }
   }
 

@@ -93,6 +93,8 @@ TEST(Registry, MalformedSpecAtStartFailsOnlyThatPlugin) {
 TEST(Registry, NoSpecMeansZeroDevicesNotAnError) {
   std::unique_ptr<Registry> registry = Make({SimPlugin()}, "");
   EXPECT_EQ(StatusOf(*registry->snapshot(), "sim").state, PluginStatus::State::kActive);
+  EXPECT_EQ(StatusOf(*registry->snapshot(), "sim").message,
+            "0 devices: no spec configured (set sim.spec or RAYACCEL_SIM_SPEC)");
   EXPECT_TRUE(registry->snapshot()->devices.empty());
   EXPECT_TRUE(registry->snapshot()->ray.resources.empty());
 }
