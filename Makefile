@@ -8,7 +8,7 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgtest-dev \
-                libgmock-dev libbenchmark-dev hwloc-nox
+                libgmock-dev libbenchmark-dev libhwloc-dev hwloc-nox
 
 .PHONY: all deps configure build run test asan tsan bench clean format
 

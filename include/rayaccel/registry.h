@@ -64,6 +64,10 @@ struct Device {
   Health health = Health::kUnknown;
   std::string health_reason;
   std::vector<Attribute> attributes;
+  // From the host topology (hwloc), for devices with a PCI bus id:
+  std::string cpuset;                     // local CPUs, "0-13,28-41"
+  std::vector<std::string> nearest_nics;  // network/RDMA devices nearest to it
+  std::string topology_note;              // why host data is missing, e.g. bus id unknown
 };
 
 struct Link {
@@ -73,7 +77,9 @@ struct Link {
   uint32_t count = 0;
   uint64_t bandwidth_mbps = 0;
   PciePath pcie_path = PciePath::kUnknown;
-  std::string source;  // "plugin:<name>" or "hwloc"
+  // "plugin:<name>" or "hwloc". Plugin-reported links win over derived ones where they
+  // disagree; both are kept (see BestLink in docs/topology.md).
+  std::string source;
 };
 
 struct Domain {
@@ -118,7 +124,18 @@ struct NodeSnapshot {
   std::vector<Link> links;
   std::vector<Domain> domains;
   std::map<std::string, std::string> plugin_labels;  // node labels the plugins reported
+  std::string host_topology;  // where hwloc's view came from, or why there is none
   RayView ray;
+};
+
+// A topology-aware choice of devices (Registry::PreferredAllocation).
+struct Allocation {
+  std::vector<size_t> devices;  // positions in NodeSnapshot::devices, ascending; empty: none
+  std::string reason;           // why none is possible, or what made this set best
+  // The set's score and its parts (docs/topology.md): direct-link bandwidth inside the set,
+  // PCIe closeness, NUMA/NIC locality, and the connectivity of the devices left over.
+  int64_t link_score = 0;
+  int64_t leftover_score = 0;
 };
 
 struct RegistryOptions {
@@ -139,6 +156,11 @@ struct RegistryOptions {
   std::string config_file;
   // Refuse plugin files and folders writable by others than their owner or root.
   bool check_permissions = true;
+  // Enrich devices with hwloc's view of the host (NUMA node, CPUs, NICs, PCIe paths).
+  bool host_topology = true;
+  // An exported hwloc XML topology to use instead of this machine's (HWLOC_XMLFILE, hwloc's
+  // own variable, does the same when this is empty).
+  std::string hwloc_xml;
 };
 
 class Registry {
@@ -158,6 +180,16 @@ class Registry {
 
   // Whether `quantity` devices of `resource` may be requested together (plugin hook).
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;
+
+  // The best `size` devices of one family for a request (docs/topology.md): from
+  // `available` (ids or positions; empty: every healthy, schedulable device of `resource`),
+  // always including `must_include`. `resource` empty: the family of the given devices, else
+  // the first family. An impossible request is an Allocation with no devices and the reason;
+  // malformed input (unknown device, mixed families) is an error.
+  absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available,
+                                                 const std::vector<std::string>& must_include,
+                                                 size_t size,
+                                                 const std::string& resource = "") const;
 
   // The environment a worker needs to use exactly these devices (ids or snapshot positions
   // as decimal strings). All devices must come from one plugin.

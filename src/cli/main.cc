@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/render.h"
 #include "rayaccel/plugin.h"
@@ -29,6 +30,9 @@ Commands:
   plugins          which plugins were found, loaded or refused, and why
   resources        the Ray resources of this node
   ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels)
+  topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
+  allocate         the best devices for a request: --size N [--available IDS]
+                   [--must-include IDS] [--resource NAME] (IDS: positions or ids, a,b,c)
   version          print the version
 
 Options:
@@ -40,6 +44,10 @@ Options:
                               (repeatable; beats RAYACCEL_<PLUGIN>_<KEY>, which beats
                               --config-file)
   --config-file FILE          lines of PLUGIN.KEY=VALUE
+  --hwloc-xml FILE            use an exported hwloc topology instead of this machine's
+                              (HWLOC_XMLFILE does the same)
+  --no-host-topology          do not consult hwloc
+  --dot                       Graphviz output (topo)
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   -h, --help                  this text
 )";
@@ -47,6 +55,11 @@ Options:
 struct Args {
   std::string command;
   bool json = false;
+  bool dot = false;
+  long long size = -1;  // allocate --size
+  std::vector<std::string> available;
+  std::vector<std::string> must_include;
+  std::string resource;
   RegistryOptions options;
   std::string log_level = "warn";
 };
@@ -82,6 +95,24 @@ int Parse(int argc, char** argv, Args* args) {
       return kExitOk;
     } else if (flag == "--json") {
       args->json = true;
+    } else if (flag == "--dot") {
+      args->dot = true;
+    } else if (flag == "--no-host-topology") {
+      args->options.host_topology = false;
+    } else if (flag == "--hwloc-xml") {
+      if (!take(&args->options.hwloc_xml)) return Usage("--hwloc-xml needs a file");
+    } else if (flag == "--size") {
+      std::string v;
+      if (!take(&v) || !absl::SimpleAtoi(v, &args->size) || args->size < 0) {
+        return Usage("--size needs a whole number");
+      }
+    } else if (flag == "--available" || flag == "--must-include") {
+      std::string v;
+      if (!take(&v)) return Usage(flag + " needs device positions or ids, comma-separated");
+      auto* list = flag == "--available" ? &args->available : &args->must_include;
+      for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipEmpty())) list->emplace_back(id);
+    } else if (flag == "--resource") {
+      if (!take(&args->resource)) return Usage("--resource needs a name");
     } else if (flag == "--plugin") {
       std::string v;
       if (!take(&v) || v.empty()) return Usage("--plugin needs a name or path");
@@ -132,9 +163,11 @@ int Run(int argc, char** argv) {
                 RAYACCEL_ABI_VERSION_MINOR);
     return kExitOk;
   }
-  if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args") {
+  if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
+      cmd != "topo" && cmd != "allocate") {
     return Usage("unknown command \"" + cmd + "\"");
   }
+  if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(args.options);
   if (!registry.ok()) {
     std::fprintf(stderr, "rayaccel: %s\n", std::string(registry.status().message()).c_str());
@@ -149,6 +182,16 @@ int Run(int argc, char** argv) {
     out = args.json ? PluginsJson(*snap) : PluginsText(*snap);
   } else if (cmd == "resources") {
     out = args.json ? ResourcesJson(snap->ray) : ResourcesText(snap->ray);
+  } else if (cmd == "topo") {
+    out = args.dot ? TopoDot(*snap) : args.json ? TopoJson(*snap) : TopoText(*snap);
+  } else if (cmd == "allocate") {
+    absl::StatusOr<Allocation> allocation = (*registry)->PreferredAllocation(
+        args.available, args.must_include, static_cast<size_t>(args.size), args.resource);
+    if (!allocation.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(allocation.status().message()).c_str());
+      return kExitUsage;
+    }
+    out = args.json ? AllocationJson(*snap, *allocation) : AllocationText(*snap, *allocation);
   } else {
     out = RayStartArgs(snap->ray);
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "topology/enrich.h"
 #include "util/json.h"
 
 namespace rayaccel::cli {
@@ -75,6 +76,43 @@ void WritePlugin(json::Writer& w, const PluginStatus& p) {
   w.Key("visible_devices_env").String(p.visible_devices_env);
   w.Key("device_count").Uint(p.device_count);
   w.EndObject();
+}
+
+void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
+  w.Key("links").BeginArray();
+  for (const Link& l : s.links) {
+    w.BeginObject();
+    w.Key("a").Uint(l.a);
+    w.Key("b").Uint(l.b);
+    w.Key("type").String(LinkTypeName(l.type));
+    w.Key("count").Uint(l.count);
+    w.Key("path").String(PciePathName(l.pcie_path));
+    w.Key("bandwidth_mbps").Uint(l.bandwidth_mbps);
+    w.Key("source").String(l.source);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// "GPU0", "GPU1", ..., "TPU0": the resource and a counter per resource, in snapshot order.
+std::vector<std::string> DeviceLabels(const NodeSnapshot& s) {
+  std::map<std::string, int> next;
+  std::vector<std::string> labels;
+  for (const Device& d : s.devices) labels.push_back(d.resource + std::to_string(next[d.resource]++));
+  return labels;
+}
+
+// The nvidia-smi style cell for a pair.
+std::string Cell(const NodeSnapshot& s, size_t a, size_t b) {
+  if (a == b) return "X";
+  const Link* l = BestLink(s, a, b);
+  if (l == nullptr) return "-";
+  if (l->type == LinkType::kNvlink) return l->count > 0 ? absl::StrCat("NV", l->count) : "NV";
+  if (l->type == LinkType::kXgmi) return l->count > 1 ? absl::StrCat("XGMI", l->count) : "XGMI";
+  if (l->type == LinkType::kIci) return "ICI";
+  if (l->type == LinkType::kScaleOut) return "NET";
+  if (l->type == LinkType::kOther) return "OTHER";
+  return l->pcie_path == PciePath::kUnknown ? "PCIe" : PciePathName(l->pcie_path);
 }
 
 void WriteRay(json::Writer& w, const RayView& ray) {
@@ -149,6 +187,11 @@ std::string DiscoverJson(const NodeSnapshot& s) {
     w.Key("partition_profile").String(d.partition_profile);
     w.Key("health").String(HealthName(d.health));
     w.Key("health_reason").String(d.health_reason);
+    w.Key("cpuset").String(d.cpuset);
+    w.Key("nearest_nics").BeginArray();
+    for (const std::string& nic : d.nearest_nics) w.String(nic);
+    w.EndArray();
+    w.Key("topology_note").String(d.topology_note);
     w.Key("attributes").BeginObject();
     for (const Attribute& a : d.attributes) {
       w.Key(a.name);
@@ -167,19 +210,7 @@ std::string DiscoverJson(const NodeSnapshot& s) {
     w.EndObject();
   }
   w.EndArray();
-  w.Key("links").BeginArray();
-  for (const Link& l : s.links) {
-    w.BeginObject();
-    w.Key("a").Uint(l.a);
-    w.Key("b").Uint(l.b);
-    w.Key("type").String(LinkTypeName(l.type));
-    w.Key("count").Uint(l.count);
-    w.Key("path").String(PciePathName(l.pcie_path));
-    w.Key("bandwidth_mbps").Uint(l.bandwidth_mbps);
-    w.Key("source").String(l.source);
-    w.EndObject();
-  }
-  w.EndArray();
+  WriteLinks(w, s);
   w.Key("domains").BeginArray();
   for (const Domain& d : s.domains) {
     w.BeginObject();
@@ -192,6 +223,7 @@ std::string DiscoverJson(const NodeSnapshot& s) {
     w.EndObject();
   }
   w.EndArray();
+  w.Key("host_topology").String(s.host_topology);
   w.Key("ray");
   WriteRay(w, s.ray);
   w.EndObject();
@@ -244,15 +276,21 @@ std::string DiscoverText(const NodeSnapshot& s) {
     out += devices.Render();
   }
 
-  if (!s.links.empty()) {
-    out += "\nLinks\n";
-    Table links({"A", "B", "LINK", "BANDWIDTH", "SOURCE"});
-    for (const Link& l : s.links) {
-      links.Add({std::to_string(l.a), std::to_string(l.b), LinkLabel(l),
-                 l.bandwidth_mbps > 0 ? absl::StrCat(l.bandwidth_mbps / 1000, " GB/s") : "-",
-                 l.source});
+  size_t derived = 0;
+  Table links({"A", "B", "LINK", "BANDWIDTH", "SOURCE"});
+  for (const Link& l : s.links) {
+    if (l.source == "hwloc") {
+      ++derived;
+      continue;
     }
-    out += links.Render();
+    links.Add({std::to_string(l.a), std::to_string(l.b), LinkLabel(l),
+               l.bandwidth_mbps > 0 ? absl::StrCat(l.bandwidth_mbps / 1000, " GB/s") : "-",
+               l.source});
+  }
+  if (s.links.size() > derived) out += "\nLinks\n" + links.Render();
+  if (derived > 0) {
+    out += absl::StrCat("\n", derived, " links derived from the host topology (", s.host_topology,
+                        "): see `rayaccel topo`\n");
   }
   if (!s.domains.empty()) {
     out += "\nDomains\n";
@@ -298,6 +336,140 @@ std::string RayStartArgs(const RayView& ray) {
     args.push_back("--labels=" + ShellQuote(absl::StrJoin(pairs, ",")));
   }
   return absl::StrJoin(args, " ") + "\n";
+}
+
+std::string TopoText(const NodeSnapshot& s) {
+  if (s.devices.empty()) return "No devices.\n";
+  std::vector<std::string> labels = DeviceLabels(s);
+  std::vector<std::string> header = {""};
+  header.insert(header.end(), labels.begin(), labels.end());
+  header.insert(header.end(), {"CPU Affinity", "NUMA Affinity", "Nearest NIC"});
+  Table t(header);
+  for (size_t a = 0; a < s.devices.size(); ++a) {
+    const Device& d = s.devices[a];
+    std::vector<std::string> row = {labels[a]};
+    for (size_t b = 0; b < s.devices.size(); ++b) row.push_back(Cell(s, a, b));
+    row.push_back(OrDash(d.cpuset));
+    row.push_back(d.numa_node >= 0 ? std::to_string(d.numa_node) : "N/A");
+    row.push_back(d.nearest_nics.empty() ? "-" : absl::StrJoin(d.nearest_nics, ","));
+    t.Add(row);
+  }
+  std::string out = t.Render("");
+  std::string notes;
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    if (!s.devices[i].topology_note.empty()) {
+      notes += "  " + labels[i] + ": " + s.devices[i].topology_note + "\n";
+    }
+  }
+  if (!notes.empty()) out += "\nNotes:\n" + notes;
+  out += R"(
+Legend:
+
+  X      = Self
+  SYS    = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes
+  NODE   = Connection traversing PCIe as well as the interconnect between PCIe host bridges
+           within a NUMA node
+  PHB    = Connection traversing PCIe as well as a PCIe host bridge (typically the CPU)
+  PXB    = Connection traversing multiple PCIe switches (without traversing the host bridge)
+  PIX    = Connection traversing at most a single PCIe switch
+  NV#    = Connection traversing a bonded set of # NVLinks (NV: count unknown)
+  XGMI   = AMD Infinity Fabric (xGMI) link
+  ICI    = TPU inter-chip interconnect
+  NET    = Scale-out NIC fabric
+  -      = Nothing known about this pair
+)";
+  out += "\nHost topology: " + s.host_topology + "\n";
+  return out;
+}
+
+std::string TopoJson(const NodeSnapshot& s) {
+  std::vector<std::string> labels = DeviceLabels(s);
+  json::Writer w;
+  w.BeginObject();
+  w.Key("host_topology").String(s.host_topology);
+  w.Key("devices").BeginArray();
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    const Device& d = s.devices[i];
+    w.BeginObject();
+    w.Key("label").String(labels[i]);
+    w.Key("position").Uint(i);
+    w.Key("id").String(d.id);
+    w.Key("pci_bus_id").String(d.pci_bus_id);
+    if (d.numa_node >= 0) {
+      w.Key("numa_node").Int(d.numa_node);
+    } else {
+      w.Key("numa_node").Null();
+    }
+    w.Key("cpuset").String(d.cpuset);
+    w.Key("nearest_nics").BeginArray();
+    for (const std::string& nic : d.nearest_nics) w.String(nic);
+    w.EndArray();
+    w.Key("topology_note").String(d.topology_note);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("matrix").BeginArray();
+  for (size_t a = 0; a < s.devices.size(); ++a) {
+    w.BeginArray();
+    for (size_t b = 0; b < s.devices.size(); ++b) w.String(Cell(s, a, b));
+    w.EndArray();
+  }
+  w.EndArray();
+  WriteLinks(w, s);
+  w.EndObject();
+  return w.Finish();
+}
+
+std::string TopoDot(const NodeSnapshot& s) {
+  std::vector<std::string> labels = DeviceLabels(s);
+  std::string out = "graph rayaccel {\n  node [shape=box];\n";
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    const Device& d = s.devices[i];
+    std::string label = labels[i] + "\n" + d.name;
+    if (d.numa_node >= 0) label += absl::StrCat("\nNUMA ", d.numa_node);
+    out += absl::StrCat("  d", i, " [label=", json::Quote(label), "];\n");
+  }
+  for (size_t a = 0; a < s.devices.size(); ++a) {
+    for (size_t b = a + 1; b < s.devices.size(); ++b) {
+      const Link* l = BestLink(s, a, b);
+      if (l == nullptr) continue;
+      bool direct = l->type != LinkType::kPcie;
+      out += absl::StrCat("  d", a, " -- d", b, " [label=", json::Quote(Cell(s, a, b)),
+                          direct ? absl::StrCat(", penwidth=", 1 + std::min<uint32_t>(l->count, 18) / 3)
+                                 : ", style=dashed, color=gray",
+                          "];\n");
+    }
+  }
+  return out + "}\n";
+}
+
+std::string AllocationText(const NodeSnapshot& s, const Allocation& a) {
+  if (a.devices.empty()) return "No allocation: " + a.reason + "\n";
+  std::vector<std::string> labels = DeviceLabels(s);
+  Table t({"#", "DEVICE", "ID", "NUMA", "PCI"});
+  for (size_t p : a.devices) {
+    const Device& d = s.devices[p];
+    t.Add({std::to_string(p), labels[p], d.id, d.numa_node >= 0 ? std::to_string(d.numa_node) : "-",
+           OrDash(d.pci_bus_id)});
+  }
+  return t.Render("") + absl::StrCat("\nscore ", a.link_score, ", leftover ", a.leftover_score,
+                                     " (", a.reason, ")\n");
+}
+
+std::string AllocationJson(const NodeSnapshot& s, const Allocation& a) {
+  json::Writer w;
+  w.BeginObject();
+  w.Key("devices").BeginArray();
+  for (size_t p : a.devices) w.Uint(p);
+  w.EndArray();
+  w.Key("ids").BeginArray();
+  for (size_t p : a.devices) w.String(s.devices[p].id);
+  w.EndArray();
+  w.Key("reason").String(a.reason);
+  w.Key("score").Int(a.link_score);
+  w.Key("leftover_score").Int(a.leftover_score);
+  w.EndObject();
+  return w.Finish();
 }
 
 }  // namespace rayaccel::cli

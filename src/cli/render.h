@@ -22,6 +22,16 @@ std::string ResourcesText(const RayView& ray);
 // --resources), --resources for the rest, --labels as k=v pairs; shell-quoted, one line.
 std::string RayStartArgs(const RayView& ray);
 
+// `rayaccel topo`: a matrix like `nvidia-smi topo -m` over every device of every family, with
+// CPU affinity, NUMA affinity and nearest NIC columns and a legend; JSON; Graphviz.
+std::string TopoText(const NodeSnapshot& snapshot);
+std::string TopoJson(const NodeSnapshot& snapshot);
+std::string TopoDot(const NodeSnapshot& snapshot);
+
+// `rayaccel allocate`.
+std::string AllocationText(const NodeSnapshot& snapshot, const Allocation& allocation);
+std::string AllocationJson(const NodeSnapshot& snapshot, const Allocation& allocation);
+
 }  // namespace rayaccel::cli
 
 #endif  // RAYACCEL_CLI_RENDER_H_

@@ -14,6 +14,9 @@
 #include "registry/plugin_loader.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
+#include "topology/allocation.h"
+#include "topology/enrich.h"
+#include "topology/host_topology.h"
 
 namespace rayaccel {
 
@@ -135,6 +138,18 @@ class Registry::Impl {
       }
       slots_.push_back(std::move(slot));
     }
+    if (options_.host_topology) {
+      absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load(options_.hwloc_xml);
+      if (host.ok()) {
+        host_ = *std::move(host);
+        host_description_ = "hwloc, " + host_->source();
+      } else {
+        host_description_ = "unavailable: " + std::string(host.status().message());
+        spdlog::warn("host topology {}", host_description_);
+      }
+    } else {
+      host_description_ = "disabled";
+    }
     for (const auto& [plugin, unused] : options_.config) {
       if (names.count(plugin) == 0) {
         spdlog::warn("configuration for plugin \"{}\", which is not loaded", plugin);
@@ -176,6 +191,8 @@ class Registry::Impl {
       }
       snap->plugins.push_back(status);
     }
+    snap->host_topology = host_description_;
+    if (host_ != nullptr) EnrichWithHostTopology(*host_, snap.get());
     RayMapping mapping = MapToRay(*snap);
     snap->ray = std::move(mapping.view);
     for (PluginStatus& p : snap->plugins) {
@@ -204,27 +221,71 @@ class Registry::Impl {
                             absl::StrCat(slot->status.name, " refuses ", quantity, " ", resource));
   }
 
+  absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available_in,
+                                                 const std::vector<std::string>& must_in,
+                                                 size_t size, std::string resource) const {
+    std::shared_ptr<const NodeSnapshot> snap = snapshot();
+    absl::StatusOr<std::vector<size_t>> available = Resolve(*snap, available_in);
+    if (!available.ok()) return available.status();
+    absl::StatusOr<std::vector<size_t>> must = Resolve(*snap, must_in);
+    if (!must.ok()) return must.status();
+    // The family: named, else that of the given devices, else the first with devices.
+    for (const std::vector<size_t>* list : {&*must, &*available}) {
+      for (size_t p : *list) {
+        const std::string& r = snap->devices[p].resource;
+        if (resource.empty()) resource = r;
+        if (r != resource) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "device ", snap->devices[p].id, " is a ", r, ", not a ", resource,
+              ": one allocation takes devices of one family"));
+        }
+      }
+    }
+    if (resource.empty() && !snap->devices.empty()) resource = snap->devices[0].resource;
+    if (available_in.empty()) {
+      std::set<std::string> parents;
+      for (const Device& d : snap->devices) {
+        if (!d.parent_id.empty()) parents.insert(d.parent_id);
+      }
+      for (size_t p = 0; p < snap->devices.size(); ++p) {
+        const Device& d = snap->devices[p];
+        if (d.resource == resource && d.health != Health::kUnhealthy && parents.count(d.id) == 0) {
+          available->push_back(p);
+        }
+      }
+    }
+    Allocation none;
+    for (size_t m : *must) {
+      if (std::find(available->begin(), available->end(), m) == available->end()) {
+        none.reason = absl::StrCat("must-include device ", snap->devices[m].id,
+                                   " is not available");
+        return none;
+      }
+    }
+    if (size == 0) {
+      none.reason = "size must be at least 1";
+    } else if (must->size() > size) {
+      none.reason = absl::StrCat(must->size(), " devices must be included, more than the size ",
+                                 size);
+    } else if (available->size() < size) {
+      none.reason = absl::StrCat("only ", available->size(), " ", resource, " devices available, ",
+                                 size, " requested");
+    } else if (absl::Status st = ValidateQuantity(resource, static_cast<uint32_t>(size));
+               !st.ok()) {
+      none.reason = std::string(st.message());
+    }
+    if (!none.reason.empty()) return none;
+    return ChoosePreferred(*snap, *available, *must, size);
+  }
+
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
       const std::vector<std::string>& requested) const {
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     if (requested.empty()) return absl::InvalidArgumentError("no devices given");
+    absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, requested);
+    if (!positions.ok()) return positions.status();
     std::vector<const Device*> devices;
-    for (const std::string& want : requested) {
-      const Device* found = nullptr;
-      size_t position = 0;
-      for (const Device& d : snap->devices) {
-        if (d.id == want) found = &d;
-      }
-      if (found == nullptr && absl::SimpleAtoi(want, &position) &&
-          position < snap->devices.size()) {
-        found = &snap->devices[position];
-      }
-      if (found == nullptr) return absl::NotFoundError(absl::StrCat("no device \"", want, "\""));
-      if (std::find(devices.begin(), devices.end(), found) != devices.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("device \"", want, "\" given twice"));
-      }
-      devices.push_back(found);
-    }
+    for (size_t p : *positions) devices.push_back(&snap->devices[p]);
     const std::string& plugin_name = devices.front()->plugin;
     for (const Device* d : devices) {
       if (d->plugin != plugin_name) {
@@ -271,6 +332,31 @@ class Registry::Impl {
   }
 
  private:
+  // Device ids or decimal snapshot positions to positions; each at most once.
+  static absl::StatusOr<std::vector<size_t>> Resolve(const NodeSnapshot& snap,
+                                                     const std::vector<std::string>& wanted) {
+    std::vector<size_t> out;
+    for (const std::string& want : wanted) {
+      size_t position = snap.devices.size();
+      for (size_t p = 0; p < snap.devices.size() && position == snap.devices.size(); ++p) {
+        if (snap.devices[p].id == want) position = p;
+      }
+      size_t n = 0;
+      if (position == snap.devices.size() && absl::SimpleAtoi(want, &n) &&
+          n < snap.devices.size()) {
+        position = n;
+      }
+      if (position == snap.devices.size()) {
+        return absl::NotFoundError(absl::StrCat("no device \"", want, "\""));
+      }
+      if (std::find(out.begin(), out.end(), position) != out.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("device \"", want, "\" given twice"));
+      }
+      out.push_back(position);
+    }
+    return out;
+  }
+
   void Initialize(Slot* slot, const PluginConfig& file_config) {
     const std::string& name = slot->plugin->name();
     std::map<std::string, std::string> config;
@@ -416,6 +502,8 @@ class Registry::Impl {
   }
 
   RegistryOptions options_;
+  std::unique_ptr<HostTopology> host_;  // loaded once: the PCI tree does not change
+  std::string host_description_;
   mutable std::mutex plugins_mu_;  // one caller into the plugins at a time
   std::vector<Slot> slots_;
   uint64_t generation_ = 0;
@@ -439,6 +527,12 @@ std::shared_ptr<const NodeSnapshot> Registry::Rescan() { return impl_->Rescan();
 
 absl::Status Registry::ValidateQuantity(const std::string& resource, uint32_t quantity) const {
   return impl_->ValidateQuantity(resource, quantity);
+}
+
+absl::StatusOr<Allocation> Registry::PreferredAllocation(
+    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+    size_t size, const std::string& resource) const {
+  return impl_->PreferredAllocation(available, must_include, size, resource);
 }
 
 absl::StatusOr<std::map<std::string, std::string>> Registry::PrepareAllocation(

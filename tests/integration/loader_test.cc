@@ -19,6 +19,7 @@ std::shared_ptr<const NodeSnapshot> Load(const std::vector<std::string>& plugins
                                          RegistryOptions options = {}) {
   options.plugins = plugins;
   options.use_environment = false;
+  options.host_topology = false;
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
   return registry.ok() ? (*registry)->snapshot() : std::make_shared<NodeSnapshot>();

@@ -109,6 +109,10 @@ std::string Example(const std::string& name) {
   return std::string(RAYACCEL_EXAMPLES_DIR) + "/" + name;
 }
 
+std::string Fixture(const std::string& relative) {
+  return std::string(RAYACCEL_FIXTURES_DIR) + "/" + relative;
+}
+
 const PluginStatus& StatusOf(const NodeSnapshot& snapshot, const std::string& name) {
   for (const PluginStatus& p : snapshot.plugins) {
     if (p.name == name) return p;

@@ -31,6 +31,8 @@ std::string TestPlugin(const std::string& name);
 // Path of the in-tree sim plugin.
 std::string SimPlugin();
 std::string Example(const std::string& name);
+// tests/fixtures/<relative>
+std::string Fixture(const std::string& relative);
 
 // The status of plugin `name` in `snapshot`; fails the test when absent.
 const PluginStatus& StatusOf(const NodeSnapshot& snapshot, const std::string& name);

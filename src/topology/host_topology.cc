@@ -1,0 +1,232 @@
+#include "topology/host_topology.h"
+
+#include <hwloc.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "registry/validate.h"
+
+namespace rayaccel {
+namespace {
+
+bool IsHostBridge(hwloc_obj_t obj) {
+  return obj->type == HWLOC_OBJ_BRIDGE &&
+         obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+}
+bool IsPciBridge(hwloc_obj_t obj) {
+  return obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+}
+
+std::string BusId(hwloc_obj_t pci) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", pci->attr->pcidev.domain,
+                pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
+  return buf;
+}
+
+// The PCI device an object belongs to: itself, or an OS device's PCI parent.
+hwloc_obj_t PciOf(hwloc_obj_t obj) {
+  while (obj != nullptr && obj->type == HWLOC_OBJ_OS_DEVICE) obj = obj->parent;
+  return obj != nullptr && obj->type == HWLOC_OBJ_PCI_DEVICE ? obj : nullptr;
+}
+
+bool IsNvswitch(hwloc_obj_t pci) {
+  return pci != nullptr && pci->subtype != nullptr && std::strcmp(pci->subtype, "NVSwitch") == 0;
+}
+
+// Number of PCI bridges strictly between `obj` and its ancestor `top`.
+int BridgesBelow(hwloc_obj_t obj, hwloc_obj_t top) {
+  int n = 0;
+  for (hwloc_obj_t p = obj->parent; p != nullptr && p != top; p = p->parent) {
+    if (IsPciBridge(p)) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+struct HostTopology::Impl {
+  hwloc_topology_t topo = nullptr;
+  ~Impl() {
+    if (topo != nullptr) hwloc_topology_destroy(topo);
+  }
+
+  hwloc_obj_t Find(const std::string& bus_id) const {
+    unsigned domain = 0, bus = 0, dev = 0, func = 0;
+    if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &func) != 4) {
+      return nullptr;
+    }
+    return hwloc_get_pcidev_by_busid(topo, domain, bus, dev, func);
+  }
+
+  // The innermost object with both `a` and `b` below it.
+  hwloc_obj_t Common(hwloc_obj_t a, hwloc_obj_t b) const {
+    return hwloc_get_common_ancestor_obj(topo, a, b);
+  }
+
+  // Network and OpenFabrics OS devices anywhere below `root`.
+  void CollectNics(hwloc_obj_t root, std::set<std::string>* out) const {
+    for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os != nullptr;
+         os = hwloc_get_next_osdev(topo, os)) {
+      if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK &&
+          os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) {
+        continue;
+      }
+      for (hwloc_obj_t p = os->parent; p != nullptr; p = p->parent) {
+        if (p == root) {
+          out->insert(os->name != nullptr ? os->name : "?");
+          break;
+        }
+      }
+    }
+  }
+};
+
+HostTopology::HostTopology(std::unique_ptr<Impl> impl, std::string source)
+    : impl_(std::move(impl)), source_(std::move(source)) {}
+HostTopology::~HostTopology() = default;
+
+absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::string& xml_path) {
+  auto impl = std::make_unique<Impl>();
+  if (hwloc_topology_init(&impl->topo) != 0) {
+    impl->topo = nullptr;
+    return absl::InternalError("hwloc_topology_init failed");
+  }
+  // Keep every PCI bridge: PCIe path levels are counted from them.
+  hwloc_topology_set_io_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  std::string source = "this machine";
+  if (!xml_path.empty()) {
+    if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hwloc cannot read XML topology ", xml_path, ": ", std::strerror(errno)));
+    }
+    source = "XML " + xml_path;
+  } else if (const char* env = std::getenv("HWLOC_XMLFILE"); env != nullptr && *env != '\0') {
+    source = std::string("XML ") + env + " (HWLOC_XMLFILE)";
+  }
+  if (hwloc_topology_load(impl->topo) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("hwloc could not load the topology of ", source, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), source));
+}
+
+HostTopology::Placement HostTopology::Locate(const std::string& pci_bus_id) const {
+  Placement out;
+  hwloc_obj_t pci = impl_->Find(pci_bus_id);
+  if (pci == nullptr) return out;
+  out.found = true;
+  hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(impl_->topo, pci);
+  if (local != nullptr && local->cpuset != nullptr) {
+    char* list = nullptr;
+    if (hwloc_bitmap_list_asprintf(&list, local->cpuset) >= 0 && list != nullptr) {
+      out.cpuset = list;
+    }
+    std::free(list);
+  }
+  if (local != nullptr && local->nodeset != nullptr && hwloc_bitmap_weight(local->nodeset) == 1) {
+    out.numa_node = hwloc_bitmap_first(local->nodeset);
+  }
+  // Nearest NICs: walk up from the device, through its PCIe switch(es), its host bridge and
+  // finally its local CPU/NUMA object; the first level holding any NIC wins.
+  std::set<std::string> nics;
+  for (hwloc_obj_t p = pci->parent; p != nullptr && nics.empty(); p = p->parent) {
+    impl_->CollectNics(p, &nics);
+    if (p == local) break;
+  }
+  out.nearest_nics.assign(nics.begin(), nics.end());
+  return out;
+}
+
+PciePath HostTopology::PathBetween(const std::string& bus_a, const std::string& bus_b) const {
+  hwloc_obj_t a = impl_->Find(bus_a);
+  hwloc_obj_t b = impl_->Find(bus_b);
+  if (a == nullptr || b == nullptr || a == b) return PciePath::kUnknown;
+  hwloc_obj_t common = impl_->Common(a, b);
+  if (common == nullptr) return PciePath::kUnknown;
+  if (IsPciBridge(common)) {
+    // One switch: each device sits at most one bridge (its downstream port) below the
+    // switch's upstream port. More bridges on either side: several switches.
+    return BridgesBelow(a, common) <= 1 && BridgesBelow(b, common) <= 1 ? PciePath::kPix
+                                                                        : PciePath::kPxb;
+  }
+  if (IsHostBridge(common)) return PciePath::kPhb;
+  if (common->type == HWLOC_OBJ_PCI_DEVICE) return PciePath::kPix;  // functions of one device
+  // Above the I/O tree: same NUMA node across host bridges, or across the SMP interconnect.
+  hwloc_obj_t la = hwloc_get_non_io_ancestor_obj(impl_->topo, a);
+  hwloc_obj_t lb = hwloc_get_non_io_ancestor_obj(impl_->topo, b);
+  if (la != nullptr && lb != nullptr && la->nodeset != nullptr && lb->nodeset != nullptr &&
+      hwloc_bitmap_weight(la->nodeset) == 1 && hwloc_bitmap_isequal(la->nodeset, lb->nodeset)) {
+    return PciePath::kNode;
+  }
+  return PciePath::kSys;
+}
+
+std::vector<HostTopology::Nvlink> HostTopology::NvlinkBandwidth() const {
+  std::vector<Nvlink> out;
+  unsigned nr = 1;
+  hwloc_distances_s* dist = nullptr;
+  if (hwloc_distances_get_by_name(impl_->topo, "NVLinkBandwidth", &nr, &dist, 0) != 0 ||
+      nr == 0) {
+    return out;
+  }
+  const unsigned n = dist->nbobjs;
+  std::vector<hwloc_obj_t> pci(n);
+  for (unsigned i = 0; i < n; ++i) pci[i] = PciOf(dist->objs[i]);
+  auto value = [&](unsigned i, unsigned j) { return dist->values[i * n + j]; };
+  auto is_gpu = [&](unsigned i) { return pci[i] != nullptr && !IsNvswitch(pci[i]); };
+
+  // Switch fabrics: NVSwitches joined by NVLink form one component.
+  std::vector<int> component(n, -1);
+  int components = 0;
+  for (unsigned s = 0; s < n; ++s) {
+    if (!IsNvswitch(pci[s]) || component[s] >= 0) continue;
+    std::vector<unsigned> stack = {s};
+    component[s] = components;
+    while (!stack.empty()) {
+      unsigned x = stack.back();
+      stack.pop_back();
+      for (unsigned y = 0; y < n; ++y) {
+        if (IsNvswitch(pci[y]) && component[y] < 0 && (value(x, y) > 0 || value(y, x) > 0)) {
+          component[y] = components;
+          stack.push_back(y);
+        }
+      }
+    }
+    ++components;
+  }
+  // Per GPU: bandwidth and link count into each fabric.
+  std::vector<std::map<int, std::pair<uint64_t, uint32_t>>> to_fabric(n);
+  for (unsigned g = 0; g < n; ++g) {
+    if (!is_gpu(g)) continue;
+    for (unsigned s = 0; s < n; ++s) {
+      if (component[s] >= 0 && value(g, s) > 0) {
+        auto& entry = to_fabric[g][component[s]];
+        entry.first += value(g, s);
+        entry.second += 1;
+      }
+    }
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    for (unsigned j = i + 1; j < n; ++j) {
+      if (!is_gpu(i) || !is_gpu(j) || pci[i] == pci[j]) continue;
+      Nvlink link{BusId(pci[i]), BusId(pci[j]), std::max(value(i, j), value(j, i)), 0};
+      for (const auto& [fabric, bw_count] : to_fabric[i]) {
+        auto other = to_fabric[j].find(fabric);
+        if (other == to_fabric[j].end()) continue;
+        link.bandwidth_mbps += std::min(bw_count.first, other->second.first);
+        link.count += std::min(bw_count.second, other->second.second);
+      }
+      if (link.bandwidth_mbps > 0) out.push_back(link);
+    }
+  }
+  hwloc_distances_release(impl_->topo, dist);
+  return out;
+}
+
+}  // namespace rayaccel

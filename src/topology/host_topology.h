@@ -1,0 +1,60 @@
+// The host's own topology, from hwloc: where each PCI device sits relative to CPUs, memory,
+// NICs and the other devices. Works on this machine or on an exported XML topology
+// (HWLOC_XMLFILE, hwloc's own variable, or an explicit file).
+#ifndef RAYACCEL_TOPOLOGY_HOST_TOPOLOGY_H_
+#define RAYACCEL_TOPOLOGY_HOST_TOPOLOGY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rayaccel/registry.h"
+
+namespace rayaccel {
+
+class HostTopology {
+ public:
+  // `xml_path` empty: hwloc's default (HWLOC_XMLFILE when set, else this machine).
+  static absl::StatusOr<std::unique_ptr<HostTopology>> Load(const std::string& xml_path = "");
+  ~HostTopology();
+  HostTopology(const HostTopology&) = delete;
+  HostTopology& operator=(const HostTopology&) = delete;
+
+  // Where the topology came from: "this machine" or "XML <path>".
+  const std::string& source() const { return source_; }
+
+  struct Placement {
+    bool found = false;  // false: hwloc does not know this bus id; the rest is empty
+    int numa_node = -1;  // -1 when the device is local to several NUMA nodes or none
+    std::string cpuset;  // local CPUs as a list, "0-13,28-41"
+    std::vector<std::string> nearest_nics;  // network/OpenFabrics names, nearest level only
+  };
+  // `pci_bus_id` in "dddd:bb:dd.f" form.
+  Placement Locate(const std::string& pci_bus_id) const;
+
+  // The PCIe path level between two PCI devices (nvidia-smi's vocabulary); kUnknown when
+  // either is not in the topology.
+  PciePath PathBetween(const std::string& bus_a, const std::string& bus_b) const;
+
+  // NVLink connectivity between GPUs from hwloc's "NVLinkBandwidth" matrix (NVML backend):
+  // direct GPU-GPU links, and GPUs reaching each other through a common NVSwitch fabric.
+  struct Nvlink {
+    std::string bus_a;
+    std::string bus_b;
+    uint64_t bandwidth_mbps = 0;
+    uint32_t count = 0;  // links, when countable (one per GPU-switch entry); 0 unknown
+  };
+  std::vector<Nvlink> NvlinkBandwidth() const;
+
+ private:
+  struct Impl;
+  explicit HostTopology(std::unique_ptr<Impl> impl, std::string source);
+  std::unique_ptr<Impl> impl_;
+  std::string source_;
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_TOPOLOGY_HOST_TOPOLOGY_H_

@@ -1,0 +1,161 @@
+// HostTopology on real machines' hwloc exports. Expected NUMA nodes and CPU sets are what
+// hwloc's own tools print for the same files, e.g.
+//   hwloc-calc --if xml --input nvidiaDGX2.xml pci=0000:34:00.0 -I NUMAnode --po   -> 0
+//   hwloc-calc --if xml --input nvidiaDGX2.xml pci=0000:34:00.0 -I pu --po         -> 0,1
+// and PCIe levels follow the trees `lstopo-no-graphics --if xml --input FILE` draws.
+#include "topology/host_topology.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace rayaccel {
+namespace {
+
+std::string Fixture(const std::string& name) {
+  return std::string(RAYACCEL_FIXTURES_DIR) + "/hwloc/" + name;
+}
+
+std::unique_ptr<HostTopology> Load(const std::string& name) {
+  absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load(Fixture(name));
+  EXPECT_TRUE(host.ok()) << host.status();
+  return host.ok() ? *std::move(host) : nullptr;
+}
+
+// "0-1,8-9" -> {0,1,8,9}: to compare with hwloc-calc's "-I pu --po" lists.
+std::set<int> Cpus(const std::string& list) {
+  std::set<int> out;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> range = absl::StrSplit(part, '-');
+    int lo = 0, hi = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(range[0], &lo)) << list;
+    hi = lo;
+    if (range.size() == 2) EXPECT_TRUE(absl::SimpleAtoi(range[1], &hi)) << list;
+    for (int i = lo; i <= hi; ++i) out.insert(i);
+  }
+  return out;
+}
+
+struct Expected {
+  const char* bus;
+  int numa;
+  std::set<int> cpus;  // hwloc-calc pci=BUS -I pu --po
+};
+
+void ExpectPlacements(const std::string& file, const std::vector<Expected>& cases) {
+  std::unique_ptr<HostTopology> host = Load(file);
+  ASSERT_NE(host, nullptr);
+  for (const Expected& e : cases) {
+    HostTopology::Placement p = host->Locate(e.bus);
+    EXPECT_TRUE(p.found) << file << " " << e.bus;
+    EXPECT_EQ(p.numa_node, e.numa) << file << " " << e.bus;
+    EXPECT_EQ(Cpus(p.cpuset), e.cpus) << file << " " << e.bus << ": " << p.cpuset;
+  }
+}
+
+TEST(HostTopology, NumaAndCpusAgreeWithHwlocCalc) {
+  ExpectPlacements("nvidiaDGX2.xml", {{"0000:34:00.0", 0, {0, 1}},
+                                      {"0000:5e:00.0", 0, {0, 1}},
+                                      {"0000:b7:00.0", 1, {24, 25}},
+                                      {"0000:e7:00.0", 1, {24, 25}}});
+  ExpectPlacements("power8gpudistances.xml",
+                   {{"0002:01:00.0", 0, {0, 1, 8, 9, 16, 17, 24, 25}},
+                    {"000b:01:00.0", 1, {80, 81, 88, 89, 96, 97, 104, 105}}});
+  ExpectPlacements("24em64t-2n6c2t-pci.xml",
+                   {{"0000:06:00.0", 0, {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22}},
+                    {"0000:14:00.0", 1, {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}}});
+  ExpectPlacements("32em64t-2n8c2t-pci-wholeio.xml",
+                   {{"0000:03:00.0", 0, {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}},
+                    {"0000:84:00.0", 1,
+                     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}}});
+}
+
+TEST(HostTopology, PciePathLevels) {
+  std::unique_ptr<HostTopology> dgx2 = Load("nvidiaDGX2.xml");
+  // 34 and 36 hang off two downstream ports of one PLX switch.
+  EXPECT_EQ(dgx2->PathBetween("0000:34:00.0", "0000:36:00.0"), PciePath::kPix);
+  // 34 and 39: two levels of PLX switches below a common upstream bridge.
+  EXPECT_EQ(dgx2->PathBetween("0000:34:00.0", "0000:39:00.0"), PciePath::kPxb);
+  // 34 and 57: different host bridges of the same package and NUMA node.
+  EXPECT_EQ(dgx2->PathBetween("0000:34:00.0", "0000:57:00.0"), PciePath::kNode);
+  // 34 and b7: the other socket.
+  EXPECT_EQ(dgx2->PathBetween("0000:34:00.0", "0000:b7:00.0"), PciePath::kSys);
+  EXPECT_EQ(dgx2->PathBetween("0000:36:00.0", "0000:34:00.0"), PciePath::kPix);  // symmetric
+
+  std::unique_ptr<HostTopology> p8 = Load("power8gpudistances.xml");
+  EXPECT_EQ(p8->PathBetween("0002:01:00.0", "0003:01:00.0"), PciePath::kNode);
+  EXPECT_EQ(p8->PathBetween("0002:01:00.0", "000a:01:00.0"), PciePath::kSys);
+
+  std::unique_ptr<HostTopology> xeon = Load("24em64t-2n6c2t-pci.xml");
+  // 14:00.0 and 11:00.0 sit behind two root ports of one host bridge.
+  EXPECT_EQ(xeon->PathBetween("0000:14:00.0", "0000:11:00.0"), PciePath::kPhb);
+  EXPECT_EQ(xeon->PathBetween("0000:06:00.0", "0000:14:00.0"), PciePath::kSys);
+  EXPECT_EQ(xeon->PathBetween("0000:06:00.0", "0000:99:00.0"), PciePath::kUnknown);
+}
+
+TEST(HostTopology, NearestNics) {
+  std::unique_ptr<HostTopology> xeon = Load("24em64t-2n6c2t-pci.xml");
+  // No NIC behind the GPU's own root port: the host bridge's NICs are nearest.
+  EXPECT_EQ(xeon->Locate("0000:06:00.0").nearest_nics,
+            (std::vector<std::string>{"eth0", "eth1", "eth2", "ib0", "mlx4_0"}));
+  // The other socket has no NIC at all.
+  EXPECT_TRUE(xeon->Locate("0000:14:00.0").nearest_nics.empty());
+
+  std::unique_ptr<HostTopology> wholeio = Load("32em64t-2n8c2t-pci-wholeio.xml");
+  // 84:00.0 shares its bridge with the InfiniBand HCA: only that one is nearest.
+  EXPECT_EQ(wholeio->Locate("0000:84:00.0").nearest_nics,
+            (std::vector<std::string>{"ib0", "mlx5_0"}));
+  EXPECT_EQ(wholeio->Locate("0000:83:00.0").nearest_nics,
+            (std::vector<std::string>{"eth0", "eth1", "ib0", "mlx5_0"}));
+}
+
+TEST(HostTopology, NvlinkBandwidthMatrix) {
+  // POWER8 with P100s: GPU pairs linked directly at 40 GB/s (hwloc's NVLinkBandwidth).
+  std::vector<HostTopology::Nvlink> p8 = Load("power8gpudistances.xml")->NvlinkBandwidth();
+  ASSERT_EQ(p8.size(), 2u);
+  EXPECT_EQ(p8[0].bus_a, "0002:01:00.0");
+  EXPECT_EQ(p8[0].bus_b, "0003:01:00.0");
+  EXPECT_EQ(p8[0].bandwidth_mbps, 40000u);
+  EXPECT_EQ(p8[1].bus_a, "000a:01:00.0");
+  EXPECT_EQ(p8[1].bus_b, "000b:01:00.0");
+
+  // DGX-2: each GPU has one 25 GB/s link to each of its baseboard's six NVSwitches, so every
+  // pair on a baseboard is NV6 (150 GB/s). The export has no switch-to-switch links.
+  std::vector<HostTopology::Nvlink> dgx2 = Load("nvidiaDGX2.xml")->NvlinkBandwidth();
+  EXPECT_EQ(dgx2.size(), 2u * 28u);
+  for (const HostTopology::Nvlink& l : dgx2) {
+    EXPECT_EQ(l.count, 6u);
+    EXPECT_EQ(l.bandwidth_mbps, 150000u);
+  }
+}
+
+TEST(HostTopology, UnknownBusIdAndBadFiles) {
+  std::unique_ptr<HostTopology> dgx2 = Load("nvidiaDGX2.xml");
+  EXPECT_FALSE(dgx2->Locate("0000:ff:1f.7").found);
+  EXPECT_FALSE(dgx2->Locate("garbage").found);
+  EXPECT_FALSE(HostTopology::Load("/nonexistent/topo.xml").ok());
+  EXPECT_EQ(dgx2->source(), "XML " + Fixture("nvidiaDGX2.xml"));
+}
+
+TEST(HostTopology, HonoursHwlocXmlFile) {
+  setenv("HWLOC_XMLFILE", Fixture("power8gpudistances.xml").c_str(), 1);
+  absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load();
+  unsetenv("HWLOC_XMLFILE");
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE((*host)->Locate("000a:01:00.0").found);
+  EXPECT_NE((*host)->source().find("HWLOC_XMLFILE"), std::string::npos);
+}
+
+TEST(HostTopology, ThisMachineLoads) {
+  // Whatever this host is, hwloc can describe it; a bus id that is not there is not found.
+  absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_FALSE((*host)->Locate("00ff:ff:1f.7").found);
+}
+
+}  // namespace
+}  // namespace rayaccel
