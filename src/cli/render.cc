@@ -98,7 +98,8 @@ void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
 std::vector<std::string> DeviceLabels(const NodeSnapshot& s) {
   std::map<std::string, int> next;
   std::vector<std::string> labels;
-  for (const Device& d : s.devices) labels.push_back(d.resource + std::to_string(next[d.resource]++));
+  for (const Device& d : s.devices)
+    labels.push_back(d.resource + std::to_string(next[d.resource]++));
   return labels;
 }
 
@@ -434,10 +435,11 @@ std::string TopoDot(const NodeSnapshot& s) {
       const Link* l = BestLink(s, a, b);
       if (l == nullptr) continue;
       bool direct = l->type != LinkType::kPcie;
-      out += absl::StrCat("  d", a, " -- d", b, " [label=", json::Quote(Cell(s, a, b)),
-                          direct ? absl::StrCat(", penwidth=", 1 + std::min<uint32_t>(l->count, 18) / 3)
-                                 : ", style=dashed, color=gray",
-                          "];\n");
+      out += absl::StrCat(
+          "  d", a, " -- d", b, " [label=", json::Quote(Cell(s, a, b)),
+          direct ? absl::StrCat(", penwidth=", 1 + std::min<uint32_t>(l->count, 18) / 3)
+                 : ", style=dashed, color=gray",
+          "];\n");
     }
   }
   return out + "}\n";

@@ -278,8 +278,7 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   return plugin;
 }
 
-void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level,
-                           rayaccel_string message) {
+void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message) {
   auto* self = static_cast<LoadedPlugin*>(host_context);
   absl::string_view text(message.data != nullptr ? message.data : "",
                          message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);

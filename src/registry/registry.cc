@@ -235,9 +235,9 @@ class Registry::Impl {
         const std::string& r = snap->devices[p].resource;
         if (resource.empty()) resource = r;
         if (r != resource) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "device ", snap->devices[p].id, " is a ", r, ", not a ", resource,
-              ": one allocation takes devices of one family"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("device ", snap->devices[p].id, " is a ", r, ", not a ", resource,
+                           ": one allocation takes devices of one family"));
         }
       }
     }
@@ -257,16 +257,16 @@ class Registry::Impl {
     Allocation none;
     for (size_t m : *must) {
       if (std::find(available->begin(), available->end(), m) == available->end()) {
-        none.reason = absl::StrCat("must-include device ", snap->devices[m].id,
-                                   " is not available");
+        none.reason =
+            absl::StrCat("must-include device ", snap->devices[m].id, " is not available");
         return none;
       }
     }
     if (size == 0) {
       none.reason = "size must be at least 1";
     } else if (must->size() > size) {
-      none.reason = absl::StrCat(must->size(), " devices must be included, more than the size ",
-                                 size);
+      none.reason =
+          absl::StrCat(must->size(), " devices must be included, more than the size ", size);
     } else if (available->size() < size) {
       none.reason = absl::StrCat("only ", available->size(), " ", resource, " devices available, ",
                                  size, " requested");

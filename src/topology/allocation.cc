@@ -38,7 +38,7 @@ uint64_t Choose(uint64_t n, uint64_t k, uint64_t cap) {
 }
 
 struct Candidate {
-  std::vector<size_t> set;  // sorted positions
+  std::vector<size_t> set;  // sorted snapshot positions
   int64_t score = 0;
   int64_t leftover = 0;
   bool operator>(const Candidate& o) const {
@@ -48,65 +48,87 @@ struct Candidate {
   }
 };
 
+// Works on matrix rows (0..n-1) and turns them into snapshot positions at the end.
 class Search {
  public:
-  Search(const AffinityMatrix& m, const std::vector<size_t>& available) : m_(m) {
-    degree_.assign(*std::max_element(available.begin(), available.end()) + 1, 0);
-    for (size_t a : available) {
-      int64_t d = 0;
-      for (size_t b : available) {
-        if (a != b) d += m.weight(a, b);
-      }
-      degree_[a] = d;
-      total_ += d;
+  Search(const AffinityMatrix& m, const std::vector<size_t>& available)
+      : m_(m), positions_(available), degree_(available.size(), 0) {
+    for (size_t a = 0; a < n(); ++a) {
+      for (size_t b = 0; b < n(); ++b) degree_[a] += a == b ? 0 : W(a, b);
+      total_ += degree_[a];
     }
     total_ /= 2;
   }
 
-  Candidate Evaluate(std::vector<size_t> set) const {
-    std::sort(set.begin(), set.end());
-    Candidate c;
-    int64_t degrees = 0;
-    for (size_t i = 0; i < set.size(); ++i) {
-      degrees += degree_[set[i]];
-      for (size_t j = i + 1; j < set.size(); ++j) c.score += m_.weight(set[i], set[j]);
-    }
-    // Pairs among the devices left over = all pairs - pairs touching the set.
-    c.leftover = total_ - degrees + c.score;
-    c.set = std::move(set);
-    return c;
-  }
-
-  // Best set of `size` from `pool` containing `must`.
+  // Best set of `size` from `pool` containing `must` (snapshot positions).
   Candidate Best(const std::vector<size_t>& pool, const std::vector<size_t>& must, size_t size,
-                 std::string* method) {
-    std::vector<size_t> cand;
+                 std::string* method) const {
+    std::vector<size_t> must_rows, cand;
+    for (size_t p : must) must_rows.push_back(Row(p));
     for (size_t p : pool) {
-      if (std::find(must.begin(), must.end(), p) == must.end()) cand.push_back(p);
+      if (std::find(must.begin(), must.end(), p) == must.end()) cand.push_back(Row(p));
     }
     size_t r = size - must.size();
     uint64_t sets = Choose(cand.size(), r, kExhaustiveLimit);
     if (sets <= kExhaustiveLimit) {
       *method = absl::StrCat("exhaustive over ", sets, " candidate sets");
-      return Exhaustive(cand, must, r);
+      return Exhaustive(cand, must_rows, r);
     }
-    *method = absl::StrCat("greedy from ", cand.size(), " seeds, refined by swaps");
-    return Heuristic(cand, must, size);
+    *method = absl::StrCat("greedy growth over ", cand.size(), " candidates, refined by swaps");
+    return Heuristic(cand, must_rows, size);
   }
 
  private:
+  size_t n() const { return positions_.size(); }
+  int64_t W(size_t a, size_t b) const { return m_.weight(positions_[a], positions_[b]); }
+  size_t Row(size_t position) const {
+    return static_cast<size_t>(std::find(positions_.begin(), positions_.end(), position) -
+                               positions_.begin());
+  }
+
+  int64_t Score(const std::vector<size_t>& rows) const {
+    int64_t s = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (size_t j = i + 1; j < rows.size(); ++j) s += W(rows[i], rows[j]);
+    }
+    return s;
+  }
+  // Pairs among the devices left over = all pairs - pairs touching the set.
+  int64_t Leftover(const std::vector<size_t>& rows, int64_t score) const {
+    int64_t degrees = 0;
+    for (size_t r : rows) degrees += degree_[r];
+    return total_ - degrees + score;
+  }
+  Candidate Make(const std::vector<size_t>& rows, int64_t score) const {
+    Candidate c;
+    c.score = score;
+    c.leftover = Leftover(rows, score);
+    for (size_t r : rows) c.set.push_back(positions_[r]);
+    std::sort(c.set.begin(), c.set.end());
+    return c;
+  }
+  // Whether (score, leftover, rows) beats `best` without building a Candidate.
+  static bool Beats(int64_t score, int64_t leftover, const Candidate& best) {
+    return score != best.score ? score > best.score : leftover > best.leftover;
+  }
+
   Candidate Exhaustive(const std::vector<size_t>& cand, const std::vector<size_t>& must,
                        size_t r) const {
     std::vector<size_t> pick(r);
     std::iota(pick.begin(), pick.end(), 0);
+    std::vector<size_t> rows = must;
+    rows.resize(must.size() + r);
     Candidate best;
     bool have = false;
     while (true) {
-      std::vector<size_t> set = must;
-      for (size_t i : pick) set.push_back(cand[i]);
-      Candidate c = Evaluate(std::move(set));
-      if (!have || c > best) best = std::move(c), have = true;
-      // Next combination in lexicographic order.
+      for (size_t i = 0; i < r; ++i) rows[must.size() + i] = cand[pick[i]];
+      int64_t score = Score(rows);
+      int64_t leftover = Leftover(rows, score);
+      if (!have || Beats(score, leftover, best)) {
+        best = Make(rows, score);
+        have = true;
+      }
+      // Next combination in lexicographic order (earlier sets win ties: lowest positions).
       size_t i = r;
       while (i > 0 && pick[i - 1] == cand.size() - r + i - 1) --i;
       if (i == 0) break;
@@ -116,74 +138,99 @@ class Search {
     return best;
   }
 
-  // Greedy growth from every seed (highest gain first, then the least connected device, to
-  // leave well-connected ones together), then 1-swap refinement of the best few.
+  // The greedy order: more gain; then the less connected device (leaves well-connected ones
+  // together); then one not in an earlier set (so that seeds explore different sets).
+  bool Prefer(int64_t gain_a, size_t a, int64_t gain_b, size_t b,
+              const std::vector<bool>& covered) const {
+    if (gain_a != gain_b) return gain_a > gain_b;
+    if (degree_[a] != degree_[b]) return degree_[a] < degree_[b];
+    return !covered[a] && covered[b];
+  }
+
+  // Greedy growth from every seed not already in a grown set (highest gain first, then the
+  // least connected device, to leave well-connected ones together), then 1-swap refinement
+  // of the best few.
   Candidate Heuristic(const std::vector<size_t>& cand, const std::vector<size_t>& must,
                       size_t size) const {
     std::set<std::vector<size_t>> seen;
-    std::vector<Candidate> grown;
-    for (size_t seed : cand) {
-      std::vector<size_t> set = must;
-      set.push_back(seed);
-      std::vector<bool> in(cand.size(), false);
-      std::vector<int64_t> gain(cand.size(), 0);
+    std::vector<std::pair<Candidate, std::vector<size_t>>> grown;  // with its rows
+    std::vector<int64_t> gain(cand.size());
+    std::vector<bool> in(cand.size());
+    std::vector<bool> covered(n(), false);  // in a set grown before: it would grow it again
+    for (size_t seed = 0; seed < cand.size(); ++seed) {
+      if (covered[cand[seed]]) continue;
+      std::vector<size_t> rows = must;
+      rows.push_back(cand[seed]);
       for (size_t i = 0; i < cand.size(); ++i) {
-        in[i] = cand[i] == seed;
-        for (size_t s : set) gain[i] += cand[i] == s ? 0 : m_.weight(s, cand[i]);
+        in[i] = i == seed;
+        gain[i] = 0;
+        for (size_t s : rows) gain[i] += s == cand[i] ? 0 : W(s, cand[i]);
       }
-      while (set.size() < size) {
+      while (rows.size() < size) {
         size_t pick = cand.size();
         for (size_t i = 0; i < cand.size(); ++i) {
           if (in[i]) continue;
-          if (pick == cand.size() || gain[i] > gain[pick] ||
-              (gain[i] == gain[pick] && degree_[cand[i]] < degree_[cand[pick]])) {
+          if (pick == cand.size() || Prefer(gain[i], cand[i], gain[pick], cand[pick], covered)) {
             pick = i;
           }
         }
         in[pick] = true;
-        set.push_back(cand[pick]);
-        for (size_t i = 0; i < cand.size(); ++i) gain[i] += m_.weight(cand[pick], cand[i]);
+        rows.push_back(cand[pick]);
+        for (size_t i = 0; i < cand.size(); ++i) gain[i] += W(cand[pick], cand[i]);
       }
-      std::sort(set.begin(), set.end());
-      if (seen.insert(set).second) grown.push_back(Evaluate(set));
+      for (size_t r : rows) covered[r] = true;
+      Candidate c = Make(rows, Score(rows));
+      if (seen.insert(c.set).second) grown.emplace_back(std::move(c), std::move(rows));
     }
-    std::sort(grown.begin(), grown.end(), std::greater<>());
+    std::sort(grown.begin(), grown.end(),
+              [](const auto& x, const auto& y) { return x.first > y.first; });
     if (grown.size() > kRefined) grown.resize(kRefined);
-    Candidate best = grown.front();
-    for (Candidate& c : grown) {
-      Refine(cand, must, &c);
-      if (c > best) best = c;
+    Candidate best = grown.front().first;
+    for (auto& [c, rows] : grown) {
+      Candidate refined = Refine(cand, must.size(), rows);
+      if (refined > best) best = std::move(refined);
     }
     return best;
   }
 
-  // Swaps one chosen device (not a must-include) for an outside one while that improves.
-  void Refine(const std::vector<size_t>& cand, const std::vector<size_t>& must,
-              Candidate* c) const {
-    for (size_t pass = 0; pass < 2 * c->set.size(); ++pass) {
+  // Swaps one chosen device (after the must-includes) for an outside one while that
+  // improves (score, leftover); each trial is O(size) from the pair sums.
+  Candidate Refine(const std::vector<size_t>& cand, size_t fixed, std::vector<size_t> rows) const {
+    int64_t score = Score(rows);
+    int64_t degrees = 0;
+    for (size_t r : rows) degrees += degree_[r];
+    auto to_set = [&](size_t x, size_t skip) {
+      int64_t s = 0;
+      for (size_t k = 0; k < rows.size(); ++k) s += k == skip ? 0 : W(x, rows[k]);
+      return s;
+    };
+    for (size_t pass = 0; pass < 2 * rows.size(); ++pass) {
       bool improved = false;
-      for (size_t& chosen : c->set) {
-        if (std::find(must.begin(), must.end(), chosen) != must.end()) continue;
-        for (size_t outside : cand) {
-          if (std::find(c->set.begin(), c->set.end(), outside) != c->set.end()) continue;
-          size_t old = chosen;
-          chosen = outside;
-          Candidate trial = Evaluate(c->set);
-          chosen = old;
-          if (trial > *c) {
-            *c = std::move(trial);
+      for (size_t k = fixed; k < rows.size() && !improved; ++k) {
+        int64_t out_gain = to_set(rows[k], k);
+        for (size_t c : cand) {
+          if (std::find(rows.begin(), rows.end(), c) != rows.end()) continue;
+          int64_t new_score = score - out_gain + to_set(c, k);
+          int64_t new_degrees = degrees - degree_[rows[k]] + degree_[c];
+          int64_t new_leftover = total_ - new_degrees + new_score;
+          int64_t leftover = total_ - degrees + score;
+          if (new_score > score || (new_score == score && new_leftover > leftover)) {
+            rows[k] = c;
+            score = new_score;
+            degrees = new_degrees;
             improved = true;
             break;
           }
         }
-        if (improved) break;
       }
-      if (!improved) return;
+      if (!improved) break;
     }
+    return Make(rows, score);
   }
 
   const AffinityMatrix& m_;
-  std::vector<int64_t> degree_;  // by snapshot position: weight to all other available
+  std::vector<size_t> positions_;  // row -> snapshot position
+  std::vector<int64_t> degree_;    // row -> weight to every other available device
   int64_t total_ = 0;
 };
 
@@ -222,8 +269,7 @@ AffinityMatrix::AffinityMatrix(const NodeSnapshot& snap, const std::vector<size_
       if (pcie[k] != nullptr) w += PcieWeight(pcie[k]->pcie_path) * kPcieScale;
       if (a.numa_node >= 0 && a.numa_node == b.numa_node) w += kNumaWeight;
       for (const std::string& nic : a.nearest_nics) {
-        if (std::find(b.nearest_nics.begin(), b.nearest_nics.end(), nic) !=
-            b.nearest_nics.end()) {
+        if (std::find(b.nearest_nics.begin(), b.nearest_nics.end(), nic) != b.nearest_nics.end()) {
           w += kNicWeight;
           break;
         }

@@ -12,8 +12,8 @@ void EnrichWithHostTopology(const HostTopology& host, NodeSnapshot* snap) {
     if (d.pci_bus_id.empty()) continue;
     HostTopology::Placement place = host.Locate(d.pci_bus_id);
     if (!place.found) {
-      d.topology_note = "PCI " + d.pci_bus_id + " is not in the host topology (" +
-                        host.source() + ")";
+      d.topology_note =
+          "PCI " + d.pci_bus_id + " is not in the host topology (" + host.source() + ")";
       continue;
     }
     located.push_back(i);

@@ -15,8 +15,7 @@ namespace rayaccel {
 namespace {
 
 bool IsHostBridge(hwloc_obj_t obj) {
-  return obj->type == HWLOC_OBJ_BRIDGE &&
-         obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+  return obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
 }
 bool IsPciBridge(hwloc_obj_t obj) {
   return obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
@@ -171,8 +170,7 @@ std::vector<HostTopology::Nvlink> HostTopology::NvlinkBandwidth() const {
   std::vector<Nvlink> out;
   unsigned nr = 1;
   hwloc_distances_s* dist = nullptr;
-  if (hwloc_distances_get_by_name(impl_->topo, "NVLinkBandwidth", &nr, &dist, 0) != 0 ||
-      nr == 0) {
+  if (hwloc_distances_get_by_name(impl_->topo, "NVLinkBandwidth", &nr, &dist, 0) != 0 || nr == 0) {
     return out;
   }
   const unsigned n = dist->nbobjs;

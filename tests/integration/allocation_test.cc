@@ -50,7 +50,8 @@ TEST(Allocation, Dgx1HybridCubeMesh) {
   // Four GPUs: {0,1,2,3} and {4,5,6,7} are the only fully connected quads (nine NVLinks,
   // 225 GB/s inside the set); any other quad loses links.
   Set four = dgx1.Get(4).devices;
-  EXPECT_TRUE(four == (Set{0, 1, 2, 3}) || four == (Set{4, 5, 6, 7})) << ::testing::PrintToString(four);
+  EXPECT_TRUE(four == (Set{0, 1, 2, 3}) || four == (Set{4, 5, 6, 7}))
+      << ::testing::PrintToString(four);
   // Two GPUs: a double NVLink (NV2) whose two GPUs also share a PCIe switch (PIX): only 2-3
   // and 6-7 have both.
   Set two = dgx1.Get(2).devices;
@@ -112,7 +113,7 @@ TEST(Allocation, Nvl72DomainStaysWholeAndLocal) {
   std::set<int> numa;
   std::shared_ptr<const NodeSnapshot> snap = nvl.registry().snapshot();
   for (size_t p : eight.devices) numa.insert(snap->devices[p].numa_node);
-  EXPECT_EQ(numa.size(), 1u);  // all on one NUMA node
+  EXPECT_EQ(numa.size(), 1u);                                 // all on one NUMA node
   EXPECT_NE(eight.reason.find("greedy"), std::string::npos);  // too many sets to enumerate
 }
 
@@ -141,7 +142,8 @@ TEST(Allocation, UnhealthyDevicesAreNotOffered) {
   std::string spec = dir + "/spec.json";
   FILE* f = std::fopen(spec.c_str(), "w");
   std::fputs(R"({"devices": [{"uuid": "a", "name": "NVIDIA L4", "vendor": "nvidia"},
-    {"uuid": "b", "name": "NVIDIA L4", "vendor": "nvidia", "health": "unhealthy"}]})", f);
+    {"uuid": "b", "name": "NVIDIA L4", "vendor": "nvidia", "health": "unhealthy"}]})",
+             f);
   std::fclose(f);
   Allocator l4(spec);
   EXPECT_EQ(l4.Get(1).devices, (Set{0}));

@@ -58,8 +58,8 @@ TEST(Cli, DiscoverJsonOnDgxH100) {
 }
 
 TEST(Cli, DiscoverTextIsATable) {
-  CommandResult r = Cli({"discover", "--no-host-topology", "--config",
-                         "sim.spec=" + Example("dgx1-v100.json")});
+  CommandResult r =
+      Cli({"discover", "--no-host-topology", "--config", "sim.spec=" + Example("dgx1-v100.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Tesla V100-SXM2-16GB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  0  3  NV2"), std::string::npos) << r.out;

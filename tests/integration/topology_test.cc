@@ -65,10 +65,10 @@ TEST(Topology, PluginLinksWinButBothAreKept) {
   EXPECT_EQ(seen, (std::vector<std::string>{"plugin:sim:PIX", "hwloc:PHB"}));
   EXPECT_EQ(s->devices[2].nearest_nics, (std::vector<std::string>{"ib0", "mlx5_0"}));
 
-  testing::CommandResult r = testing::Run(
-      {RAYACCEL_CLI, "topo", "--config", "sim.spec=" + Fixture("specs/xeon-3gpu.json"),
-       "--hwloc-xml", Fixture("hwloc/32em64t-2n8c2t-pci-wholeio.xml")},
-      {{"RAYACCEL_PLUGIN_PATH", ""}});
+  testing::CommandResult r =
+      testing::Run({RAYACCEL_CLI, "topo", "--config", "sim.spec=" + Fixture("specs/xeon-3gpu.json"),
+                    "--hwloc-xml", Fixture("hwloc/32em64t-2n8c2t-pci-wholeio.xml")},
+                   {{"RAYACCEL_PLUGIN_PATH", ""}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("GPU1  SYS   X     PIX   8-15,24-31    1              "
                        "eth0,eth1,ib0,mlx5_0"),
@@ -142,7 +142,8 @@ TEST(Topology, AllocateCommand) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("No allocation: "), std::string::npos) << r.out;
 
-  r = testing::Run({RAYACCEL_CLI, "allocate", "--no-host-topology"}, {{"RAYACCEL_PLUGIN_PATH", ""}});
+  r = testing::Run({RAYACCEL_CLI, "allocate", "--no-host-topology"},
+                   {{"RAYACCEL_PLUGIN_PATH", ""}});
   EXPECT_EQ(r.exit_code, 2);  // --size is required
 }
 
