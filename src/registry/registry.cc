@@ -138,18 +138,7 @@ class Registry::Impl {
       }
       slots_.push_back(std::move(slot));
     }
-    if (options_.host_topology) {
-      absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load(options_.hwloc_xml);
-      if (host.ok()) {
-        host_ = *std::move(host);
-        host_description_ = "hwloc, " + host_->source();
-      } else {
-        host_description_ = "unavailable: " + std::string(host.status().message());
-        spdlog::warn("host topology {}", host_description_);
-      }
-    } else {
-      host_description_ = "disabled";
-    }
+    host_description_ = options_.host_topology ? "not needed: no PCI devices" : "disabled";
     for (const auto& [plugin, unused] : options_.config) {
       if (names.count(plugin) == 0) {
         spdlog::warn("configuration for plugin \"{}\", which is not loaded", plugin);
@@ -191,6 +180,7 @@ class Registry::Impl {
       }
       snap->plugins.push_back(status);
     }
+    LoadHostTopologyIfNeeded(*snap);
     snap->host_topology = host_description_;
     if (host_ != nullptr) EnrichWithHostTopology(*host_, snap.get());
     RayMapping mapping = MapToRay(*snap);
@@ -332,6 +322,24 @@ class Registry::Impl {
   }
 
  private:
+  // hwloc's view costs milliseconds to load (a full I/O discovery), so it is loaded on the
+  // first scan that finds a PCI device, once: the PCI tree does not change under us.
+  void LoadHostTopologyIfNeeded(const NodeSnapshot& snap) {
+    if (!options_.host_topology || host_attempted_) return;
+    bool any_pci = std::any_of(snap.devices.begin(), snap.devices.end(),
+                               [](const Device& d) { return !d.pci_bus_id.empty(); });
+    if (!any_pci) return;
+    host_attempted_ = true;
+    absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load(options_.hwloc_xml);
+    if (host.ok()) {
+      host_ = *std::move(host);
+      host_description_ = "hwloc, " + host_->source();
+    } else {
+      host_description_ = "unavailable: " + std::string(host.status().message());
+      spdlog::warn("host topology {}", host_description_);
+    }
+  }
+
   // Device ids or decimal snapshot positions to positions; each at most once.
   static absl::StatusOr<std::vector<size_t>> Resolve(const NodeSnapshot& snap,
                                                      const std::vector<std::string>& wanted) {
@@ -502,7 +510,8 @@ class Registry::Impl {
   }
 
   RegistryOptions options_;
-  std::unique_ptr<HostTopology> host_;  // loaded once: the PCI tree does not change
+  std::unique_ptr<HostTopology> host_;  // guarded by plugins_mu_, like the two below
+  bool host_attempted_ = false;
   std::string host_description_;
   mutable std::mutex plugins_mu_;  // one caller into the plugins at a time
   std::vector<Slot> slots_;

@@ -96,8 +96,10 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
     impl->topo = nullptr;
     return absl::InternalError("hwloc_topology_init failed");
   }
-  // Keep every PCI bridge: PCIe path levels are counted from them.
+  // Keep every PCI bridge: PCIe path levels are counted from them. Caches are not needed.
   hwloc_topology_set_io_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  hwloc_topology_set_cache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
   std::string source = "this machine";
   if (!xml_path.empty()) {
     if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {

@@ -41,6 +41,25 @@ TEST(Topology, Dgx2DevicesAreEnrichedFromHwloc) {
   EXPECT_EQ(Count(*s, "hwloc", LinkType::kNvlink), 2 * 28);
 }
 
+TEST(Topology, HwlocIsLoadedOnlyWhenAPciDeviceNeedsIt) {
+  RegistryOptions options;
+  options.plugins = {SimPlugin()};
+  options.use_environment = false;
+  options.hwloc_xml = "/nonexistent/topology.xml";  // would fail loudly if loaded
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  EXPECT_EQ((*registry)->snapshot()->host_topology, "not needed: no PCI devices");
+
+  options.config["sim"]["spec"] = Fixture("specs/dgx2-v100.json");
+  registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  std::shared_ptr<const NodeSnapshot> s = (*registry)->snapshot();
+  EXPECT_EQ(s->host_topology.rfind("unavailable: hwloc cannot read XML topology", 0), 0u)
+      << s->host_topology;
+  EXPECT_EQ(s->devices.size(), 16u);  // an unusable host topology costs nothing else
+  EXPECT_EQ(s->devices[0].numa_node, -1);
+}
+
 TEST(Topology, UnknownBusIdKeepsPluginData) {
   std::shared_ptr<const NodeSnapshot> s = Snapshot("power8-p100.json", "power8gpudistances.xml");
   ASSERT_EQ(s->devices.size(), 5u);
