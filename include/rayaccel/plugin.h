@@ -247,6 +247,11 @@ typedef struct rayaccel_link {
   rayaccel_pcie_path pcie_path; /* for RAYACCEL_LINK_PCIE; UNKNOWN otherwise */
   uint32_t count;               /* bonded links (NV18 = 18); 0 = unknown, 1 for PCIe */
   uint64_t bandwidth_mbps;      /* per direction, all bonded links together; 0 = unknown */
+  /* The vendor's own distance for the pair, smaller is closer (AMD KFD's link weight);
+   * 0 = none. Only comparable between links of one plugin. */
+  uint32_t weight;
+  uint32_t hops;                /* links traversed (1 = direct); 0 = unknown */
+  uint64_t min_bandwidth_mbps;  /* the guaranteed floor, when the vendor states one; 0 = unknown */
 } rayaccel_link;
 
 /* A group of devices that belong together: an NVLink clique, an xGMI hive, a TPU slice. */
@@ -496,7 +501,7 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, transport) == sizeof(ray
               "rayaccel_plugin_api: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, set_env) == sizeof(rayaccel_sink),
               "rayaccel_sink: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, bandwidth_mbps) == sizeof(rayaccel_link),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, min_bandwidth_mbps) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
 #endif
 #endif /* __cplusplus */

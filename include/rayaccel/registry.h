@@ -80,6 +80,9 @@ struct Link {
   // "plugin:<name>" or "hwloc". Plugin-reported links win over derived ones where they
   // disagree; both are kept (see BestLink in docs/topology.md).
   std::string source;
+  uint32_t weight = 0;  // the vendor's own distance (AMD KFD link weight), 0 none
+  uint32_t hops = 0;    // links traversed, 0 unknown
+  uint64_t min_bandwidth_mbps = 0;
 };
 
 struct Domain {

@@ -88,6 +88,9 @@ void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
     w.Key("count").Uint(l.count);
     w.Key("path").String(PciePathName(l.pcie_path));
     w.Key("bandwidth_mbps").Uint(l.bandwidth_mbps);
+    w.Key("min_bandwidth_mbps").Uint(l.min_bandwidth_mbps);
+    w.Key("weight").Uint(l.weight);
+    w.Key("hops").Uint(l.hops);
     w.Key("source").String(l.source);
     w.EndObject();
   }

@@ -257,7 +257,10 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
                  static_cast<LinkType>(link.type),
                  link.count,
                  link.bandwidth_mbps,
-                 static_cast<PciePath>(link.pcie_path)};
+                 static_cast<PciePath>(link.pcie_path),
+                 link.weight,
+                 link.hops,
+                 link.min_bandwidth_mbps};
   if (!self->link_keys_.insert({r.a, r.b, r.type}).second) {
     return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
   }

@@ -24,6 +24,9 @@ struct ReportedLink {
   uint32_t count = 0;
   uint64_t bandwidth_mbps = 0;
   PciePath pcie_path = PciePath::kUnknown;
+  uint32_t weight = 0;
+  uint32_t hops = 0;
+  uint64_t min_bandwidth_mbps = 0;
 };
 struct ReportedDomain {
   std::string kind;

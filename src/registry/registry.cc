@@ -476,7 +476,8 @@ class Registry::Impl {
       if (a == position.end() || b == position.end()) continue;  // device refused above
       snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
                                  l.type, l.count, l.bandwidth_mbps, l.pcie_path,
-                                 "plugin:" + status->name});
+                                 "plugin:" + status->name, l.weight, l.hops,
+                                 l.min_bandwidth_mbps});
     }
     for (ReportedDomain& r : report.domains) {
       Domain dom{status->name, r.kind, r.id, {}};
