@@ -25,7 +25,7 @@ json::Value ParseJson(const std::string& text) {
 }
 
 TEST(Cli, DiscoverJsonOnDgxH100) {
-  CommandResult r = Cli({"discover", "--json", "--no-host-topology", "--config",
+  CommandResult r = Cli({"discover", "--json", "--no-host-topology", "--plugin", "sim", "--config",
                          "sim.spec=" + Example("dgx-h100.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json::Value doc = ParseJson(r.out);
@@ -112,7 +112,7 @@ TEST(Cli, MalformedSpecIsReportedNotFatal) {
       "]\n}\n",
       f);
   std::fclose(f);
-  CommandResult r = Cli({"discover", "--json", "--config", "sim.spec=" + spec});
+  CommandResult r = Cli({"discover", "--json", "--plugin", "sim", "--config", "sim.spec=" + spec});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json::Value doc = ParseJson(r.out);
   const json::Value& sim = doc.Find("plugins")->array()[0];

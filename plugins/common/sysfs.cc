@@ -1,0 +1,90 @@
+#include "common/sysfs.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace rayaccel::plugin {
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  constexpr size_t kMax = 64 * 1024;
+  std::string text(kMax, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(kMax));
+  if (in.bad()) return std::nullopt;
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+std::optional<std::string> ReadLine(const std::string& path) {
+  std::optional<std::string> text = ReadFile(path);
+  if (!text) return std::nullopt;
+  std::string line = text->substr(0, text->find('\n'));
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!line.empty() && blank(line.back())) line.pop_back();
+  size_t start = 0;
+  while (start < line.size() && blank(line[start])) ++start;
+  return line.substr(start);
+}
+
+std::optional<Properties> ReadProperties(const std::string& path) {
+  std::optional<std::string> text = ReadFile(path);
+  if (!text) return std::nullopt;
+  Properties props;
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    size_t space = line.find(' ');
+    std::string name = line.substr(0, space);
+    std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long v =
+        value.empty() || value[0] == '-' ? 0 : std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || value[0] == '-' || errno != 0 || end == nullptr || *end != '\0') {
+      props.bad.push_back(name + ": \"" + value + "\"");
+      continue;
+    }
+    props.values[name] = static_cast<uint64_t>(v);
+  }
+  return props;
+}
+
+std::vector<uint32_t> NumberedEntries(const std::string& dir) {
+  std::vector<uint32_t> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (struct dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.empty() || name.size() > 9 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    out.push_back(static_cast<uint32_t>(std::strtoul(name.c_str(), nullptr, 10)));
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint32_t function) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", domain & 0xFFFF, bus & 0xFF, device & 0x1F,
+                function & 0x7);
+  return buf;
+}
+
+}  // namespace rayaccel::plugin

@@ -1,0 +1,43 @@
+// Reading sysfs-shaped trees (real /sys, or a captured copy in tests): small files, "key value"
+// property files, numbered sub-folders. Shared by the in-tree plugins; no exceptions escape.
+#ifndef RAYACCEL_PLUGINS_COMMON_SYSFS_H_
+#define RAYACCEL_PLUGINS_COMMON_SYSFS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayaccel::plugin {
+
+// The file's content (at most 64 KiB), or nullopt when it cannot be read.
+std::optional<std::string> ReadFile(const std::string& path);
+
+// The file's first line without surrounding blanks, or nullopt.
+std::optional<std::string> ReadLine(const std::string& path);
+
+// A KFD-style property file: one "name value" per line, values unsigned decimal. Lines that
+// do not parse are listed in `bad` (as "name: text") and left out of the result.
+struct Properties {
+  std::map<std::string, uint64_t> values;
+  std::vector<std::string> bad;
+  uint64_t Get(const std::string& name, uint64_t fallback = 0) const {
+    auto it = values.find(name);
+    return it == values.end() ? fallback : it->second;
+  }
+  bool Has(const std::string& name) const { return values.count(name) > 0; }
+};
+std::optional<Properties> ReadProperties(const std::string& path);
+
+// The numeric entries of a folder ("0", "1", "12"), sorted numerically; empty when absent.
+std::vector<uint32_t> NumberedEntries(const std::string& dir);
+
+bool IsDirectory(const std::string& path);
+
+// "dddd:bb:dd.f", lower-case.
+std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint32_t function);
+
+}  // namespace rayaccel::plugin
+
+#endif  // RAYACCEL_PLUGINS_COMMON_SYSFS_H_

@@ -1,0 +1,243 @@
+// The ROCm plugin: AMD Instinct GPUs from the amdgpu driver's KFD topology in sysfs. Needs no
+// ROCm user-space library, to build or to run. Config keys:
+//   kfd_topology_dir  the KFD topology folder (default /sys/class/kfd/kfd/topology)
+//   sysfs_root        where other sysfs reads start (default /sys): RAS counters, driver version
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/plugin_util.h"
+#include "common/sysfs.h"
+#include "rocm/kfd_topology.h"
+
+struct rayaccel_plugin_instance {
+  const rayaccel_host_api* host = nullptr;
+  std::string topology_dir;
+  std::string sysfs_root;
+  std::string driver_version;
+  std::mutex mu;  // guards `topo`
+  rayaccel::rocm::AmdTopology topo;
+};
+
+namespace rayaccel::rocm {
+namespace {
+
+using plugin::Str;
+
+constexpr char kVersion[] = "1.0.0";
+
+void LogProblems(const rayaccel_plugin_instance* self, const std::vector<std::string>& problems) {
+  for (const std::string& p : problems) plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
+}
+
+// Health from the RAS error counters the driver exposes per device
+// (<sysfs>/class/drm/renderD<minor>/device/ras/<block>_err_count: "ue: N" and "ce: N" lines).
+// Uncorrectable errors make a device unhealthy; no counters at all leave it unknown.
+std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance* self,
+                                                  uint32_t render_minor) {
+  std::string ras =
+      self->sysfs_root + "/class/drm/renderD" + std::to_string(render_minor) + "/device/ras";
+  if (!plugin::IsDirectory(ras)) return {RAYACCEL_HEALTH_UNKNOWN, "no RAS counters in sysfs"};
+  static const char* kBlocks[] = {"umc", "gfx", "sdma", "mmhub", "xgmi_wafl", "pcie_bif", "hdp"};
+  std::string bad;
+  bool any = false;
+  for (const char* block : kBlocks) {
+    std::optional<std::string> text = plugin::ReadFile(ras + "/" + block + "_err_count");
+    if (!text) continue;
+    any = true;
+    size_t at = text->find("ue:");
+    unsigned long long ue =
+        at == std::string::npos ? 0 : std::strtoull(text->c_str() + at + 3, nullptr, 10);
+    if (ue > 0) bad += (bad.empty() ? "" : ", ") + std::string(block) + " " + std::to_string(ue);
+  }
+  if (!any) return {RAYACCEL_HEALTH_UNKNOWN, "no RAS counters in sysfs"};
+  if (!bad.empty()) return {RAYACCEL_HEALTH_UNHEALTHY, "uncorrectable RAS errors: " + bad};
+  return {RAYACCEL_HEALTH_HEALTHY, ""};
+}
+
+rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    auto self = std::make_unique<rayaccel_plugin_instance>();
+    self->host = args->host;
+    self->topology_dir =
+        plugin::ConfigValue(args, "kfd_topology_dir", "/sys/class/kfd/kfd/topology");
+    self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
+    self->driver_version =
+        plugin::ReadLine(self->sysfs_root + "/module/amdgpu/version").value_or("");
+    args->instance = self.release();
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error*/) {
+  delete self;
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugin_properties* props,
+                              rayaccel_error* /*error*/) {
+  // Ray's AMD path sets HIP_VISIBLE_DEVICES (it refuses ROCR_VISIBLE_DEVICES alone).
+  plugin::SetProperties(props, "amd", "GPU", "HIP_VISIBLE_DEVICES", kVersion);
+  return RAYACCEL_STATUS_OK;
+}
+
+void AddAttribute(const rayaccel_sink* sink, uint32_t index, const char* name, int64_t value) {
+  rayaccel_attribute a{};
+  a.struct_size = sizeof(a);
+  a.device_index = index;
+  a.name = Str(name);
+  a.kind = RAYACCEL_ATTRIBUTE_INT;
+  a.int_value = value;
+  sink->add_attribute(sink->host_context, &a);
+}
+
+void AddAttribute(const rayaccel_sink* sink, uint32_t index, const char* name,
+                  const std::string& value) {
+  if (value.empty()) return;
+  rayaccel_attribute a{};
+  a.struct_size = sizeof(a);
+  a.device_index = index;
+  a.name = Str(name);
+  a.kind = RAYACCEL_ATTRIBUTE_STRING;
+  a.string_value = Str(value);
+  sink->add_attribute(sink->host_context, &a);
+}
+
+rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                         rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::vector<KfdNode> nodes;
+    std::vector<std::string> problems;
+    AmdTopology topo;
+    if (!ReadKfdNodes(self->topology_dir, &nodes, &problems)) {
+      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + problems.front());
+    } else {
+      topo = BuildTopology(nodes, &problems);
+      LogProblems(self, problems);
+      if (topo.devices.empty()) {
+        plugin::Log(self->host, RAYACCEL_LOG_INFO,
+                    "0 devices: no GPU node in the KFD topology at " + self->topology_dir);
+      }
+    }
+    for (const AmdDevice& d : topo.devices) {
+      auto [health, reason] = RasHealth(self, d.render_minor);
+      char unique[24];
+      std::snprintf(unique, sizeof(unique), "0x%016llx",
+                    static_cast<unsigned long long>(d.unique_id));
+      rayaccel_device_info info{};
+      info.struct_size = sizeof(info);
+      info.index = d.index;
+      info.id = Str(d.id);
+      info.name = Str(d.name);
+      info.architecture = Str(d.gfx_target);
+      info.memory_bytes = d.memory_bytes;
+      info.pci_bus_id = Str(d.pci_bus_id);
+      info.pci_vendor_id = 0x1002;
+      info.pci_device_id = d.pci_device_id;
+      info.numa_node = d.numa_node;
+      info.driver_version = Str(self->driver_version);
+      std::string firmware = d.firmware_version != 0 ? std::to_string(d.firmware_version) : "";
+      info.firmware_version = Str(firmware);
+      info.parent_id = Str(d.parent_id);
+      info.partition_profile = Str(d.partition_profile);
+      info.health = health;
+      info.health_reason = Str(reason);
+      rayaccel_status rc = sink->add_device(sink->host_context, &info);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+      if (rc != RAYACCEL_STATUS_OK) continue;
+      AddAttribute(sink, d.index, "kfd_node", d.kfd_node);
+      if (d.kfd_gpu_id != 0) AddAttribute(sink, d.index, "kfd_gpu_id", d.kfd_gpu_id);
+      if (d.schedulable) AddAttribute(sink, d.index, "render_minor", d.render_minor);
+      AddAttribute(sink, d.index, "compute_units", static_cast<int64_t>(d.compute_units));
+      if (d.num_xcc != 0) AddAttribute(sink, d.index, "num_xcc", static_cast<int64_t>(d.num_xcc));
+      AddAttribute(sink, d.index, "gfx_target", d.gfx_target);
+      if (d.unique_id != 0) AddAttribute(sink, d.index, "unique_id", std::string(unique));
+    }
+    std::lock_guard<std::mutex> lock(self->mu);
+    self->topo = std::move(topo);
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                            rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    for (const AmdLink& l : self->topo.links) {
+      rayaccel_link link{};
+      link.struct_size = sizeof(link);
+      link.device_a = l.a;
+      link.device_b = l.b;
+      link.type = l.type == kIoLinkXgmi   ? RAYACCEL_LINK_XGMI
+                  : l.type == kIoLinkPcie ? RAYACCEL_LINK_PCIE
+                                          : RAYACCEL_LINK_OTHER;
+      link.count = 1;
+      link.bandwidth_mbps = l.max_bandwidth;
+      link.min_bandwidth_mbps = l.min_bandwidth;
+      link.weight = l.weight;
+      link.hops = l.hops;
+      sink->add_link(sink->host_context, &link);
+    }
+    for (const auto& [hive, members] : self->topo.hives) {
+      char id[24];
+      std::snprintf(id, sizeof(id), "0x%016llx", static_cast<unsigned long long>(hive));
+      rayaccel_domain dom{};
+      dom.struct_size = sizeof(dom);
+      dom.kind = Str("xgmi");
+      dom.id = Str(id);
+      dom.devices = members.data();
+      dom.device_count = members.size();
+      sink->add_domain(sink->host_context, &dom);
+    }
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
+                                  rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    std::string list;
+    for (size_t i = 0; i < args->device_count; ++i) {
+      uint32_t index = args->device_indices[i];
+      bool schedulable = false;
+      for (const AmdDevice& d : self->topo.devices) {
+        schedulable = schedulable || (d.index == index && d.schedulable);
+      }
+      if (!schedulable) {
+        return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                            "device " + std::to_string(index) +
+                                " is not schedulable (a partitioned GPU: use its partitions)");
+      }
+      list += (i == 0 ? "" : ",") + std::to_string(index);
+    }
+    return args->sink->set_env(args->sink->host_context, Str("HIP_VISIBLE_DEVICES"), Str(list));
+  });
+}
+
+constexpr rayaccel_plugin_api kApi = {
+    sizeof(rayaccel_plugin_api),
+    RAYACCEL_ABI_VERSION_MAJOR,
+    RAYACCEL_ABI_VERSION_MINOR,
+    {"rocm", 4},
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    &Initialize,
+    &Shutdown,
+    &GetProperties,
+    &Discover,
+    /*get_labels=*/nullptr,
+    &GetTopology,
+    /*get_health=*/nullptr,  // health comes with each device, from RAS counters
+    /*wait_health_events=*/nullptr,
+    /*validate_quantity=*/nullptr,
+    &PrepareAllocation,
+    /*transport=*/nullptr,
+};
+
+}  // namespace
+}  // namespace rayaccel::rocm
+
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
+  return rayaccel::plugin::Negotiate(negotiation, &rayaccel::rocm::kApi, error);
+}
