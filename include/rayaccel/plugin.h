@@ -250,8 +250,8 @@ typedef struct rayaccel_link {
   /* The vendor's own distance for the pair, smaller is closer (AMD KFD's link weight);
    * 0 = none. Only comparable between links of one plugin. */
   uint32_t weight;
-  uint32_t hops;                /* links traversed (1 = direct); 0 = unknown */
-  uint64_t min_bandwidth_mbps;  /* the guaranteed floor, when the vendor states one; 0 = unknown */
+  uint32_t hops;               /* links traversed (1 = direct); 0 = unknown */
+  uint64_t min_bandwidth_mbps; /* the guaranteed floor, when the vendor states one; 0 = unknown */
 } rayaccel_link;
 
 /* A group of devices that belong together: an NVLink clique, an xGMI hive, a TPU slice. */
@@ -264,10 +264,12 @@ typedef struct rayaccel_domain {
 } rayaccel_domain;
 
 /* The host's collector for everything a hook returns. Owned by the host, valid for the call
- * it is passed to. Each callback copies what it needs before returning. A callback that
- * returns anything but RAYACCEL_STATUS_OK has refused the item (e.g. a limit was reached); the
- * plugin should stop and return that status. Callbacks are not thread-safe: call them only
- * from the thread that is running the hook. */
+ * it is passed to. Each callback copies what it needs before returning. Its status:
+ *  - RAYACCEL_STATUS_OK: taken;
+ *  - RAYACCEL_STATUS_INVALID_ARGUMENT: this item was refused (the host records why); carry on
+ *    with the next, or stop and return it: both are fine;
+ *  - RAYACCEL_STATUS_RESOURCE_EXHAUSTED or RAYACCEL_STATUS_ABORTED: stop and return it.
+ * Callbacks are not thread-safe: call them only from the thread that is running the hook. */
 typedef struct rayaccel_sink {
   size_t struct_size;
   void *host_context;

@@ -129,6 +129,7 @@ struct NodeSnapshot {
   std::map<std::string, std::string> plugin_labels;  // node labels the plugins reported
   std::string host_topology;  // where hwloc's view came from, or why there is none
   RayView ray;
+  std::map<std::string, std::string> resource_owners;  // Ray resource -> the plugin giving it
 };
 
 // A topology-aware choice of devices (Registry::PreferredAllocation).

@@ -40,8 +40,9 @@ namespace {
 // a broken file is an error and the previous spec is kept for the other hooks.
 rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   if (self->spec_path.empty()) return RAYACCEL_STATUS_OK;
-  struct stat st;
-  if (stat(self->spec_path.c_str(), &st) == 0 && self->loaded && st.st_size == self->loaded_size &&
+  struct stat st {};
+  const bool have_stat = stat(self->spec_path.c_str(), &st) == 0;
+  if (have_stat && self->loaded && st.st_size == self->loaded_size &&
       st.st_mtim.tv_sec == self->loaded_mtime.tv_sec &&
       st.st_mtim.tv_nsec == self->loaded_mtime.tv_nsec) {
     return RAYACCEL_STATUS_OK;
@@ -53,7 +54,7 @@ rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
     return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, problem);
   }
   self->spec = std::move(spec);
-  self->loaded = true;
+  self->loaded = have_stat;  // without a stat there is nothing to compare next time
   self->loaded_size = st.st_size;
   self->loaded_mtime = st.st_mtim;
   return RAYACCEL_STATUS_OK;

@@ -31,6 +31,14 @@ bool IsRayDefinedLabelKey(const std::string& key) {
   return kKeys.count(key) > 0;
 }
 
+bool IsReservedRayResource(const std::string& name) {
+  static const std::set<std::string> kNames = {"CPU", "memory", "object_store_memory"};
+  for (const char* prefix : {"node:", "accelerator_type:", "bundle_group_"}) {
+    if (absl::StartsWith(name, prefix)) return true;
+  }
+  return kNames.count(name) > 0;
+}
+
 RayMapping MapToRay(const NodeSnapshot& snapshot) {
   RayMapping out;
   RayView& ray = out.view;
@@ -63,6 +71,7 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
       continue;
     }
     ray.resources[p.resource_name] = static_cast<double>(count);
+    out.owners[p.resource_name] = p.name;
     for (const Device& d : snapshot.devices) {
       if (d.plugin == p.name && counted(d) && !d.accelerator_type.empty()) {
         ray.resources["accelerator_type:" + d.accelerator_type] = 1;
@@ -121,8 +130,11 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
     return it == ray.labels.end() ? "" : it->second;
   };
   if (ray.resources.count("TPU") > 0) {
+    // The slice name becomes a resource unless it would collide with one (e.g. "TPU").
     std::string slice = label("ray.io/tpu-slice-name");
-    if (!slice.empty()) ray.resources[slice] = 1;
+    if (!slice.empty() && !IsReservedRayResource(slice) && ray.resources.count(slice) == 0) {
+      ray.resources[slice] = 1;
+    }
     std::string pod = NormalizeTpuPodType(label("ray.io/tpu-pod-type"));
     if (!pod.empty() && label("ray.io/tpu-worker-id") == "0") {
       ray.resources["TPU-" + pod + "-head"] = 1;

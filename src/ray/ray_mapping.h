@@ -15,6 +15,10 @@ namespace rayaccel {
 // (ray.io/node-id is the raylet's alone).
 bool IsRayDefinedLabelKey(const std::string& key);
 
+// Resources Ray itself defines or derives (CPU, memory, node:<ip>, accelerator_type:<T>, ...):
+// a plugin's resource name may not be one of them.
+bool IsReservedRayResource(const std::string& name);
+
 // The rayaccel label namespace for everything Ray does not define.
 inline constexpr char kRayaccelLabelPrefix[] = "rayaccel.io/";
 
@@ -23,6 +27,8 @@ struct RayMapping {
   // Per plugin name: what was not passed to Ray and why (a dropped label, a resource
   // already provided by another plugin, ...).
   std::map<std::string, std::vector<std::string>> notes;
+  // Which plugin gives each accelerator resource to Ray.
+  std::map<std::string, std::string> owners;
 };
 
 // Pure function of the snapshot's plugins, devices, domains and plugin labels.

@@ -41,18 +41,30 @@ bool CopyStruct(const T* in, size_t min_size, T* out) {
   return true;
 }
 
+// An enum field's bits as a number: a plugin may send values outside the enum, and reading
+// those as the enum type is undefined in C++.
+template <typename E>
+uint32_t Raw(const E& value) {
+  static_assert(sizeof(E) == sizeof(uint32_t), "C enums are 32-bit here");
+  uint32_t raw = 0;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return raw;
+}
+
+bool IsHealth(uint32_t raw) { return raw <= RAYACCEL_HEALTH_UNHEALTHY; }
+
 }  // namespace
 
 Collector::Collector(PluginReport* report) : report_(report) {
   sink_.struct_size = sizeof(sink_);
   sink_.host_context = this;
-  sink_.add_device = &AddDevice;
-  sink_.add_attribute = &AddAttribute;
-  sink_.add_label = &AddLabel;
-  sink_.add_link = &AddLink;
-  sink_.add_domain = &AddDomain;
-  sink_.set_health = &SetHealth;
-  sink_.set_env = &SetEnv;
+  sink_.add_device = &Safe<&AddDevice, const rayaccel_device_info*>;
+  sink_.add_attribute = &Safe<&AddAttribute, const rayaccel_attribute*>;
+  sink_.add_label = &Safe<&AddLabel, rayaccel_string, rayaccel_string>;
+  sink_.add_link = &Safe<&AddLink, const rayaccel_link*>;
+  sink_.add_domain = &Safe<&AddDomain, const rayaccel_domain*>;
+  sink_.set_health = &Safe<&SetHealth, uint32_t, rayaccel_health, rayaccel_string>;
+  sink_.set_env = &Safe<&SetEnv, rayaccel_string, rayaccel_string>;
 }
 
 rayaccel_status Collector::Refuse(std::string problem) {
@@ -147,10 +159,9 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   if (info.pci_vendor_id > 0xFFFF || info.pci_device_id > 0xFFFF) {
     return self->Refuse(absl::StrCat(where, ": PCI vendor/device ids are 16-bit"));
   }
-  if (info.health != RAYACCEL_HEALTH_UNKNOWN && info.health != RAYACCEL_HEALTH_HEALTHY &&
-      info.health != RAYACCEL_HEALTH_UNHEALTHY) {
-    return self->Refuse(absl::StrCat(where, ": health ", static_cast<int>(info.health),
-                                     " is not a rayaccel_health value"));
+  if (!IsHealth(Raw(info.health))) {
+    return self->Refuse(
+        absl::StrCat(where, ": health ", Raw(info.health), " is not a rayaccel_health value"));
   }
   d.memory_bytes = info.memory_bytes;
   d.pci_vendor_id = info.pci_vendor_id;
@@ -184,9 +195,8 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
   if (absl::Status st = CheckLabelKey(a.name); !st.ok()) {
     return self->Refuse(absl::StrCat(where, ": ", st.message()));
   }
-  if (attr.kind < RAYACCEL_ATTRIBUTE_STRING || attr.kind > RAYACCEL_ATTRIBUTE_VERSION) {
-    return self->Refuse(
-        absl::StrCat(where, " ", a.name, ": unknown kind ", static_cast<int>(attr.kind)));
+  if (Raw(attr.kind) > RAYACCEL_ATTRIBUTE_VERSION) {
+    return self->Refuse(absl::StrCat(where, " ", a.name, ": unknown kind ", Raw(attr.kind)));
   }
   a.kind = static_cast<Attribute::Kind>(attr.kind);
   if (a.kind == Attribute::Kind::kString || a.kind == Attribute::Kind::kVersion) {
@@ -242,15 +252,19 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
     return self->Refuse(absl::StrCat(where, ": endpoint is not a reported device"));
   }
   if (link.device_a == link.device_b) return self->Refuse(absl::StrCat(where, ": self link"));
-  if (link.type < RAYACCEL_LINK_PCIE || link.type > RAYACCEL_LINK_OTHER) {
-    return self->Refuse(absl::StrCat(where, ": unknown type ", static_cast<int>(link.type)));
+  if (Raw(link.type) < RAYACCEL_LINK_PCIE || Raw(link.type) > RAYACCEL_LINK_OTHER) {
+    return self->Refuse(absl::StrCat(where, ": unknown type ", Raw(link.type)));
   }
-  if (link.pcie_path < RAYACCEL_PCIE_PATH_UNKNOWN || link.pcie_path > RAYACCEL_PCIE_PATH_SYS) {
-    return self->Refuse(
-        absl::StrCat(where, ": unknown pcie_path ", static_cast<int>(link.pcie_path)));
+  if (Raw(link.pcie_path) > RAYACCEL_PCIE_PATH_SYS) {
+    return self->Refuse(absl::StrCat(where, ": unknown pcie_path ", Raw(link.pcie_path)));
   }
   if (link.count > kMaxLinkCount) {
     return self->Refuse(absl::StrCat(where, ": count ", link.count, " is absurd"));
+  }
+  if (link.bandwidth_mbps > kMaxLinkBandwidthMbps ||
+      link.min_bandwidth_mbps > kMaxLinkBandwidthMbps) {
+    return self->Refuse(
+        absl::StrCat(where, ": bandwidth over ", kMaxLinkBandwidthMbps, " MB/s is absurd"));
   }
   ReportedLink r{std::min(link.device_a, link.device_b),
                  std::max(link.device_a, link.device_b),
@@ -308,10 +322,9 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
 rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_health health,
                                      rayaccel_string reason_in) {
   auto* self = static_cast<Collector*>(ctx);
-  if (health != RAYACCEL_HEALTH_UNKNOWN && health != RAYACCEL_HEALTH_HEALTHY &&
-      health != RAYACCEL_HEALTH_UNHEALTHY) {
-    return self->Refuse(absl::StrCat("health of device ", device_index, ": unknown state ",
-                                     static_cast<int>(health)));
+  if (!IsHealth(Raw(health))) {
+    return self->Refuse(
+        absl::StrCat("health of device ", device_index, ": unknown state ", Raw(health)));
   }
   std::string reason;
   if (absl::Status st = ReadString(reason_in, "health reason", &reason); !st.ok()) {

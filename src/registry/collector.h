@@ -56,6 +56,16 @@ class Collector {
   bool refused_any() const { return refused_any_; }
 
  private:
+  // Sink entry points run inside plugin code: nothing may unwind through it.
+  template <auto Fn, typename... Args>
+  static rayaccel_status Safe(void* ctx, Args... args) noexcept {
+    try {
+      return Fn(ctx, args...);
+    } catch (...) {
+      return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
+    }
+  }
+
   static rayaccel_status AddDevice(void* ctx, const rayaccel_device_info* device);
   static rayaccel_status AddAttribute(void* ctx, const rayaccel_attribute* attribute);
   static rayaccel_status AddLabel(void* ctx, rayaccel_string key, rayaccel_string value);

@@ -136,7 +136,8 @@ absl::Status CheckPermissions(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
   const uid_t me = geteuid();
-  for (const std::string& p : {std::string(real), Dirname(real)}) {
+  // The file, its folder, and the folder of the name we were given (a symlink's folder).
+  for (const std::string& p : {std::string(real), Dirname(real), Dirname(path)}) {
     struct stat st;
     if (stat(p.c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat(p, ": ", std::strerror(errno)));
@@ -191,7 +192,11 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   std::unique_ptr<LoadedPlugin> plugin(new LoadedPlugin());
   plugin->path_ = path;
   dlerror();
-  plugin->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // Load the resolved path that CheckPermissions examined, not a symlink that could be
+  // swapped in between.
+  char real[PATH_MAX];
+  const char* load = realpath(path.c_str(), real) != nullptr ? real : path.c_str();
+  plugin->handle_ = dlopen(load, RTLD_NOW | RTLD_LOCAL);
   if (plugin->handle_ == nullptr) {
     const char* err = dlerror();
     return absl::FailedPreconditionError(

@@ -81,9 +81,15 @@ class LoadedPlugin {
 // A status for a non-OK plugin return code, with the plugin's message.
 absl::Status FromPluginStatus(rayaccel_status code, const char* message, const std::string& what);
 
-// Holds the buffer behind a rayaccel_error handed to a hook.
+// Holds the buffer behind a rayaccel_error handed to a hook. The plugin is offered one byte
+// less than the buffer, whose last byte stays NUL even if the plugin forgets to terminate.
 struct ErrorBuffer {
-  ErrorBuffer() : error{sizeof(rayaccel_error), text, sizeof(text)} { text[0] = '\0'; }
+  ErrorBuffer() : error{sizeof(rayaccel_error), text, sizeof(text) - 1} {
+    text[0] = '\0';
+    text[sizeof(text) - 1] = '\0';
+  }
+  ErrorBuffer(const ErrorBuffer&) = delete;
+  ErrorBuffer& operator=(const ErrorBuffer&) = delete;
   char text[512];
   rayaccel_error error;
 };

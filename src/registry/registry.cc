@@ -185,6 +185,7 @@ class Registry::Impl {
     if (host_ != nullptr) EnrichWithHostTopology(*host_, snap.get());
     RayMapping mapping = MapToRay(*snap);
     snap->ray = std::move(mapping.view);
+    snap->resource_owners = std::move(mapping.owners);
     for (PluginStatus& p : snap->plugins) {
       auto it = mapping.notes.find(p.name);
       if (it == mapping.notes.end()) continue;
@@ -199,7 +200,7 @@ class Registry::Impl {
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const {
     if (quantity == 0) return absl::InvalidArgumentError("quantity must be at least 1");
     std::lock_guard<std::mutex> lock(plugins_mu_);
-    const Slot* slot = SlotForResource(resource);
+    const Slot* slot = SlotForResource(resource, *snapshot());
     if (slot == nullptr) {
       return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
     }
@@ -232,14 +233,27 @@ class Registry::Impl {
       }
     }
     if (resource.empty() && !snap->devices.empty()) resource = snap->devices[0].resource;
-    if (available_in.empty()) {
+    // Only the plugin that gives this resource to Ray can be allocated from (two plugins may
+    // both call their devices "GPU"; docs/ray-integration.md).
+    auto owner = snap->resource_owners.find(resource);
+    for (const std::vector<size_t>* list : {&*must, &*available}) {
+      for (size_t p : *list) {
+        if (owner == snap->resource_owners.end() || snap->devices[p].plugin != owner->second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("device ", snap->devices[p].id, " of plugin ", snap->devices[p].plugin,
+                           " is not given to Ray as ", resource, ", so it cannot be allocated"));
+        }
+      }
+    }
+    if (available_in.empty() && owner != snap->resource_owners.end()) {
       std::set<std::string> parents;
       for (const Device& d : snap->devices) {
         if (!d.parent_id.empty()) parents.insert(d.parent_id);
       }
       for (size_t p = 0; p < snap->devices.size(); ++p) {
         const Device& d = snap->devices[p];
-        if (d.resource == resource && d.health != Health::kUnhealthy && parents.count(d.id) == 0) {
+        if (d.plugin == owner->second && d.health != Health::kUnhealthy &&
+            parents.count(d.id) == 0) {
           available->push_back(p);
         }
       }
@@ -270,6 +284,8 @@ class Registry::Impl {
 
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
       const std::vector<std::string>& requested) const {
+    // Hold the plugins first: no rescan can then move the indices resolved below.
+    std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     if (requested.empty()) return absl::InvalidArgumentError("no devices given");
     absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, requested);
@@ -283,7 +299,6 @@ class Registry::Impl {
             "devices of one allocation must come from one plugin (one accelerator family)");
       }
     }
-    std::lock_guard<std::mutex> lock(plugins_mu_);
     const Slot* slot = nullptr;
     for (const Slot& s : slots_) {
       if (s.plugin != nullptr && s.status.name == plugin_name) slot = &s;
@@ -414,6 +429,10 @@ class Registry::Impl {
       return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
                                "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
     }
+    if (IsReservedRayResource(status.resource_name)) {
+      return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
+                               "\" is one of Ray's own resources"));
+    }
     status.state = PluginStatus::State::kActive;
   }
 
@@ -424,7 +443,11 @@ class Registry::Impl {
     Collector collector(report);
     ErrorBuffer err;
     rayaccel_status rc = api.discover(instance, collector.sink(), &err.error);
-    if (rc != RAYACCEL_STATUS_OK && !report->over_limit) {
+    // A plugin that stops and passes back a sink's refusal of one item has not failed: the
+    // refusal is already in `problems`, and the devices before it stand.
+    bool passed_back =
+        rc == RAYACCEL_STATUS_INVALID_ARGUMENT && collector.refused_any() && err.text[0] == '\0';
+    if (rc != RAYACCEL_STATUS_OK && !report->over_limit && !passed_back) {
       return FromPluginStatus(rc, err.text, "discover failed");
     }
     using Hook =
@@ -476,8 +499,7 @@ class Registry::Impl {
       if (a == position.end() || b == position.end()) continue;  // device refused above
       snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
                                  l.type, l.count, l.bandwidth_mbps, l.pcie_path,
-                                 "plugin:" + status->name, l.weight, l.hops,
-                                 l.min_bandwidth_mbps});
+                                 "plugin:" + status->name, l.weight, l.hops, l.min_bandwidth_mbps});
     }
     for (ReportedDomain& r : report.domains) {
       Domain dom{status->name, r.kind, r.id, {}};
@@ -500,7 +522,14 @@ class Registry::Impl {
     }
   }
 
-  const Slot* SlotForResource(const std::string& resource) const {
+  // The plugin that gives `resource` to Ray (NodeSnapshot::resource_owners), else the first
+  // active one that names it.
+  const Slot* SlotForResource(const std::string& resource, const NodeSnapshot& snap) const {
+    if (auto owner = snap.resource_owners.find(resource); owner != snap.resource_owners.end()) {
+      for (const Slot& s : slots_) {
+        if (s.plugin != nullptr && s.status.name == owner->second) return &s;
+      }
+    }
     for (const Slot& s : slots_) {
       if (s.plugin != nullptr && s.status.state != PluginStatus::State::kFailed &&
           s.status.resource_name == resource) {

@@ -19,6 +19,9 @@ inline constexpr size_t kMaxDomainsPerPlugin = 4096;
 inline constexpr size_t kMaxLabelsPerPlugin = 256;
 inline constexpr uint64_t kMaxMemoryBytes = uint64_t{1} << 50;  // 1 PiB per device
 inline constexpr uint32_t kMaxLinkCount = 1024;
+// 100 TB/s per link: far above any fabric, low enough that scores summed over every pair of
+// 4096 devices stay inside int64 (docs/topology.md).
+inline constexpr uint64_t kMaxLinkBandwidthMbps = 100'000'000;
 
 bool IsValidUtf8(absl::string_view text);
 

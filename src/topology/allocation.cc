@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "registry/validate.h"
 
 namespace rayaccel {
 namespace {
@@ -13,14 +14,20 @@ constexpr int64_t kDirectScale = 1000;  // MB/s of direct bandwidth dominates ev
 constexpr int64_t kPcieScale = 100;
 constexpr int64_t kNumaWeight = 10;
 constexpr int64_t kNicWeight = 1;
-constexpr uint64_t kExhaustiveLimit = 20000;  // candidate sets scored one by one below this
-constexpr size_t kRefined = 4;                // greedy results polished by swaps
+constexpr uint64_t kExhaustiveLimit = 20000;     // candidate sets scored one by one below this
+constexpr uint64_t kExhaustiveWork = 4'000'000;  // ... and at most this many pair lookups
+constexpr size_t kRefined = 4;                   // greedy results polished by swaps
+constexpr uint64_t kRefineWork = 2'000'000;      // pair lookups one refinement may spend
 
 bool IsPlugin(const Link& l) { return l.source != "hwloc"; }
 
-// Plugin data before derived; then the larger bandwidth.
+// A PCIe link that knows its path before one that does not; then plugin data before derived;
+// then the larger bandwidth.
 bool Better(const Link& l, const Link* current) {
   if (current == nullptr) return true;
+  bool known = l.type != LinkType::kPcie || l.pcie_path != PciePath::kUnknown;
+  bool current_known = current->type != LinkType::kPcie || current->pcie_path != PciePath::kUnknown;
+  if (known != current_known) return known;
   if (IsPlugin(l) != IsPlugin(*current)) return IsPlugin(l);
   return l.bandwidth_mbps > current->bandwidth_mbps ||
          (l.bandwidth_mbps == current->bandwidth_mbps && l.count > current->count);
@@ -65,12 +72,15 @@ class Search {
                  std::string* method) const {
     std::vector<size_t> must_rows, cand;
     for (size_t p : must) must_rows.push_back(Row(p));
-    for (size_t p : pool) {
+    std::vector<size_t> sorted_pool = pool;  // lowest positions first: ties go to them
+    std::sort(sorted_pool.begin(), sorted_pool.end());
+    for (size_t p : sorted_pool) {
       if (std::find(must.begin(), must.end(), p) == must.end()) cand.push_back(Row(p));
     }
     size_t r = size - must.size();
     uint64_t sets = Choose(cand.size(), r, kExhaustiveLimit);
-    if (sets <= kExhaustiveLimit) {
+    // Each set costs size^2 lookups: bound the work, not only the count of sets.
+    if (sets <= kExhaustiveLimit && sets * size * size <= kExhaustiveWork) {
       *method = absl::StrCat("exhaustive over ", sets, " candidate sets");
       return Exhaustive(cand, must_rows, r);
     }
@@ -204,7 +214,10 @@ class Search {
       for (size_t k = 0; k < rows.size(); ++k) s += k == skip ? 0 : W(x, rows[k]);
       return s;
     };
-    for (size_t pass = 0; pass < 2 * rows.size(); ++pass) {
+    // One pass costs about |rows| * |cand| * |rows| lookups; stop within the budget.
+    const uint64_t pass_cost = std::max<uint64_t>(1, rows.size() * cand.size() * rows.size());
+    const size_t passes = std::min<uint64_t>(2 * rows.size(), kRefineWork / pass_cost);
+    for (size_t pass = 0; pass < passes; ++pass) {
       bool improved = false;
       for (size_t k = fixed; k < rows.size() && !improved; ++k) {
         int64_t out_gain = to_set(rows[k], k);
@@ -238,7 +251,9 @@ class Search {
 
 int64_t AffinityMatrix::DirectLinkWeight(const Link* l) {
   if (l == nullptr) return 0;
-  if (l->bandwidth_mbps > 0) return static_cast<int64_t>(l->bandwidth_mbps);
+  if (l->bandwidth_mbps > 0) {
+    return static_cast<int64_t>(std::min(l->bandwidth_mbps, kMaxLinkBandwidthMbps));
+  }
   // Count only: about one 25 GB/s link each (NVLink 2-4 per-link rates are 20-50 GB/s).
   return 25000 * static_cast<int64_t>(std::max<uint32_t>(l->count, 1));
 }
@@ -282,6 +297,10 @@ AffinityMatrix::AffinityMatrix(const NodeSnapshot& snap, const std::vector<size_
 Allocation ChoosePreferred(const NodeSnapshot& snap, const std::vector<size_t>& available,
                            const std::vector<size_t>& must, size_t size) {
   Allocation out;
+  if (size == 0 || must.size() > size || available.size() < size) {
+    out.reason = "the request cannot be met from these devices";
+    return out;
+  }
   AffinityMatrix matrix(snap, available);
   Search search(matrix, available);
 

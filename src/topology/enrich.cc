@@ -53,7 +53,8 @@ const Link* BestLink(const NodeSnapshot& snap, size_t a, size_t b) {
   auto rank = [](const Link& l) {
     bool plugin = l.source != "hwloc";
     bool direct = l.type != LinkType::kPcie;
-    return (direct ? 2 : 0) + (plugin ? 1 : 0);
+    bool path_known = l.pcie_path != PciePath::kUnknown;
+    return (direct ? 4 : path_known ? 2 : 0) + (plugin ? 1 : 0);
   };
   for (const Link& l : snap.links) {
     if (l.a != a || l.b != b) continue;

@@ -14,7 +14,8 @@ namespace rayaccel {
 void EnrichWithHostTopology(const HostTopology& host, NodeSnapshot* snapshot);
 
 // The link that describes a pair best, or nullptr when there is none: a direct link (NVLink,
-// xGMI, ICI, ...) before a PCIe path; of the same kind, the plugin's before hwloc's.
+// xGMI, ICI, ...), then a PCIe link with a known path level, then one without; of the same
+// kind, the plugin's before hwloc's.
 const Link* BestLink(const NodeSnapshot& snapshot, size_t a, size_t b);
 
 }  // namespace rayaccel

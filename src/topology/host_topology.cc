@@ -63,9 +63,16 @@ struct HostTopology::Impl {
     return hwloc_get_pcidev_by_busid(topo, domain, bus, dev, func);
   }
 
-  // The innermost object with both `a` and `b` below it.
-  hwloc_obj_t Common(hwloc_obj_t a, hwloc_obj_t b) const {
-    return hwloc_get_common_ancestor_obj(topo, a, b);
+  // The innermost object with both `a` and `b` below it. Not hwloc's
+  // hwloc_get_common_ancestor_obj(): it compares depths, which I/O objects do not have (they
+  // are negative), and walks past the root when the two sit at different bridge depths.
+  static hwloc_obj_t Common(hwloc_obj_t a, hwloc_obj_t b) {
+    std::set<hwloc_obj_t> above_a;
+    for (hwloc_obj_t p = a; p != nullptr; p = p->parent) above_a.insert(p);
+    for (hwloc_obj_t p = b; p != nullptr; p = p->parent) {
+      if (above_a.count(p) > 0) return p;
+    }
+    return nullptr;
   }
 
   // Network and OpenFabrics OS devices anywhere below `root`.
@@ -207,7 +214,7 @@ std::vector<HostTopology::Nvlink> HostTopology::NvlinkBandwidth() const {
     for (unsigned s = 0; s < n; ++s) {
       if (component[s] >= 0 && value(g, s) > 0) {
         auto& entry = to_fabric[g][component[s]];
-        entry.first += value(g, s);
+        entry.first += std::min<uint64_t>(value(g, s), kMaxLinkBandwidthMbps);
         entry.second += 1;
       }
     }
@@ -215,13 +222,16 @@ std::vector<HostTopology::Nvlink> HostTopology::NvlinkBandwidth() const {
   for (unsigned i = 0; i < n; ++i) {
     for (unsigned j = i + 1; j < n; ++j) {
       if (!is_gpu(i) || !is_gpu(j) || pci[i] == pci[j]) continue;
-      Nvlink link{BusId(pci[i]), BusId(pci[j]), std::max(value(i, j), value(j, i)), 0};
+      Nvlink link{BusId(pci[i]), BusId(pci[j]),
+                  std::min<uint64_t>(std::max(value(i, j), value(j, i)), kMaxLinkBandwidthMbps), 0};
       for (const auto& [fabric, bw_count] : to_fabric[i]) {
         auto other = to_fabric[j].find(fabric);
         if (other == to_fabric[j].end()) continue;
         link.bandwidth_mbps += std::min(bw_count.first, other->second.first);
-        link.count += std::min(bw_count.second, other->second.second);
+        // hwloc sums every link to one switch into one value, so links cannot be counted
+        // through a fabric (a DGX H100 GPU has 18 links to 4 switches): count stays unknown.
       }
+      link.bandwidth_mbps = std::min(link.bandwidth_mbps, kMaxLinkBandwidthMbps);
       if (link.bandwidth_mbps > 0) out.push_back(link);
     }
   }

@@ -44,7 +44,7 @@ class HostTopology {
     std::string bus_a;
     std::string bus_b;
     uint64_t bandwidth_mbps = 0;
-    uint32_t count = 0;  // links, when countable (one per GPU-switch entry); 0 unknown
+    uint32_t count = 0;  // always 0 (unknown): hwloc gives bandwidth, not link counts
   };
   std::vector<Nvlink> NvlinkBandwidth() const;
 

@@ -137,6 +137,30 @@ TEST(Allocation, ImpossibleRequestsSayWhy) {
   EXPECT_EQ(tpu.Get(2).devices.size(), 2u);
 }
 
+TEST(Allocation, TiesGoToTheLowestPositionWhateverTheOrderGiven) {
+  Allocator h100(Example("dgx-h100.json"));
+  EXPECT_EQ(h100.Get(1, Ids({3, 1})).devices, (Set{1}));
+  EXPECT_EQ(h100.Get(2, Ids({7, 6, 5, 4})).devices, (Set{4, 5}));
+}
+
+TEST(Allocation, OnlyThePluginGivingTheResourceToRayIsAllocated) {
+  // testgpu and sim both call their devices GPU; testgpu comes first and owns GPU.
+  RegistryOptions options;
+  options.plugins = {testing::TestPlugin("testgpu"), SimPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["sim"]["spec"] = Example("dgx-h100.json");
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  absl::StatusOr<Allocation> a = (*registry)->PreferredAllocation({}, {}, 2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->devices, (Set{0, 1}));  // testgpu's two, never a mix with sim's
+  EXPECT_TRUE((*registry)->PreferredAllocation({}, {}, 3)->devices.empty());
+  absl::StatusOr<Allocation> sim = (*registry)->PreferredAllocation({"2", "3"}, {}, 1);
+  EXPECT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("is not given to Ray as GPU"), absl::string_view::npos);
+}
+
 TEST(Allocation, UnhealthyDevicesAreNotOffered) {
   std::string dir = testing::MakeTempDir("alloc-health");
   std::string spec = dir + "/spec.json";

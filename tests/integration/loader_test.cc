@@ -87,6 +87,8 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"absurd-count", State::kFailed, "more than 4096 devices reported"},
         Refusal{"duplicate-id", State::kDegraded, "device 1: duplicate id \"GPU-test-0\""},
         Refusal{"non-utf8-name", State::kDegraded, "device 1: name is not UTF-8"},
+        Refusal{"pass-back-refusal", State::kDegraded,
+                "device 1: pci_bus_id \"zz\" is not of the form dddd:bb:dd.f"},
         Refusal{"bad-label", State::kDegraded, "label key \"bad key with spaces\""},
         Refusal{"link-out-of-range", State::kDegraded,
                 "link 0-7: endpoint is not a reported device"},
@@ -108,6 +110,9 @@ TEST(Loader, DegradedPluginsKeepTheirGoodAnswers) {
   EXPECT_EQ(snap->plugin_labels.count("ray.io/node-id"), 0u);
   EXPECT_NE(StatusOf(*snap, "bad-label").message.find("reserved for keys Ray defines"),
             std::string::npos);
+
+  snap = Load({TestPlugin("pass-back-refusal")});  // stopped at the refusal: not a failure
+  EXPECT_EQ(snap->devices.size(), 1u);
 
   snap = Load({TestPlugin("link-out-of-range")});
   EXPECT_EQ(snap->devices.size(), 2u);

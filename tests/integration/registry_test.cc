@@ -100,6 +100,27 @@ TEST(Registry, NoSpecMeansZeroDevicesNotAnError) {
   EXPECT_TRUE(registry->snapshot()->ray.resources.empty());
 }
 
+TEST(Registry, PluginsCannotClaimRaysOwnResourcesOrAbsurdBandwidth) {
+  std::string dir = testing::MakeTempDir("reserved");
+  std::string spec = dir + "/spec.json";
+  std::ofstream(spec) << R"({"resource_name": "CPU", "devices": [{"uuid": "a", "name": "x"}]})";
+  std::unique_ptr<Registry> cpu = Make({SimPlugin()}, spec);
+  EXPECT_EQ(StatusOf(*cpu->snapshot(), "sim").state, PluginStatus::State::kFailed);
+  EXPECT_NE(StatusOf(*cpu->snapshot(), "sim").message.find("one of Ray's own resources"),
+            std::string::npos);
+  EXPECT_EQ(cpu->snapshot()->ray.resources.count("CPU"), 0u);
+
+  std::ofstream(spec) << R"({"devices": [{"uuid": "a", "name": "NVIDIA L4"},
+      {"uuid": "b", "name": "NVIDIA L4"}],
+      "links": [{"a": 0, "b": 1, "type": "nvlink", "bandwidth_mbps": 10000000000000000}]})";
+  std::unique_ptr<Registry> fast = Make({SimPlugin()}, spec);
+  const PluginStatus& status = StatusOf(*fast->snapshot(), "sim");
+  EXPECT_EQ(status.state, PluginStatus::State::kDegraded);
+  EXPECT_NE(status.message.find("MB/s is absurd"), std::string::npos) << status.message;
+  EXPECT_TRUE(fast->snapshot()->links.empty());
+  EXPECT_EQ(fast->snapshot()->devices.size(), 2u);
+}
+
 TEST(Registry, QuantityValidationComesFromThePlugin) {
   std::unique_ptr<Registry> registry = Make({SimPlugin()}, Example("tpu-v4-host.json"));
   EXPECT_TRUE(registry->ValidateQuantity("TPU", 4).ok());

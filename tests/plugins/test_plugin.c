@@ -173,6 +173,23 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   add_gpu(sink, 1, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
 #elif defined(FAULT_NON_UTF8_NAME)
   add_gpu(sink, 1, "GPU-test-1", "NVIDIA \xc3\x28 broken");
+#elif defined(FAULT_PASS_BACK_REFUSAL)
+  {
+    /* Stops at the first refused device and returns the sink's status, as plugin.h allows. */
+    rayaccel_device_info d;
+    rayaccel_status rc;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = sizeof(d);
+    d.index = 1;
+    d.id.data = "GPU-test-1";
+    d.id.size = 10;
+    d.name.data = "NVIDIA A100-SXM4-40GB";
+    d.name.size = strlen(d.name.data);
+    d.pci_bus_id.data = "zz";
+    d.pci_bus_id.size = 2;
+    rc = sink->add_device(sink->host_context, &d);
+    if (rc != RAYACCEL_STATUS_OK) return rc;
+  }
 #else
   add_gpu(sink, 1, "GPU-test-1", "NVIDIA A100-SXM4-40GB");
 #endif
