@@ -22,6 +22,11 @@ fi
 out=$("$work/prefix/bin/rayaccel" resources --json --plugin "$plugin")
 echo "plugin-minimal: installed rayaccel loaded the out-of-tree plugin: $out"
 [ "$out" = '{"accelerator_type:Acme-X1": 1, "acme_x1": 1}' ] || { echo "unexpected: $out" >&2; exit 1; }
+# The installed conformance suite: discoverable (tier 1); no topology hook, so not tier 2.
+"$work/prefix/bin/rayaccel-conformance" "$plugin" --tier 1 > "$work/conformance.txt" ||
+  { cat "$work/conformance.txt" >&2; exit 1; }
+grep -q "Tier reached: 1 (discoverable)" "$work/conformance.txt" ||
+  { cat "$work/conformance.txt" >&2; exit 1; }
 # The install tree finds its own plugins without RAYACCEL_PLUGIN_PATH.
 "$work/prefix/bin/rayaccel" plugins | grep -q '^sim ' || { echo "installed CLI misses sim" >&2; exit 1; }
 PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs rayaccel > /dev/null

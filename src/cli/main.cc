@@ -1,6 +1,9 @@
 // The `rayaccel` command: what this node's accelerators are, and what Ray would be given.
 // Exit codes: 0 when discovery ran (even with no devices or refused plugins), 1 when
 // rayaccel itself failed, 2 for usage errors.
+#include <limits.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -33,6 +36,9 @@ Commands:
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
   allocate         the best devices for a request: --size N [--available IDS]
                    [--must-include IDS] [--resource NAME] (IDS: positions or ids, a,b,c)
+  conformance      check a plugin .so and report its tier: conformance PLUGIN.so
+                   [--config KEY=VALUE] [--tier N] [--junit FILE] [--json]
+                   (runs rayaccel-conformance, installed next to this command)
   version          print the version
 
 Options:
@@ -149,7 +155,28 @@ int Parse(int argc, char** argv, Args* args) {
   return -1;
 }
 
+// `rayaccel conformance ...` is the suite binary next to this one, with the same arguments.
+int Conformance(int argc, char** argv) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "rayaccel: cannot find my own path: %s\n", std::strerror(errno));
+    return kExitFailure;
+  }
+  self[n] = '\0';
+  std::string dir(self);
+  dir.resize(dir.rfind('/'));
+  std::string suite = dir + "/rayaccel-conformance";
+  std::vector<char*> args = {suite.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(suite.c_str(), args.data());
+  std::fprintf(stderr, "rayaccel: cannot run %s: %s\n", suite.c_str(), std::strerror(errno));
+  return kExitFailure;
+}
+
 int Run(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "conformance") return Conformance(argc, argv);
   Args args;
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 

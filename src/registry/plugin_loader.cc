@@ -214,7 +214,7 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   negotiation.host_abi_major = kHostAbiMajor;
   negotiation.host_abi_minor = kHostAbiMinor;
   ErrorBuffer err;
-  rayaccel_status rc = entry(&negotiation, &err.error);
+  rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) { return entry(&negotiation, e); });
   if (rc != RAYACCEL_STATUS_OK) {
     return FromPluginStatus(rc, err.text, "negotiation refused by the plugin");
   }
@@ -333,7 +333,8 @@ absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& 
   args.config = entries.data();
   args.config_count = entries.size();
   ErrorBuffer err;
-  rayaccel_status rc = api_.initialize(&args, &err.error);
+  rayaccel_status rc =
+      CallPlugin(&err, [&](rayaccel_error* e) { return api_.initialize(&args, e); });
   if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "initialize failed");
   if (args.instance == nullptr) {
     return absl::InternalError("initialize returned OK but no instance");
@@ -349,7 +350,8 @@ std::string LoadedPlugin::abi_version() const {
 LoadedPlugin::~LoadedPlugin() {
   if (instance_ != nullptr) {
     ErrorBuffer err;
-    rayaccel_status rc = api_.shutdown(instance_, &err.error);
+    rayaccel_status rc =
+        CallPlugin(&err, [&](rayaccel_error* e) { return api_.shutdown(instance_, e); });
     if (rc != RAYACCEL_STATUS_OK) {
       spdlog::warn("plugin {}: {}", name_,
                    std::string(FromPluginStatus(rc, err.text, "shutdown failed").message()));

@@ -3,6 +3,7 @@
 #ifndef RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
 #define RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,12 @@ class LoadedPlugin {
   static void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message);
 };
 
+// Calls a plugin hook. A C++ exception must never cross the C ABI; one that does anyway is
+// caught here and turned into RAYACCEL_STATUS_INTERNAL with a message in `err`, so that the
+// plugin fails and the host carries on.
+template <typename Call>
+rayaccel_status CallPlugin(struct ErrorBuffer* err, Call&& call) noexcept;
+
 // A status for a non-OK plugin return code, with the plugin's message.
 absl::Status FromPluginStatus(rayaccel_status code, const char* message, const std::string& what);
 
@@ -93,6 +100,19 @@ struct ErrorBuffer {
   char text[512];
   rayaccel_error error;
 };
+
+template <typename Call>
+rayaccel_status CallPlugin(ErrorBuffer* err, Call&& call) noexcept {
+  try {
+    return call(&err->error);
+  } catch (const std::exception& e) {
+    rayaccel_error_set(&err->error, RAYACCEL_STATUS_INTERNAL,
+                       (std::string("a C++ exception escaped the plugin: ") + e.what()).c_str());
+  } catch (...) {
+    rayaccel_error_set(&err->error, RAYACCEL_STATUS_INTERNAL, "a C++ exception escaped the plugin");
+  }
+  return RAYACCEL_STATUS_INTERNAL;
+}
 
 }  // namespace rayaccel
 

@@ -207,7 +207,9 @@ class Registry::Impl {
     const rayaccel_plugin_api& api = slot->plugin->api();
     if (api.validate_quantity == nullptr) return absl::OkStatus();
     ErrorBuffer err;
-    rayaccel_status rc = api.validate_quantity(slot->plugin->instance(), quantity, &err.error);
+    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
+      return api.validate_quantity(slot->plugin->instance(), quantity, e);
+    });
     return FromPluginStatus(rc, err.text,
                             absl::StrCat(slot->status.name, " refuses ", quantity, " ", resource));
   }
@@ -326,7 +328,9 @@ class Registry::Impl {
     args.device_count = indices.size();
     args.sink = collector.sink();
     ErrorBuffer err;
-    rayaccel_status rc = api.prepare_allocation(slot->plugin->instance(), &args, &err.error);
+    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
+      return api.prepare_allocation(slot->plugin->instance(), &args, e);
+    });
     if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "prepare_allocation");
     if (!report.problems.empty()) {
       return absl::InternalError(
@@ -402,8 +406,9 @@ class Registry::Impl {
     rayaccel_plugin_properties props{};
     props.struct_size = sizeof(props);
     ErrorBuffer err;
-    rayaccel_status rc =
-        slot->plugin->api().get_properties(slot->plugin->instance(), &props, &err.error);
+    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
+      return slot->plugin->api().get_properties(slot->plugin->instance(), &props, e);
+    });
     if (rc != RAYACCEL_STATUS_OK) {
       return fail(std::string(FromPluginStatus(rc, err.text, "get_properties failed").message()));
     }
@@ -442,7 +447,8 @@ class Registry::Impl {
     rayaccel_plugin_instance* instance = slot.plugin->instance();
     Collector collector(report);
     ErrorBuffer err;
-    rayaccel_status rc = api.discover(instance, collector.sink(), &err.error);
+    rayaccel_status rc = CallPlugin(
+        &err, [&](rayaccel_error* e) { return api.discover(instance, collector.sink(), e); });
     // A plugin that stops and passes back a sink's refusal of one item has not failed: the
     // refusal is already in `problems`, and the devices before it stand.
     bool passed_back =
@@ -458,7 +464,8 @@ class Registry::Impl {
     for (const auto& [hook, what] : optional) {
       if (hook == nullptr || report->over_limit) continue;
       ErrorBuffer hook_err;
-      rc = hook(instance, collector.sink(), &hook_err.error);
+      rc = CallPlugin(&hook_err,
+                      [&](rayaccel_error* e) { return hook(instance, collector.sink(), e); });
       bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
       if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
         report->problems.push_back(std::string(

@@ -1,6 +1,6 @@
 // The loader against real .so files: one correct C plugin and one built per defect
-// (tests/plugins/test_plugin.c). Each defect gets a clear per-plugin status; the host and the
-// other plugins carry on.
+// (tests/conformance/bad_plugins/test_plugin.c). Each defect gets a clear per-plugin status; the
+// host and the other plugins carry on.
 #include <sys/stat.h>
 
 #include "gtest/gtest.h"
@@ -99,6 +99,18 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& c : name) c = c == '-' ? '_' : c;
       return name;
     });
+
+TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {
+  RegistryOptions options;
+  options.config["sim"]["spec"] = Example("tpu-v4-host.json");
+  std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("throws"), SimPlugin()}, options);
+  const PluginStatus& p = StatusOf(*snap, "throws");
+  EXPECT_EQ(p.state, PluginStatus::State::kFailed);
+  EXPECT_NE(p.message.find("a C++ exception escaped the plugin: vendor library exploded"),
+            std::string::npos)
+      << p.message;
+  EXPECT_EQ(snap->ray.resources.at("TPU"), 4);
+}
 
 TEST(Loader, DegradedPluginsKeepTheirGoodAnswers) {
   std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("duplicate-id")});

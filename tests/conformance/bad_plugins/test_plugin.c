@@ -4,6 +4,7 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,13 @@ typedef struct new_device_info {
 } new_device_info;
 
 static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error *error) {
+#ifdef FAULT_LEAK
+  {
+    /* 256 KiB per instance that shutdown never frees. */
+    char *lost = malloc(256 * 1024);
+    if (lost != NULL) memset(lost, 1, 256 * 1024);
+  }
+#endif
 #ifdef FAULT_INIT_FAILS
   (void)args;
   return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "vendor driver 1.2.3 is too old");
@@ -55,6 +63,16 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
 
 static rayaccel_status plugin_shutdown(rayaccel_plugin_instance *instance, rayaccel_error *error) {
   (void)error;
+#ifdef FAULT_DOUBLE_FREE
+  {
+    /* Through a volatile copy, so the compiler lets the bug reach the allocator. */
+    static void *volatile again;
+    again = instance;
+    free(instance);
+    free(again);
+    return RAYACCEL_STATUS_OK;
+  }
+#endif
   free(instance);
   return RAYACCEL_STATUS_OK;
 }
@@ -102,6 +120,21 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
                                 rayaccel_error *error) {
   (void)instance;
   (void)error;
+#ifdef FAULT_SEGFAULT
+  *(volatile int *)NULL = 1;
+#endif
+#ifdef FAULT_ABORT
+  abort();
+#endif
+#ifdef FAULT_HANG
+  for (;;) {
+    static volatile unsigned long spin;
+    ++spin;
+  }
+#endif
+#ifdef FAULT_STDOUT
+  printf("hello from the plugin\n");
+#endif
 #if defined(FAULT_OLD_DEVICE_STRUCT)
   (void)add_gpu;
   {

@@ -1,0 +1,176 @@
+// rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE] [--json]
+//                                [--timeout SECONDS]
+//
+// Runs every check of the suite as a GoogleTest test (so --junit is GoogleTest's JUnit XML),
+// prints a summary (or JSON) and the tier the plugin reaches. Exit code: 0 when the plugin
+// reaches --tier (default 1), 1 when it does not, 2 for usage errors.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "conformance/suite.h"
+#include "gtest/gtest.h"
+#include "spdlog/spdlog.h"
+#include "util/json.h"
+
+namespace rayaccel::conformance {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE]\n"
+    "                            [--json] [--timeout SECONDS]\n";
+
+struct Result {
+  const Check* check;
+  Outcome outcome;
+};
+
+// Collects each check's outcome as GoogleTest runs it.
+std::vector<Result>* g_results = nullptr;
+Options* g_options = nullptr;
+
+class CheckTest : public ::testing::Test {
+ public:
+  explicit CheckTest(const Check* check) : check_(check) {}
+  void TestBody() override {
+    Outcome o = check_->run(*g_options);
+    g_results->push_back({check_, o});
+    if (o.status == Outcome::Status::kSkip) GTEST_SKIP() << o.message;
+    EXPECT_EQ(o.status, Outcome::Status::kPass) << check_->name << ": " << o.message;
+  }
+
+ private:
+  const Check* check_;
+};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "rayaccel-conformance: %s\n%s", problem.c_str(), kUsage);
+  return 2;
+}
+
+int Run(int argc, char** argv) {
+  Options options;
+  int want_tier = 1;
+  bool json = false;
+  std::string junit;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      size_t eq = arg.find('=');
+      if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+        *out = arg.substr(eq + 1);
+        return true;
+      }
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string flag = arg.substr(0, arg.find('='));
+    std::string v;
+    if (flag == "--json") {
+      json = true;
+    } else if (flag == "--config") {
+      if (!value(&v) || v.find('=') == std::string::npos) return Usage("--config needs KEY=VALUE");
+      std::string key = v.substr(0, v.find('='));
+      // Accept "plugin.key=value" too, as the rayaccel command takes it.
+      if (key.find('.') != std::string::npos) key = key.substr(key.find('.') + 1);
+      options.config[key] = v.substr(v.find('=') + 1);
+    } else if (flag == "--tier") {
+      if (!value(&v) || v.size() != 1 || v[0] < '1' || v[0] > '3')
+        return Usage("--tier is 1, 2 or 3");
+      want_tier = v[0] - '0';
+    } else if (flag == "--junit") {
+      if (!value(&junit)) return Usage("--junit needs a file");
+    } else if (flag == "--timeout") {
+      if (!value(&v) || std::atoi(v.c_str()) <= 0) return Usage("--timeout needs seconds");
+      options.timeout_seconds = std::atoi(v.c_str());
+    } else if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return Usage("unknown option " + arg);
+    } else if (options.plugin_path.empty()) {
+      options.plugin_path = arg;
+    } else {
+      return Usage("one plugin at a time");
+    }
+  }
+  if (options.plugin_path.empty()) return Usage("no plugin given");
+  spdlog::set_level(spdlog::level::off);  // the plugin's log lines are not the report
+
+  std::vector<std::string> gtest_args = {"rayaccel-conformance"};
+  if (!junit.empty()) gtest_args.push_back("--gtest_output=xml:" + junit);
+  std::vector<char*> gtest_argv;
+  for (std::string& a : gtest_args) gtest_argv.push_back(a.data());
+  int gtest_argc = static_cast<int>(gtest_argv.size());
+  ::testing::InitGoogleTest(&gtest_argc, gtest_argv.data());
+  // Our summary replaces GoogleTest's console output (stdout may carry JSON).
+  ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  delete listeners.Release(listeners.default_result_printer());
+
+  std::vector<Result> results;
+  g_results = &results;
+  g_options = &options;
+  for (const Check& check : AllChecks()) {
+    std::string suite = "Tier" + std::to_string(check.tier);
+    ::testing::RegisterTest(suite.c_str(), check.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [&check]() -> ::testing::Test* { return new CheckTest(&check); });
+  }
+  // The exit code is the tier, not GoogleTest's verdict: a failed check is a finding.
+  int gtest_failed = RUN_ALL_TESTS();
+  (void)gtest_failed;
+
+  // The tier: every check of that tier and below passed (a skip counts where allowed).
+  int tier = 0;
+  for (int t = 1; t <= 3; ++t) {
+    bool all = true;
+    for (const Result& r : results) {
+      if (r.check->tier != t) continue;
+      bool pass = r.outcome.status == Outcome::Status::kPass ||
+                  (r.outcome.status == Outcome::Status::kSkip && r.check->skip_passes);
+      all = all && pass;
+    }
+    if (!all) break;
+    tier = t;
+  }
+  auto status_name = [](Outcome::Status s) {
+    return s == Outcome::Status::kPass ? "pass" : s == Outcome::Status::kSkip ? "skip" : "fail";
+  };
+  if (json) {
+    json::Writer w;
+    w.BeginObject();
+    w.Key("plugin").String(options.plugin_path);
+    w.Key("tier").Int(tier);
+    w.Key("tier_name").String(TierName(tier));
+    w.Key("checks").BeginArray();
+    for (const Result& r : results) {
+      w.BeginObject();
+      w.Key("name").String(r.check->name);
+      w.Key("tier").Int(r.check->tier);
+      w.Key("status").String(status_name(r.outcome.status));
+      w.Key("message").String(r.outcome.message);
+      w.Key("why").String(r.check->why);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    std::string out = w.Finish();
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  } else {
+    std::printf("rayaccel conformance: %s\n\n", options.plugin_path.c_str());
+    for (const Result& r : results) {
+      std::printf("  %-4s  tier %d  %-34s %s\n", status_name(r.outcome.status), r.check->tier,
+                  r.check->name.c_str(), r.outcome.message.c_str());
+    }
+    std::printf("\nTier reached: %d (%s)%s\n", tier, TierName(tier),
+                junit.empty() ? "" : ("; JUnit report: " + junit).c_str());
+  }
+  return tier >= want_tier ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace rayaccel::conformance
+
+int main(int argc, char** argv) { return rayaccel::conformance::Run(argc, argv); }

@@ -1,0 +1,705 @@
+#include "conformance/suite.h"
+
+#include <dlfcn.h>
+#include <malloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "conformance/elf_symbols.h"
+#include "ray/accelerator_type.h"
+#include "registry/collector.h"
+#include "registry/plugin_loader.h"
+#include "registry/validate.h"
+
+namespace rayaccel::conformance {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Isolation: a check's body runs in a forked child that loads the plugin itself.
+
+void WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string Tail(const std::string& text, size_t max) {
+  std::string t = text.size() > max ? "..." + text.substr(text.size() - max) : text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t;
+}
+
+// Runs `body` in a child; the child's stdout and stderr are captured. `quiet_stdout` makes any
+// stdout output a failure (the host's stdout may carry JSON).
+Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<Outcome()>& body) {
+  int result_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe(result_pipe) != 0 || pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+    return Outcome::Fail(absl::StrCat("suite: pipe: ", std::strerror(errno)));
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return Outcome::Fail(absl::StrCat("suite: fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    close(result_pipe[0]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    Outcome o;
+    try {
+      o = body();
+    } catch (const std::exception& e) {
+      o = Outcome::Fail(std::string("a C++ exception escaped a hook: ") + e.what());
+    } catch (...) {
+      o = Outcome::Fail("a C++ exception escaped a hook");
+    }
+    std::fflush(stdout);
+    const char* tag = o.status == Outcome::Status::kPass   ? "P"
+                      : o.status == Outcome::Status::kSkip ? "S"
+                                                           : "F";
+    WriteAll(result_pipe[1], tag + o.message);
+    _exit(0);
+  }
+  close(result_pipe[1]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  std::string result, out, err;
+  pollfd fds[3] = {{result_pipe[0], POLLIN, 0}, {out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[3] = {&result, &out, &err};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_seconds);
+  int open_fds = 3;
+  bool timed_out = false;
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (poll(fds, 3, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 3; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        if (sinks[i]->size() < (1 << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  if (timed_out) kill(pid, SIGKILL);
+  for (pollfd& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (timed_out) {
+    return Outcome::Fail(
+        absl::StrCat("hung: no answer within ", options.timeout_seconds, " s (killed)"));
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::string why = absl::StrCat("crashed with signal ", sig, " (", strsignal(sig), ")");
+    if (err.find("terminate called") != std::string::npos) {
+      why += ": a C++ exception escaped a hook";
+    }
+    if (!err.empty()) why += "; stderr: " + Tail(err, 300);
+    return Outcome::Fail(why);
+  }
+  if (result.empty()) {
+    return Outcome::Fail(absl::StrCat("the plugin ended the process (exit status ",
+                                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")"));
+  }
+  if (quiet_stdout && !out.empty()) {
+    return Outcome::Fail(absl::StrCat("wrote ", out.size(), " bytes to stdout (\"", Tail(out, 60),
+                                      "\"); plugins must never write there"));
+  }
+  Outcome o;
+  o.status = result[0] == 'P'   ? Outcome::Status::kPass
+             : result[0] == 'S' ? Outcome::Status::kSkip
+                                : Outcome::Status::kFail;
+  o.message = result.substr(1);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------
+// Harness used inside the child.
+
+struct Loaded {
+  std::unique_ptr<LoadedPlugin> plugin;
+  std::string error;
+};
+
+Loaded Load(const Options& options, bool initialize = true) {
+  Loaded l;
+  absl::StatusOr<std::unique_ptr<LoadedPlugin>> p = LoadedPlugin::Open(options.plugin_path);
+  if (!p.ok()) {
+    l.error = absl::StrCat("does not load: ", p.status().message());
+    return l;
+  }
+  if (initialize) {
+    if (absl::Status st = (*p)->Initialize(options.config); !st.ok()) {
+      l.error = std::string(st.message());
+      return l;
+    }
+  }
+  l.plugin = *std::move(p);
+  return l;
+}
+
+// Forwards every sink call to a Collector, recording the raw strings of add_device first (the
+// collector stores them normalised).
+class Recorder {
+ public:
+  explicit Recorder(const Collector& collector) : inner_(*collector.sink()) {
+    sink.struct_size = sizeof(sink);
+    sink.host_context = this;
+    sink.add_device = [](void* ctx, const rayaccel_device_info* d) {
+      auto* self = static_cast<Recorder*>(ctx);
+      self->Record(d);
+      return self->inner_.add_device(self->inner_.host_context, d);
+    };
+    sink.add_attribute = [](void* ctx, const rayaccel_attribute* a) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.add_attribute(self->inner_.host_context, a);
+    };
+    sink.add_label = [](void* ctx, rayaccel_string k, rayaccel_string v) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.add_label(self->inner_.host_context, k, v);
+    };
+    sink.add_link = [](void* ctx, const rayaccel_link* l) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.add_link(self->inner_.host_context, l);
+    };
+    sink.add_domain = [](void* ctx, const rayaccel_domain* d) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.add_domain(self->inner_.host_context, d);
+    };
+    sink.set_health = [](void* ctx, uint32_t i, rayaccel_health h, rayaccel_string r) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.set_health(self->inner_.host_context, i, h, r);
+    };
+    sink.set_env = [](void* ctx, rayaccel_string n, rayaccel_string v) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.set_env(self->inner_.host_context, n, v);
+    };
+  }
+  rayaccel_sink sink{};
+  std::vector<std::string> pci_bus_ids;               // one per add_device call
+  std::map<uint32_t, std::string> accelerator_types;  // by device index, as sent
+
+ private:
+  static std::string Text(rayaccel_string s) {
+    return s.data != nullptr && s.size <= kMaxStringBytes ? std::string(s.data, s.size) : "";
+  }
+  void Record(const rayaccel_device_info* d) {
+    bool pci = d != nullptr && RAYACCEL_HAS_FIELD(d, rayaccel_device_info, pci_bus_id);
+    bool type = d != nullptr && RAYACCEL_HAS_FIELD(d, rayaccel_device_info, accelerator_type);
+    pci_bus_ids.push_back(pci ? Text(d->pci_bus_id) : "");
+    if (type) accelerator_types.emplace(d->index, Text(d->accelerator_type));
+  }
+  rayaccel_sink inner_;
+};
+
+using Hook = rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*, rayaccel_error*);
+
+// Calls a query hook; a non-OK status is a problem unless it passes a refusal back.
+std::string Call(const LoadedPlugin& p, Hook hook, const rayaccel_sink* sink, const char* what,
+                 const Collector& collector) {
+  ErrorBuffer err;
+  rayaccel_status rc = hook(p.instance(), sink, &err.error);  // exceptions: see Isolated
+  if (rc == RAYACCEL_STATUS_OK) return "";
+  if (rc == RAYACCEL_STATUS_INVALID_ARGUMENT && collector.refused_any() && err.text[0] == '\0') {
+    return "";
+  }
+  return std::string(FromPluginStatus(rc, err.text, absl::StrCat(what, " failed")).message());
+}
+
+struct Discovery {
+  PluginReport report;
+  std::vector<std::string> raw_pci;
+  std::map<uint32_t, std::string> raw_types;
+  std::string error;
+};
+
+Discovery Discover(const LoadedPlugin& p, bool labels, bool topology, bool health) {
+  Discovery d;
+  Collector collector(&d.report);
+  Recorder recorder(collector);
+  const rayaccel_plugin_api& api = p.api();
+  d.error = Call(p, api.discover, &recorder.sink, "discover", collector);
+  if (d.error.empty() && labels && api.get_labels != nullptr) {
+    d.error = Call(p, api.get_labels, &recorder.sink, "get_labels", collector);
+  }
+  if (d.error.empty() && topology && api.get_topology != nullptr) {
+    d.error = Call(p, api.get_topology, &recorder.sink, "get_topology", collector);
+  }
+  if (d.error.empty() && health && api.get_health != nullptr) {
+    d.error = Call(p, api.get_health, &recorder.sink, "get_health", collector);
+  }
+  d.raw_pci = recorder.pci_bus_ids;
+  d.raw_types = recorder.accelerator_types;
+  return d;
+}
+
+std::string Problems(const PluginReport& r) { return absl::StrJoin(r.problems, "; "); }
+
+// The body of most checks: load, initialize, run `fn`, shut down.
+Outcome WithPlugin(const Options& o, const std::function<Outcome(const LoadedPlugin&)>& fn) {
+  Loaded l = Load(o);
+  if (l.plugin == nullptr) return Outcome::Fail(l.error);
+  return fn(*l.plugin);
+}
+
+Outcome RunIn(const Options& o, const std::function<Outcome(const LoadedPlugin&)>& fn,
+              bool quiet_stdout = false) {
+  return Isolated(o, quiet_stdout, [&] { return WithPlugin(o, fn); });
+}
+
+// ---------------------------------------------------------------------------------------
+// The checks.
+
+Outcome ExportsOnlyEntry(const Options& o) {
+  absl::StatusOr<std::vector<std::string>> symbols = ExportedSymbols(o.plugin_path);
+  if (!symbols.ok()) return Outcome::Fail(std::string(symbols.status().message()));
+  std::vector<std::string> extra;
+  bool entry = false;
+  for (const std::string& s : *symbols) {
+    if (s == RAYACCEL_PLUGIN_ENTRY_SYMBOL) {
+      entry = true;
+    } else {
+      extra.push_back(s);
+    }
+  }
+  if (!entry) return Outcome::Fail("rayaccel_plugin_entry is not exported");
+  if (!extra.empty()) {
+    size_t cxx = std::count_if(extra.begin(), extra.end(),
+                               [](const std::string& s) { return s.rfind("_Z", 0) == 0; });
+    if (extra.size() > 8) extra.resize(8), extra.push_back("...");
+    return Outcome::Fail(
+        absl::StrCat("exports more than its entry point (", cxx > 0 ? "C++ symbols included: " : "",
+                     absl::StrJoin(extra, ", "), "); use hidden visibility and a version script"));
+  }
+  return Outcome::Pass();
+}
+
+Outcome Negotiation(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    void* h = dlopen(o.plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return Outcome::Fail(absl::StrCat("dlopen: ", dlerror()));
+    auto entry = reinterpret_cast<rayaccel_plugin_entry_fn>(dlsym(h, RAYACCEL_PLUGIN_ENTRY_SYMBOL));
+    if (entry == nullptr) return Outcome::Fail("no entry symbol");
+    auto ask = [&](uint32_t major, uint32_t minor, rayaccel_negotiation* n) {
+      *n = rayaccel_negotiation{};
+      n->struct_size = sizeof(*n);
+      n->host_abi_major = major;
+      n->host_abi_minor = minor;
+      ErrorBuffer err;
+      return entry(n, &err.error);
+    };
+    rayaccel_negotiation n;
+    if (ask(1, 0, &n) != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.chosen_abi_minor != 0 ||
+        n.api == nullptr) {
+      return Outcome::Fail("a 1.0 host must get ABI 1.0 and a table");
+    }
+    if (ask(1, 99, &n) != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.api == nullptr ||
+        n.chosen_abi_minor > 99) {
+      return Outcome::Fail("a newer 1.x host (1.99) must get the plugin's own 1.x");
+    }
+    for (uint32_t major : {0u, 2u}) {
+      rayaccel_status rc = ask(major, 0, &n);
+      if (rc == RAYACCEL_STATUS_OK && n.chosen_abi_major == major) {
+        return Outcome::Fail(absl::StrCat("claims to speak ABI major ", major));
+      }
+      if (rc == RAYACCEL_STATUS_OK && n.chosen_abi_major != 1) {
+        return Outcome::Fail(
+            absl::StrCat("answered a major-", major, " host with major ", n.chosen_abi_major));
+      }
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome Table(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    Loaded l = Load(o, /*initialize=*/false);  // Open checks size, major, name, hooks, caps
+    return l.plugin == nullptr ? Outcome::Fail(l.error)
+                               : Outcome::Pass(absl::StrCat("plugin \"", l.plugin->name(), "\""));
+  });
+}
+
+Outcome LifecycleRepeated(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    for (int i = 0; i < 3; ++i) {
+      Loaded l = Load(o);
+      if (l.plugin == nullptr) return Outcome::Fail(absl::StrCat("cycle ", i + 1, ": ", l.error));
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome TwoInstances(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    Loaded a = Load(o);
+    if (a.plugin == nullptr) return Outcome::Fail(a.error);
+    absl::Status second = a.plugin->Initialize(o.config);  // a second instance, same library
+    if (!second.ok()) return Outcome::Fail(absl::StrCat("second instance: ", second.message()));
+    Discovery d = Discover(*a.plugin, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    return Outcome::Pass();
+  });
+}
+
+Outcome AnswersValid(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, true);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    return Outcome::Pass(absl::StrCat(d.report.devices.size(), " devices"));
+  });
+}
+
+Outcome IdsStable(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery a = Discover(p, false, false, false);
+    Discovery b = Discover(p, false, false, false);
+    if (!a.error.empty() || !b.error.empty()) return Outcome::Fail(a.error + b.error);
+    auto ids = [](const PluginReport& r) {
+      std::set<std::pair<uint32_t, std::string>> s;
+      for (const Device& d : r.devices) s.insert({d.index, d.id});
+      return s;
+    };
+    if (ids(a.report) != ids(b.report)) {
+      return Outcome::Fail("two discoveries in a row gave different (index, id) pairs");
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome PciNormalised(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    for (const std::string& raw : d.raw_pci) {
+      if (raw.empty()) continue;
+      std::optional<std::string> normal = NormalizePciBusId(raw);
+      if (!normal || *normal != raw) {
+        return Outcome::Fail(absl::StrCat("pci_bus_id \"", raw, "\" is not \"dddd:bb:dd.f\"",
+                                          normal ? absl::StrCat(" (", *normal, ")") : ""));
+      }
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome AcceleratorTypes(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    rayaccel_plugin_properties props{};
+    props.struct_size = sizeof(props);
+    ErrorBuffer err;
+    p.api().get_properties(p.instance(), &props, &err.error);
+    std::string vendor(props.vendor.data != nullptr ? props.vendor.data : "",
+                       props.vendor.data != nullptr ? props.vendor.size : 0);
+    for (const Device& dev : d.report.devices) {
+      auto raw = d.raw_types.find(dev.index);
+      if (raw == d.raw_types.end() || raw->second.empty()) continue;
+      const std::string& type = raw->second;
+      if (!CheckLabelValue(type).ok()) {
+        return Outcome::Fail(
+            absl::StrCat("accelerator_type \"", type, "\" cannot be a Ray label value"));
+      }
+      std::string ray =
+          DeriveAcceleratorType(vendor, dev.name, dev.pci_vendor_id, dev.pci_device_id);
+      if (!ray.empty() && ray != type) {
+        return Outcome::Fail(absl::StrCat("device ", dev.index, ": accelerator_type \"", type,
+                                          "\" but Ray derives \"", ray,
+                                          "\": leave it empty and the host applies Ray's rule"));
+      }
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome LabelsValid(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if (p.api().get_labels == nullptr) return Outcome::Skip("no get_labels hook");
+    Discovery d = Discover(p, true, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    return Outcome::Pass(absl::StrCat(d.report.labels.size(), " labels"));
+  });
+}
+
+Outcome QuietStdout(const Options& o) {
+  return RunIn(
+      o,
+      [](const LoadedPlugin& p) {
+        Discovery d = Discover(p, true, true, true);
+        return d.error.empty() ? Outcome::Pass() : Outcome::Fail(d.error);
+      },
+      /*quiet_stdout=*/true);
+}
+
+Outcome NoLeak(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    auto heap = [] {
+      struct mallinfo2 m = mallinfo2();
+      return m.uordblks + m.hblkhd;
+    };
+    auto cycle = [&]() -> std::string {
+      Loaded l = Load(o);
+      if (l.plugin == nullptr) return l.error;
+      return Discover(*l.plugin, true, true, true).error;
+    };
+    for (int i = 0; i < 3; ++i) {
+      if (std::string e = cycle(); !e.empty()) return Outcome::Fail(e);
+    }
+    size_t before = heap();
+    constexpr int kCycles = 40;
+    for (int i = 0; i < kCycles; ++i) {
+      if (std::string e = cycle(); !e.empty()) return Outcome::Fail(e);
+    }
+    size_t after = heap();
+    constexpr size_t kSlack = 4 << 20;
+    if (after > before + kSlack) {
+      return Outcome::Fail(absl::StrCat("heap grew by ", (after - before) >> 10, " KiB over ",
+                                        kCycles, " initialize/discover/shutdown cycles"));
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome TopologyValid(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if (p.api().get_topology == nullptr) return Outcome::Fail("no get_topology hook");
+    Discovery d = Discover(p, false, true, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    return Outcome::Pass(
+        absl::StrCat(d.report.links.size(), " links, ", d.report.domains.size(), " domains"));
+  });
+}
+
+Outcome HealthValid(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, true);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    for (const auto& [index, health] : d.report.health) {
+      bool known = std::any_of(d.report.devices.begin(), d.report.devices.end(),
+                               [&](const Device& dev) { return dev.index == index; });
+      if (!known) return Outcome::Fail(absl::StrCat("health for unknown device ", index));
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome QuantityConsistent(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if (p.api().validate_quantity == nullptr) return Outcome::Skip("no validate_quantity hook");
+    std::vector<uint32_t> accepted;
+    for (uint32_t q = 1; q <= 16; ++q) {
+      ErrorBuffer e1, e2;
+      rayaccel_status a = p.api().validate_quantity(p.instance(), q, &e1.error);
+      rayaccel_status b = p.api().validate_quantity(p.instance(), q, &e2.error);
+      if (a != b) return Outcome::Fail(absl::StrCat("quantity ", q, ": answers differ"));
+      if (a == RAYACCEL_STATUS_OK) {
+        accepted.push_back(q);
+      } else if (a != RAYACCEL_STATUS_INVALID_ARGUMENT) {
+        return Outcome::Fail(
+            absl::StrCat("quantity ", q, ": status ", a, " (expected OK or INVALID_ARGUMENT)"));
+      } else if (e1.text[0] == '\0') {
+        return Outcome::Fail(absl::StrCat("quantity ", q, " refused without a message"));
+      }
+    }
+    return Outcome::Pass(absl::StrCat("accepts ", absl::StrJoin(accepted, ",")));
+  });
+}
+
+Outcome EnvNamesTheSet(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    rayaccel_plugin_properties props{};
+    props.struct_size = sizeof(props);
+    ErrorBuffer perr;
+    p.api().get_properties(p.instance(), &props, &perr.error);
+    std::string var(props.visible_devices_env.data != nullptr ? props.visible_devices_env.data : "",
+                    props.visible_devices_env.data != nullptr ? props.visible_devices_env.size : 0);
+    std::set<std::string> parents;
+    for (const Device& dev : d.report.devices) {
+      if (!dev.parent_id.empty()) parents.insert(dev.parent_id);
+    }
+    std::vector<const Device*> schedulable;
+    for (const Device& dev : d.report.devices) {
+      if (parents.count(dev.id) == 0) schedulable.push_back(&dev);
+    }
+    if (schedulable.empty()) return Outcome::Skip("no devices to allocate");
+    if (p.api().prepare_allocation == nullptr) {
+      return var.empty()
+                 ? Outcome::Fail("neither prepare_allocation nor a visible-devices variable")
+                 : Outcome::Pass("the host sets " + var);
+    }
+    std::vector<std::vector<const Device*>> sets;
+    for (const Device* dev : schedulable) sets.push_back({dev});
+    sets.push_back(schedulable);
+    for (const auto& set : sets) {
+      PluginReport report;
+      Collector collector(&report);
+      std::vector<uint32_t> indices;
+      for (const Device* dev : set) indices.push_back(dev->index);
+      rayaccel_allocation_args args{};
+      args.struct_size = sizeof(args);
+      args.device_indices = indices.data();
+      args.device_count = indices.size();
+      args.sink = collector.sink();
+      ErrorBuffer err;
+      rayaccel_status rc = p.api().prepare_allocation(p.instance(), &args, &err.error);
+      if (rc != RAYACCEL_STATUS_OK) {
+        return Outcome::Fail(
+            std::string(FromPluginStatus(rc, err.text, "prepare_allocation").message()));
+      }
+      if (!report.problems.empty()) return Outcome::Fail(Problems(report));
+      std::string value;
+      bool found = false;
+      for (const auto& [name, v] : report.env) {
+        if (name == var) value = v, found = true;
+      }
+      if (!var.empty() && !found) return Outcome::Fail("prepare_allocation did not set " + var);
+      if (var.empty()) continue;
+      std::vector<std::string> named = absl::StrSplit(value, ',', absl::SkipEmpty());
+      std::set<std::string> want_index, want_id;
+      for (const Device* dev : set) {
+        want_index.insert(std::to_string(dev->index));
+        want_id.insert(dev->id);
+      }
+      std::set<std::string> got(named.begin(), named.end());
+      if (got.size() != named.size() || (got != want_index && got != want_id)) {
+        return Outcome::Fail(absl::StrCat(var, "=", value, " for devices {",
+                                          absl::StrJoin(want_index, ","),
+                                          "}: must name exactly that set, by index or by id"));
+      }
+    }
+    return Outcome::Pass(absl::StrCat(sets.size(), " sets"));
+  });
+}
+
+Outcome ThreadSafe(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if ((p.api().capabilities & RAYACCEL_CAP_THREAD_SAFE) == 0) {
+      return Outcome::Skip("RAYACCEL_CAP_THREAD_SAFE not claimed");
+    }
+    Discovery reference = Discover(p, true, true, true);
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 20; ++i) {
+          Discovery d = Discover(p, true, true, true);
+          if (d.report.devices.size() != reference.report.devices.size() ||
+              d.report.links.size() != reference.report.links.size()) {
+            ++mismatches;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    if (mismatches > 0) {
+      return Outcome::Fail(
+          absl::StrCat(mismatches.load(), " of 80 concurrent discoveries differed"));
+    }
+    return Outcome::Pass();
+  });
+}
+
+Outcome Transport(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if ((p.api().capabilities & RAYACCEL_CAP_TRANSPORT) == 0) {
+      return Outcome::Skip("RAYACCEL_CAP_TRANSPORT not claimed");
+    }
+    return Outcome::Fail("the transport round trip is not checked by this release of the suite");
+  });
+}
+
+}  // namespace
+
+const char* TierName(int tier) {
+  switch (tier) {
+    case 1:
+      return "discoverable";
+    case 2:
+      return "schedulable";
+    case 3:
+      return "transport";
+    default:
+      return "none";
+  }
+}
+
+const std::vector<Check>& AllChecks() {
+  static const std::vector<Check> kChecks = {
+      {"abi.exports_only_entry", 1,
+       "only rayaccel_plugin_entry is exported: no C++ or helper symbols can clash in the host",
+       false, ExportsOnlyEntry},
+      {"abi.negotiation", 1, "1.0 and newer 1.x hosts get a table; other majors are refused", false,
+       Negotiation},
+      {"abi.table", 1,
+       "the table is at least 1.0-sized, names itself, has every required hook and every hook "
+       "its capabilities claim",
+       false, Table},
+      {"lifecycle.repeated", 1, "initialize/shutdown work three times in a row", false,
+       LifecycleRepeated},
+      {"lifecycle.two_instances", 1, "two instances of one library coexist", false, TwoInstances},
+      {"discovery.answers_valid", 1,
+       "every device passes the host's checks (ids, UTF-8, limits, health values)", false,
+       AnswersValid},
+      {"discovery.ids_stable", 1, "ids and indices do not change between discoveries", false,
+       IdsStable},
+      {"discovery.pci_bus_ids_normalised", 1, "PCI bus ids come as dddd:bb:dd.f", false,
+       PciNormalised},
+      {"discovery.accelerator_types", 1,
+       "reported types are label-safe and equal Ray's own rule where Ray has one", false,
+       AcceleratorTypes},
+      {"labels.valid", 1, "node labels use Kubernetes syntax and only Ray's own ray.io/ keys", true,
+       LabelsValid},
+      {"process.quiet_stdout", 1, "no hook writes to stdout", false, QuietStdout},
+      {"process.no_leak", 1, "repeated lifecycles do not grow the heap", false, NoLeak},
+      {"topology.valid", 2,
+       "links join reported devices, no self links, each pair once; domains name real devices",
+       false, TopologyValid},
+      {"health.valid", 2, "health states and reasons are valid and name reported devices", false,
+       HealthValid},
+      {"allocation.quantity_consistent", 2,
+       "validate_quantity answers the same twice and explains refusals", true, QuantityConsistent},
+      {"allocation.env_names_the_set", 2, "the environment for a device set names exactly that set",
+       false, EnvNamesTheSet},
+      {"concurrency.thread_safe", 2,
+       "hooks declared thread-safe agree when called from four threads", true, ThreadSafe},
+      {"transport.round_trip", 3, "register, pack, connect, read/write, close", false, Transport},
+  };
+  return kChecks;
+}
+
+}  // namespace rayaccel::conformance

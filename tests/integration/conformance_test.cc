@@ -1,0 +1,136 @@
+// The conformance suite as vendors run it: the real binary on real plugin files. Each broken
+// plugin of the zoo fails the check that names its defect, and the suite itself never crashes
+// or hangs; the in-tree plugins reach their tiers.
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "support/test_support.h"
+#include "util/json.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::Fixture;
+using testing::TestPlugin;
+
+struct Report {
+  int exit_code = -1;
+  int tier = -1;
+  std::map<std::string, std::pair<std::string, std::string>> checks;  // name -> status, message
+};
+
+Report Conform(const std::string& plugin, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {RAYACCEL_CONFORMANCE, plugin, "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  testing::CommandResult r = testing::Run(args);
+  Report report;
+  report.exit_code = r.exit_code;
+  json::ParseError error;
+  std::optional<json::Value> doc = json::Parse(r.out, &error);
+  EXPECT_TRUE(doc) << error.message << "\n" << r.out << "\n" << r.err;
+  if (!doc) return report;
+  report.tier = static_cast<int>(*doc->Find("tier")->as_int64());
+  for (const json::Value& c : doc->Find("checks")->array()) {
+    report.checks[c.Find("name")->string()] = {c.Find("status")->string(),
+                                               c.Find("message")->string()};
+  }
+  return report;
+}
+
+TEST(Conformance, InTreePluginsReachTheirTiers) {
+  std::string plugins = RAYACCEL_PLUGIN_DIR;
+  Report sim = Conform(plugins + "/librayaccel-sim.so",
+                       {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "2"});
+  EXPECT_EQ(sim.exit_code, 0);
+  EXPECT_EQ(sim.tier, 2);
+  Report rocm =
+      Conform(plugins + "/librayaccel-rocm.so",
+              {"--config", "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi300-cpx/topology"),
+               "--tier", "2"});
+  EXPECT_EQ(rocm.tier, 2);
+  EXPECT_EQ(rocm.checks["allocation.env_names_the_set"].first, "pass");
+  Report c = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
+  EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
+  // Nobody reaches the transport tier yet: asking for it fails.
+  Report t3 = Conform(plugins + "/librayaccel-sim.so", {"--tier", "3"});
+  EXPECT_EQ(t3.exit_code, 1);
+}
+
+struct Expectation {
+  const char* plugin;
+  const char* check;
+  const char* message;
+};
+
+class Zoo : public ::testing::TestWithParam<Expectation> {};
+
+TEST_P(Zoo, FailsTheRightCheck) {
+  const Expectation& e = GetParam();
+  // --tier 2 so that failing any check fails the run; a short timeout for the hanging one.
+  Report r = Conform(TestPlugin(e.plugin),
+                     {"--tier", "2", "--timeout", std::string(e.plugin) == "hang" ? "1" : "3"});
+  EXPECT_EQ(r.exit_code, 1) << "the suite must survive and report";
+  ASSERT_EQ(r.checks.count(e.check), 1u);
+  EXPECT_EQ(r.checks[e.check].first, "fail");
+  EXPECT_NE(r.checks[e.check].second.find(e.message), std::string::npos)
+      << e.check << ": " << r.checks[e.check].second;
+}
+
+void PrintTo(const Expectation& e, std::ostream* os) { *os << e.plugin; }
+
+INSTANTIATE_TEST_SUITE_P(
+    BadPlugins, Zoo,
+    ::testing::Values(
+        Expectation{"no-entry", "abi.exports_only_entry", "rayaccel_plugin_entry is not exported"},
+        Expectation{"wrong-major", "abi.negotiation", "a 1.0 host must get ABI 1.0"},
+        Expectation{"small-table", "abi.table", "smaller than the smallest 1.0 table"},
+        Expectation{"null-discover", "abi.table", "NULL mandatory hook: discover"},
+        Expectation{"duplicate-id", "discovery.answers_valid", "duplicate id"},
+        Expectation{"bad-label", "labels.valid", "bad key with spaces"},
+        Expectation{"link-out-of-range", "topology.valid", "endpoint is not a reported device"},
+        Expectation{"non-utf8-name", "discovery.answers_valid", "name is not UTF-8"},
+        Expectation{"segfault", "discovery.answers_valid", "crashed with signal 11"},
+        Expectation{"abort", "discovery.answers_valid", "crashed with signal 6"},
+        Expectation{"hang", "discovery.answers_valid", "hung: no answer within 1 s"},
+        Expectation{"throws", "discovery.answers_valid", "a C++ exception escaped a hook"},
+        Expectation{"leak", "process.no_leak", "heap grew by"},
+        Expectation{"double-free", "lifecycle.repeated", "crashed with signal 6"},
+        Expectation{"stdout", "process.quiet_stdout", "bytes to stdout"}),
+    [](const ::testing::TestParamInfo<Expectation>& info) {
+      std::string name = info.param.plugin;
+      for (char& ch : name) ch = ch == '-' ? '_' : ch;
+      return name;
+    });
+
+TEST(Conformance, JunitReport) {
+  std::string dir = testing::MakeTempDir("junit");
+  std::string file = dir + "/report.xml";
+  testing::CommandResult r =
+      testing::Run({RAYACCEL_CONFORMANCE, TestPlugin("stdout"), "--junit", file, "--timeout", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("Tier reached: 0 (none)"), std::string::npos) << r.out;
+  std::ifstream in(file);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_NE(xml.str().find("<testsuites"), std::string::npos);
+  EXPECT_NE(xml.str().find("quiet_stdout"), std::string::npos);
+  EXPECT_NE(xml.str().find("<failure"), std::string::npos);
+}
+
+TEST(Conformance, TheRayaccelCommandRunsTheSuite) {
+  testing::CommandResult r = testing::Run(
+      {RAYACCEL_CLI, "conformance", std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
+       "--config", "spec=" + testing::Example("tpu-v4-host.json"), "--tier", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Tier reached: 2 (schedulable)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("accepts 1,2,4,8"), std::string::npos) << r.out;
+}
+
+TEST(Conformance, UsageErrors) {
+  EXPECT_EQ(testing::Run({RAYACCEL_CONFORMANCE}).exit_code, 2);
+  EXPECT_EQ(testing::Run({RAYACCEL_CONFORMANCE, "x.so", "--tier", "7"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace rayaccel
