@@ -416,12 +416,9 @@ Outcome AcceleratorTypes(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    rayaccel_plugin_properties props{};
-    props.struct_size = sizeof(props);
-    ErrorBuffer err;
-    p.api().get_properties(p.instance(), &props, &err.error);
-    std::string vendor(props.vendor.data != nullptr ? props.vendor.data : "",
-                       props.vendor.data != nullptr ? props.vendor.size : 0);
+    absl::StatusOr<LoadedPlugin::Properties> props = p.GetProperties();
+    if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
+    const std::string& vendor = props->vendor;
     for (const Device& dev : d.report.devices) {
       auto raw = d.raw_types.find(dev.index);
       if (raw == d.raw_types.end() || raw->second.empty()) continue;
@@ -542,12 +539,9 @@ Outcome EnvNamesTheSet(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    rayaccel_plugin_properties props{};
-    props.struct_size = sizeof(props);
-    ErrorBuffer perr;
-    p.api().get_properties(p.instance(), &props, &perr.error);
-    std::string var(props.visible_devices_env.data != nullptr ? props.visible_devices_env.data : "",
-                    props.visible_devices_env.data != nullptr ? props.visible_devices_env.size : 0);
+    absl::StatusOr<LoadedPlugin::Properties> props = p.GetProperties();
+    if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
+    const std::string& var = props->visible_devices_env;
     std::set<std::string> parents;
     for (const Device& dev : d.report.devices) {
       if (!dev.parent_id.empty()) parents.insert(dev.parent_id);
@@ -566,25 +560,13 @@ Outcome EnvNamesTheSet(const Options& o) {
     for (const Device* dev : schedulable) sets.push_back({dev});
     sets.push_back(schedulable);
     for (const auto& set : sets) {
-      PluginReport report;
-      Collector collector(&report);
       std::vector<uint32_t> indices;
       for (const Device* dev : set) indices.push_back(dev->index);
-      rayaccel_allocation_args args{};
-      args.struct_size = sizeof(args);
-      args.device_indices = indices.data();
-      args.device_count = indices.size();
-      args.sink = collector.sink();
-      ErrorBuffer err;
-      rayaccel_status rc = p.api().prepare_allocation(p.instance(), &args, &err.error);
-      if (rc != RAYACCEL_STATUS_OK) {
-        return Outcome::Fail(
-            std::string(FromPluginStatus(rc, err.text, "prepare_allocation").message()));
-      }
-      if (!report.problems.empty()) return Outcome::Fail(Problems(report));
+      auto env = p.PrepareAllocation(indices);
+      if (!env.ok()) return Outcome::Fail(std::string(env.status().message()));
       std::string value;
       bool found = false;
-      for (const auto& [name, v] : report.env) {
+      for (const auto& [name, v] : *env) {
         if (name == var) value = v, found = true;
       }
       if (!var.empty() && !found) return Outcome::Fail("prepare_allocation did not set " + var);

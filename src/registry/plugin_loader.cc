@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "registry/collector.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 
@@ -341,6 +342,58 @@ absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& 
   }
   instance_ = args.instance;
   return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedPlugin::Properties> LoadedPlugin::GetProperties() const {
+  rayaccel_plugin_properties props{};
+  props.struct_size = sizeof(props);
+  ErrorBuffer err;
+  rayaccel_status rc = CallPlugin(
+      &err, [&](rayaccel_error* e) { return api_.get_properties(instance_, &props, e); });
+  if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "get_properties failed");
+  Properties out;
+  struct Field {
+    rayaccel_string value;
+    const char* what;
+    std::string* out;
+  } fields[] = {{props.vendor, "vendor", &out.vendor},
+                {props.resource_name, "resource_name", &out.resource_name},
+                {props.visible_devices_env, "visible_devices_env", &out.visible_devices_env},
+                {props.plugin_version, "plugin_version", &out.plugin_version}};
+  for (const Field& f : fields) {
+    if (f.value.size > 0 && (f.value.data == nullptr || f.value.size > kMaxStringBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("get_properties: ", f.what, " is malformed"));
+    }
+    absl::string_view text(f.value.data != nullptr ? f.value.data : "", f.value.size);
+    if (absl::Status st = CheckText(text, absl::StrCat("get_properties: ", f.what)); !st.ok()) {
+      return st;
+    }
+    *f.out = std::string(text);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadedPlugin::PrepareAllocation(
+    const std::vector<uint32_t>& indices) const {
+  if (api_.prepare_allocation == nullptr) {
+    return absl::UnimplementedError("no prepare_allocation hook");
+  }
+  PluginReport report;
+  Collector collector(&report);
+  rayaccel_allocation_args args{};
+  args.struct_size = sizeof(args);
+  args.device_indices = indices.data();
+  args.device_count = indices.size();
+  args.sink = collector.sink();
+  ErrorBuffer err;
+  rayaccel_status rc = CallPlugin(
+      &err, [&](rayaccel_error* e) { return api_.prepare_allocation(instance_, &args, e); });
+  if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "prepare_allocation");
+  if (!report.problems.empty()) {
+    return absl::InternalError(
+        absl::StrCat("prepare_allocation: ", absl::StrJoin(report.problems, "; ")));
+  }
+  return report.env;
 }
 
 std::string LoadedPlugin::abi_version() const {

@@ -54,6 +54,20 @@ class LoadedPlugin {
 
   absl::Status Initialize(const std::map<std::string, std::string>& config);
 
+  // get_properties, checked (bounded UTF-8 strings). Requires Initialize.
+  struct Properties {
+    std::string vendor;
+    std::string resource_name;
+    std::string visible_devices_env;
+    std::string plugin_version;
+  };
+  absl::StatusOr<Properties> GetProperties() const;
+
+  // prepare_allocation for these device indices: the environment variables the plugin sets,
+  // checked. Requires the hook.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> PrepareAllocation(
+      const std::vector<uint32_t>& indices) const;
+
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
   std::string abi_version() const;

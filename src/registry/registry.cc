@@ -320,23 +320,9 @@ class Registry::Impl {
       env[slot->status.visible_devices_env] = absl::StrJoin(indices, ",");
       return env;
     }
-    PluginReport report;
-    Collector collector(&report);
-    rayaccel_allocation_args args{};
-    args.struct_size = sizeof(args);
-    args.device_indices = indices.data();
-    args.device_count = indices.size();
-    args.sink = collector.sink();
-    ErrorBuffer err;
-    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
-      return api.prepare_allocation(slot->plugin->instance(), &args, e);
-    });
-    if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "prepare_allocation");
-    if (!report.problems.empty()) {
-      return absl::InternalError(
-          absl::StrCat("prepare_allocation: ", absl::StrJoin(report.problems, "; ")));
-    }
-    for (auto& [name, value] : report.env) env[name] = value;
+    auto set = slot->plugin->PrepareAllocation(indices);
+    if (!set.ok()) return set.status();
+    for (auto& [name, value] : *set) env[name] = value;
     return env;
   }
 
@@ -403,33 +389,12 @@ class Registry::Impl {
     if (absl::Status st = slot->plugin->Initialize(config); !st.ok()) {
       return fail(std::string(st.message()));
     }
-    rayaccel_plugin_properties props{};
-    props.struct_size = sizeof(props);
-    ErrorBuffer err;
-    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
-      return slot->plugin->api().get_properties(slot->plugin->instance(), &props, e);
-    });
-    if (rc != RAYACCEL_STATUS_OK) {
-      return fail(std::string(FromPluginStatus(rc, err.text, "get_properties failed").message()));
-    }
-    struct Field {
-      rayaccel_string value;
-      const char* what;
-      std::string* out;
-    } fields[] = {{props.vendor, "vendor", &status.vendor},
-                  {props.resource_name, "resource_name", &status.resource_name},
-                  {props.visible_devices_env, "visible_devices_env", &status.visible_devices_env},
-                  {props.plugin_version, "plugin_version", &status.plugin_version}};
-    for (const Field& f : fields) {
-      if (f.value.size > 0 && (f.value.data == nullptr || f.value.size > kMaxStringBytes)) {
-        return fail(absl::StrCat("get_properties: ", f.what, " is malformed"));
-      }
-      absl::string_view text(f.value.data != nullptr ? f.value.data : "", f.value.size);
-      if (absl::Status st = CheckText(text, absl::StrCat("get_properties: ", f.what)); !st.ok()) {
-        return fail(std::string(st.message()));
-      }
-      *f.out = std::string(text);
-    }
+    absl::StatusOr<LoadedPlugin::Properties> props = slot->plugin->GetProperties();
+    if (!props.ok()) return fail(std::string(props.status().message()));
+    status.vendor = props->vendor;
+    status.resource_name = props->resource_name;
+    status.visible_devices_env = props->visible_devices_env;
+    status.plugin_version = props->plugin_version;
     if (!IsResourceName(status.resource_name)) {
       return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
                                "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
