@@ -416,7 +416,7 @@ Outcome AcceleratorTypes(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    absl::StatusOr<LoadedPlugin::Properties> props = p.GetProperties();
+    absl::StatusOr<PluginProperties> props = p.GetProperties();
     if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
     const std::string& vendor = props->vendor;
     for (const Device& dev : d.report.devices) {
@@ -539,7 +539,7 @@ Outcome EnvNamesTheSet(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    absl::StatusOr<LoadedPlugin::Properties> props = p.GetProperties();
+    absl::StatusOr<PluginProperties> props = p.GetProperties();
     if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
     const std::string& var = props->visible_devices_env;
     std::set<std::string> parents;

@@ -344,14 +344,14 @@ absl::Status LoadedPlugin::Initialize(const std::map<std::string, std::string>& 
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadedPlugin::Properties> LoadedPlugin::GetProperties() const {
+absl::StatusOr<PluginProperties> LoadedPlugin::GetProperties() const {
   rayaccel_plugin_properties props{};
   props.struct_size = sizeof(props);
   ErrorBuffer err;
   rayaccel_status rc = CallPlugin(
       &err, [&](rayaccel_error* e) { return api_.get_properties(instance_, &props, e); });
   if (rc != RAYACCEL_STATUS_OK) return FromPluginStatus(rc, err.text, "get_properties failed");
-  Properties out;
+  PluginProperties out;
   struct Field {
     rayaccel_string value;
     const char* what;
@@ -373,7 +373,46 @@ absl::StatusOr<LoadedPlugin::Properties> LoadedPlugin::GetProperties() const {
   return out;
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadedPlugin::PrepareAllocation(
+absl::Status LoadedPlugin::Query(PluginReport* report, SinkTap* tap) {
+  Collector collector(report);
+  const rayaccel_sink* sink = tap != nullptr ? tap->Wrap(collector.sink()) : collector.sink();
+  ErrorBuffer err;
+  rayaccel_status rc =
+      CallPlugin(&err, [&](rayaccel_error* e) { return api_.discover(instance_, sink, e); });
+  // A plugin that stops and passes back a sink's refusal of one item has not failed: the
+  // refusal is already in `problems`, and the devices before it stand.
+  bool passed_back =
+      rc == RAYACCEL_STATUS_INVALID_ARGUMENT && collector.refused_any() && err.text[0] == '\0';
+  if (rc != RAYACCEL_STATUS_OK && !report->over_limit && !passed_back) {
+    return FromPluginStatus(rc, err.text, "discover failed");
+  }
+  using Hook =
+      rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*, rayaccel_error*);
+  const std::pair<Hook, const char*> optional[] = {{api_.get_labels, "get_labels"},
+                                                   {api_.get_topology, "get_topology"},
+                                                   {api_.get_health, "get_health"}};
+  for (const auto& [hook, what] : optional) {
+    if (hook == nullptr || report->over_limit) continue;
+    ErrorBuffer hook_err;
+    rc = CallPlugin(&hook_err, [&, h = hook](rayaccel_error* e) { return h(instance_, sink, e); });
+    bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
+    if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
+      report->problems.push_back(std::string(
+          FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadedPlugin::ValidateQuantity(uint32_t quantity) const {
+  if (api_.validate_quantity == nullptr) return absl::OkStatus();
+  ErrorBuffer err;
+  rayaccel_status rc = CallPlugin(
+      &err, [&](rayaccel_error* e) { return api_.validate_quantity(instance_, quantity, e); });
+  return FromPluginStatus(rc, err.text, absl::StrCat(name_, " refuses ", quantity, " devices"));
+}
+
+absl::StatusOr<EnvList> LoadedPlugin::PrepareAllocation(
     const std::vector<uint32_t>& indices) const {
   if (api_.prepare_allocation == nullptr) {
     return absl::UnimplementedError("no prepare_allocation hook");

@@ -13,8 +13,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "rayaccel/plugin.h"
+#include "registry/plugin_handle.h"
 
 namespace rayaccel {
+
+// Lets the plugin host see every sink call before the Collector does: `wrap` returns the sink
+// to hand to the plugin, forwarding to `inner`.
+struct SinkTap {
+  virtual ~SinkTap() = default;
+  virtual const rayaccel_sink* Wrap(const rayaccel_sink* inner) = 0;
+};
 
 // The host's ABI version (what this build of librayaccel speaks).
 inline constexpr uint32_t kHostAbiMajor = RAYACCEL_ABI_VERSION_MAJOR;
@@ -43,40 +51,34 @@ std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_p
 // files owned by someone other than root or the current user.
 absl::Status CheckPermissions(const std::string& path);
 
-class LoadedPlugin {
+// A plugin loaded into this process.
+class LoadedPlugin : public PluginHandle {
  public:
   // dlopen (RTLD_NOW | RTLD_LOCAL), entry symbol, negotiation and table checks. Errors say
   // what is wrong with the file; nothing of it stays loaded.
   static absl::StatusOr<std::unique_ptr<LoadedPlugin>> Open(const std::string& path);
-  ~LoadedPlugin();  // shutdown (when initialized), then dlclose
+  ~LoadedPlugin() override;  // shutdown (when initialized), then dlclose
   LoadedPlugin(const LoadedPlugin&) = delete;
   LoadedPlugin& operator=(const LoadedPlugin&) = delete;
 
-  absl::Status Initialize(const std::map<std::string, std::string>& config);
+  absl::Status Initialize(const std::map<std::string, std::string>& config) override;
+  absl::StatusOr<PluginProperties> GetProperties() const override;
+  absl::Status Query(PluginReport* report) override { return Query(report, nullptr); }
+  // The same, with every sink call also going to `tap` first (the plugin host records them).
+  absl::Status Query(PluginReport* report, SinkTap* tap);
+  absl::Status ValidateQuantity(uint32_t quantity) const override;
+  absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
+  std::string zero_devices_reason() const override;
 
-  // get_properties, checked (bounded UTF-8 strings). Requires Initialize.
-  struct Properties {
-    std::string vendor;
-    std::string resource_name;
-    std::string visible_devices_env;
-    std::string plugin_version;
-  };
-  absl::StatusOr<Properties> GetProperties() const;
-
-  // prepare_allocation for these device indices: the environment variables the plugin sets,
-  // checked. Requires the hook.
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> PrepareAllocation(
-      const std::vector<uint32_t>& indices) const;
-
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   const std::string& path() const { return path_; }
-  std::string abi_version() const;
+  std::string abi_version() const override;
+  uint64_t capabilities() const override { return api_.capabilities; }
+  bool has_prepare_allocation() const override { return api_.prepare_allocation != nullptr; }
   // The plugin's table, copied into a full-size, zero-padded host struct: every hook the
   // plugin's (possibly older) table lacks is NULL here.
   const rayaccel_plugin_api& api() const { return api_; }
   rayaccel_plugin_instance* instance() const { return instance_; }
-  // The plugin's latest "0 devices: <reason>" log line (docs/abi.md), or empty.
-  std::string zero_devices_reason() const;
 
  private:
   LoadedPlugin() = default;

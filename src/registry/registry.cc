@@ -81,7 +81,7 @@ bool IsResourceName(absl::string_view name) {
 
 // A plugin slot: the loaded plugin (null when refused) and its status.
 struct Slot {
-  std::unique_ptr<LoadedPlugin> plugin;
+  std::unique_ptr<PluginHandle> plugin;
   PluginStatus status;  // static part: name, path, properties; state before any rescan
 };
 
@@ -133,7 +133,7 @@ class Registry::Impl {
         slot.plugin = *std::move(opened);
         slot.status.name = slot.plugin->name();
         slot.status.abi_version = slot.plugin->abi_version();
-        slot.status.capabilities = slot.plugin->api().capabilities;
+        slot.status.capabilities = slot.plugin->capabilities();
         Initialize(&slot, file_config);
       }
       slots_.push_back(std::move(slot));
@@ -164,7 +164,7 @@ class Registry::Impl {
         continue;
       }
       PluginReport report;
-      absl::Status st = Query(slot, &report);
+      absl::Status st = slot.plugin->Query(&report);
       if (!st.ok() || report.over_limit) {
         status.state = PluginStatus::State::kFailed;
         status.message = !st.ok() ? std::string(st.message())
@@ -204,14 +204,7 @@ class Registry::Impl {
     if (slot == nullptr) {
       return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
     }
-    const rayaccel_plugin_api& api = slot->plugin->api();
-    if (api.validate_quantity == nullptr) return absl::OkStatus();
-    ErrorBuffer err;
-    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
-      return api.validate_quantity(slot->plugin->instance(), quantity, e);
-    });
-    return FromPluginStatus(rc, err.text,
-                            absl::StrCat(slot->status.name, " refuses ", quantity, " ", resource));
+    return slot->plugin->ValidateQuantity(quantity);
   }
 
   absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available_in,
@@ -310,8 +303,7 @@ class Registry::Impl {
     indices.reserve(devices.size());
     for (const Device* d : devices) indices.push_back(d->index);
     std::map<std::string, std::string> env;
-    const rayaccel_plugin_api& api = slot->plugin->api();
-    if (api.prepare_allocation == nullptr) {
+    if (!slot->plugin->has_prepare_allocation()) {
       if (slot->status.visible_devices_env.empty()) {
         return absl::FailedPreconditionError(
             absl::StrCat("plugin ", plugin_name,
@@ -389,7 +381,7 @@ class Registry::Impl {
     if (absl::Status st = slot->plugin->Initialize(config); !st.ok()) {
       return fail(std::string(st.message()));
     }
-    absl::StatusOr<LoadedPlugin::Properties> props = slot->plugin->GetProperties();
+    absl::StatusOr<PluginProperties> props = slot->plugin->GetProperties();
     if (!props.ok()) return fail(std::string(props.status().message()));
     status.vendor = props->vendor;
     status.resource_name = props->resource_name;
@@ -404,40 +396,6 @@ class Registry::Impl {
                                "\" is one of Ray's own resources"));
     }
     status.state = PluginStatus::State::kActive;
-  }
-
-  // Runs the query hooks of one plugin into `report`.
-  absl::Status Query(const Slot& slot, PluginReport* report) {
-    const rayaccel_plugin_api& api = slot.plugin->api();
-    rayaccel_plugin_instance* instance = slot.plugin->instance();
-    Collector collector(report);
-    ErrorBuffer err;
-    rayaccel_status rc = CallPlugin(
-        &err, [&](rayaccel_error* e) { return api.discover(instance, collector.sink(), e); });
-    // A plugin that stops and passes back a sink's refusal of one item has not failed: the
-    // refusal is already in `problems`, and the devices before it stand.
-    bool passed_back =
-        rc == RAYACCEL_STATUS_INVALID_ARGUMENT && collector.refused_any() && err.text[0] == '\0';
-    if (rc != RAYACCEL_STATUS_OK && !report->over_limit && !passed_back) {
-      return FromPluginStatus(rc, err.text, "discover failed");
-    }
-    using Hook =
-        rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*, rayaccel_error*);
-    const std::pair<Hook, const char*> optional[] = {{api.get_labels, "get_labels"},
-                                                     {api.get_topology, "get_topology"},
-                                                     {api.get_health, "get_health"}};
-    for (const auto& [hook, what] : optional) {
-      if (hook == nullptr || report->over_limit) continue;
-      ErrorBuffer hook_err;
-      rc = CallPlugin(&hook_err,
-                      [&](rayaccel_error* e) { return hook(instance, collector.sink(), e); });
-      bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
-      if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
-        report->problems.push_back(std::string(
-            FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
-      }
-    }
-    return absl::OkStatus();
   }
 
   // Adds one plugin's report to the snapshot; refusals become notes in `status`.

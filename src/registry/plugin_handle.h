@@ -1,0 +1,51 @@
+// What the registry needs from a plugin, wherever it runs: in this process (LoadedPlugin) or
+// in a child process of its own (RemotePlugin, docs/conformance.md "isolation").
+#ifndef RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
+#define RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "registry/collector.h"
+
+namespace rayaccel {
+
+// get_properties, checked (bounded UTF-8 strings).
+struct PluginProperties {
+  std::string vendor;
+  std::string resource_name;
+  std::string visible_devices_env;
+  std::string plugin_version;
+};
+
+using EnvList = std::vector<std::pair<std::string, std::string>>;
+
+class PluginHandle {
+ public:
+  virtual ~PluginHandle() = default;
+
+  virtual const std::string& name() const = 0;
+  virtual std::string abi_version() const = 0;
+  virtual uint64_t capabilities() const = 0;
+  virtual bool has_prepare_allocation() const = 0;
+
+  virtual absl::Status Initialize(const std::map<std::string, std::string>& config) = 0;
+  virtual absl::StatusOr<PluginProperties> GetProperties() const = 0;
+  // discover, then get_labels, get_topology and get_health where offered, into `report`
+  // (every item checked by a Collector). An error means discover itself failed.
+  virtual absl::Status Query(PluginReport* report) = 0;
+  // OK when the plugin has no validate_quantity hook.
+  virtual absl::Status ValidateQuantity(uint32_t quantity) const = 0;
+  virtual absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const = 0;
+  // The plugin's latest "0 devices: <reason>" log line, or empty.
+  virtual std::string zero_devices_reason() const = 0;
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
