@@ -42,6 +42,36 @@ void BM_Rescan(benchmark::State& state, const std::string& spec) {
   state.counters["links"] = static_cast<double>(links);
 }
 
+// The same through the plugin host: one child process per plugin (docs/conformance.md).
+rayaccel::RegistryOptions IsolatedOptions(const std::string& spec) {
+  rayaccel::RegistryOptions options = Options(spec);
+  options.isolation = rayaccel::RegistryOptions::Isolation::kChildProcess;
+  options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  return options;
+}
+
+void BM_CreateIsolated(benchmark::State& state, const std::string& spec) {
+  spdlog::set_level(spdlog::level::warn);
+  rayaccel::RegistryOptions options = IsolatedOptions(spec);
+  for (auto _ : state) {
+    auto registry = rayaccel::Registry::Create(options);
+    benchmark::DoNotOptimize((*registry)->snapshot()->devices.size());
+  }
+}
+
+void BM_RescanIsolated(benchmark::State& state, const std::string& spec) {
+  spdlog::set_level(spdlog::level::warn);
+  auto registry = rayaccel::Registry::Create(IsolatedOptions(spec));
+  for (auto _ : state) benchmark::DoNotOptimize((*registry)->Rescan()->links.size());
+}
+
+BENCHMARK_CAPTURE(BM_CreateIsolated, dgx_h100_8gpu, std::string("dgx-h100.json"))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RescanIsolated, dgx_h100_8gpu, std::string("dgx-h100.json"))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RescanIsolated, nvl72_72gpu, std::string("nvl72.json"))
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_Create, dgx_h100_8gpu, std::string("dgx-h100.json"))
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Create, nvl72_72gpu, std::string("nvl72.json"))->Unit(benchmark::kMicrosecond);

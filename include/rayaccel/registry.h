@@ -165,6 +165,17 @@ struct RegistryOptions {
   // An exported hwloc XML topology to use instead of this machine's (HWLOC_XMLFILE, hwloc's
   // own variable, does the same when this is empty).
   std::string hwloc_xml;
+
+  // Where plugins run. In-process is fastest, but a segfault, abort or hang in vendor code
+  // takes the host with it. In a child process each (rayaccel-plugin-host), such a fault
+  // marks that plugin failed with the cause; it is restarted on a later Rescan, after
+  // restart_backoff doubling up to a minute.
+  enum class Isolation { kInProcess, kChildProcess };
+  Isolation isolation = Isolation::kInProcess;
+  std::string plugin_host;  // empty: rayaccel-plugin-host next to the running binary
+  uint32_t call_timeout_ms = 10000;
+  uint32_t restart_backoff_ms = 1000;
+  uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;
 };
 
 class Registry {

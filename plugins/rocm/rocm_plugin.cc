@@ -200,11 +200,14 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
     std::string list;
     for (size_t i = 0; i < args->device_count; ++i) {
       uint32_t index = args->device_indices[i];
-      bool schedulable = false;
+      const AmdDevice* device = nullptr;
       for (const AmdDevice& d : self->topo.devices) {
-        schedulable = schedulable || (d.index == index && d.schedulable);
+        if (d.index == index) device = &d;
       }
-      if (!schedulable) {
+      if (device == nullptr) {
+        return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no device " + std::to_string(index));
+      }
+      if (!device->schedulable) {
         return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                             "device " + std::to_string(index) +
                                 " is not schedulable (a partitioned GPU: use its partitions)");

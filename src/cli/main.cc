@@ -53,6 +53,9 @@ Options:
   --hwloc-xml FILE            use an exported hwloc topology instead of this machine's
                               (HWLOC_XMLFILE does the same)
   --no-host-topology          do not consult hwloc
+  --isolation process|none    run each plugin in a child process of its own, so that a
+                              crash or hang in vendor code fails that plugin only
+                              (default: none, in this process)
   --dot                       Graphviz output (topo)
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   -h, --help                  this text
@@ -103,6 +106,13 @@ int Parse(int argc, char** argv, Args* args) {
       args->json = true;
     } else if (flag == "--dot") {
       args->dot = true;
+    } else if (flag == "--isolation") {
+      std::string v;
+      if (!take(&v) || (v != "process" && v != "none")) {
+        return Usage("--isolation is process or none");
+      }
+      args->options.isolation = v == "process" ? RegistryOptions::Isolation::kChildProcess
+                                               : RegistryOptions::Isolation::kInProcess;
     } else if (flag == "--no-host-topology") {
       args->options.host_topology = false;
     } else if (flag == "--hwloc-xml") {

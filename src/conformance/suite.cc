@@ -358,6 +358,29 @@ Outcome LifecycleRepeated(const Options& o) {
   });
 }
 
+Outcome ShutdownWithoutInitialize(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    Loaded l = Load(o, /*initialize=*/false);
+    if (l.plugin == nullptr) return Outcome::Fail(l.error);
+    ErrorBuffer err;
+    rayaccel_status rc = l.plugin->api().shutdown(nullptr, &err.error);
+    return Outcome::Pass(rc == RAYACCEL_STATUS_OK ? "accepted" : "refused with a status");
+  });
+}
+
+Outcome FailuresExplained(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if (p.api().prepare_allocation == nullptr) return Outcome::Skip("no prepare_allocation hook");
+    // A device index nobody reported must be refused, with a code and a message.
+    auto env = p.PrepareAllocation({0xFFFFFFF0u});
+    if (env.ok()) return Outcome::Fail("prepare_allocation accepted device 4294967280");
+    if (env.status().message().find("(no message)") != absl::string_view::npos) {
+      return Outcome::Fail("prepare_allocation failed without a message");
+    }
+    return Outcome::Pass(std::string(env.status().message()));
+  });
+}
+
 Outcome TwoInstances(const Options& o) {
   return Isolated(o, false, [&]() -> Outcome {
     Loaded a = Load(o);
@@ -654,6 +677,11 @@ const std::vector<Check>& AllChecks() {
       {"lifecycle.repeated", 1, "initialize/shutdown work three times in a row", false,
        LifecycleRepeated},
       {"lifecycle.two_instances", 1, "two instances of one library coexist", false, TwoInstances},
+      {"lifecycle.shutdown_without_initialize", 1,
+       "shutdown(NULL) returns a status instead of crashing", false, ShutdownWithoutInitialize},
+      {"lifecycle.failures_explained", 2,
+       "a refused request (an unknown device) comes with a code and a message", true,
+       FailuresExplained},
       {"discovery.answers_valid", 1,
        "every device passes the host's checks (ids, UTF-8, limits, health values)", false,
        AnswersValid},

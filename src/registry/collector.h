@@ -41,8 +41,9 @@ struct PluginReport {
   std::map<std::string, std::string> labels;
   std::map<uint32_t, std::pair<Health, std::string>> health;
   std::vector<std::pair<std::string, std::string>> env;
-  std::vector<std::string> problems;  // items refused, in order
-  bool over_limit = false;            // the plugin sent absurd amounts; distrust it
+  std::vector<std::string> problems;       // items refused, in order
+  std::vector<std::string> hook_failures;  // optional hooks that failed ("get_labels failed: ...")
+  bool over_limit = false;                 // the plugin sent absurd amounts; distrust it
 };
 
 class Collector {

@@ -44,6 +44,8 @@ class PluginHandle {
   virtual absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const = 0;
   // The plugin's latest "0 devices: <reason>" log line, or empty.
   virtual std::string zero_devices_reason() const = 0;
+  // False for an isolated plugin whose process died; it must be started again.
+  virtual bool alive() const { return true; }
 };
 
 }  // namespace rayaccel

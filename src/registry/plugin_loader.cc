@@ -81,6 +81,26 @@ std::vector<std::string> DefaultSearchPath() {
   return unique;
 }
 
+std::string DefaultPluginHost() {
+  constexpr char kHost[] = "/rayaccel-plugin-host";
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    std::string candidate = Dirname(exe) + kHost;
+    if (IsFile(candidate)) return candidate;
+  }
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&DefaultPluginHost), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    char real[PATH_MAX];
+    if (realpath(info.dli_fname, real) != nullptr) {
+      return Dirname(Dirname(real)) + "/bin" + kHost;
+    }
+  }
+  return std::string("rayaccel-plugin-host");
+}
+
 std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_path,
                                         const std::vector<std::string>& requested) {
   std::vector<PluginFile> files;
@@ -397,7 +417,7 @@ absl::Status LoadedPlugin::Query(PluginReport* report, SinkTap* tap) {
     rc = CallPlugin(&hook_err, [&, h = hook](rayaccel_error* e) { return h(instance_, sink, e); });
     bool passing_back_refusal = collector.refused_any() && hook_err.text[0] == '\0';
     if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_UNSUPPORTED && !passing_back_refusal) {
-      report->problems.push_back(std::string(
+      report->hook_failures.push_back(std::string(
           FromPluginStatus(rc, hook_err.text, absl::StrCat(what, " failed")).message()));
     }
   }

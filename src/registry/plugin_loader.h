@@ -35,6 +35,9 @@ std::string PluginFileName(const std::string& name);
 // running binary and next to librayaccel.
 std::vector<std::string> DefaultSearchPath();
 
+// rayaccel-plugin-host next to the running binary, else in ../bin next to librayaccel.
+std::string DefaultPluginHost();
+
 struct PluginFile {
   std::string name;  // from the file name; the table's name wins once loaded
   std::string path;

@@ -1,6 +1,7 @@
 #include "rayaccel/registry.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "registry/collector.h"
 #include "registry/config.h"
 #include "registry/plugin_loader.h"
+#include "registry/remote_plugin.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "topology/allocation.h"
@@ -83,6 +85,11 @@ bool IsResourceName(absl::string_view name) {
 struct Slot {
   std::unique_ptr<PluginHandle> plugin;
   PluginStatus status;  // static part: name, path, properties; state before any rescan
+  PluginConfig file_config;
+  // An isolated plugin whose process died: when to start it again, and how often it was.
+  std::chrono::steady_clock::time_point next_restart;
+  int restarts = 0;
+  std::string crash;  // the last cause
 };
 
 void AppendMessage(std::string* message, const std::string& text) {
@@ -123,8 +130,7 @@ class Registry::Impl {
                      options_.check_permissions ? CheckPermissions(file.path) : absl::OkStatus();
                  !perm.ok()) {
         refuse(std::string(perm.message()));
-      } else if (absl::StatusOr<std::unique_ptr<LoadedPlugin>> opened =
-                     LoadedPlugin::Open(file.path);
+      } else if (absl::StatusOr<std::unique_ptr<PluginHandle>> opened = OpenPlugin(file.path);
                  !opened.ok()) {
         refuse(std::string(opened.status().message()));
       } else if (!names.insert((*opened)->name()).second) {
@@ -136,6 +142,7 @@ class Registry::Impl {
         slot.status.capabilities = slot.plugin->capabilities();
         Initialize(&slot, file_config);
       }
+      slot.file_config = file_config;
       slots_.push_back(std::move(slot));
     }
     host_description_ = options_.host_topology ? "not needed: no PCI devices" : "disabled";
@@ -159,12 +166,28 @@ class Registry::Impl {
     std::set<std::string> ids;
     for (Slot& slot : slots_) {
       PluginStatus status = slot.status;
-      if (slot.plugin == nullptr || status.state == PluginStatus::State::kFailed) {
+      if (slot.plugin != nullptr && !slot.plugin->alive()) {
+        Restart(&slot);
+        status = slot.status;
+      }
+      if (slot.plugin == nullptr || !slot.plugin->alive() ||
+          status.state == PluginStatus::State::kFailed) {
         snap->plugins.push_back(status);
         continue;
       }
       PluginReport report;
       absl::Status st = slot.plugin->Query(&report);
+      if (!slot.plugin->alive()) {
+        // Isolation did its job: the plugin's process is gone, the cause is in `st`.
+        slot.crash = std::string(st.message());
+        slot.next_restart = std::chrono::steady_clock::now() + Backoff(slot.restarts);
+        slot.status.state = PluginStatus::State::kFailed;
+        slot.status.message =
+            absl::StrCat(slot.crash, "; restart in ", Backoff(slot.restarts).count(), " ms");
+        spdlog::warn("plugin {}: {}", slot.status.name, slot.status.message);
+        snap->plugins.push_back(slot.status);
+        continue;
+      }
       if (!st.ok() || report.over_limit) {
         status.state = PluginStatus::State::kFailed;
         status.message = !st.ok() ? std::string(st.message())
@@ -319,6 +342,48 @@ class Registry::Impl {
   }
 
  private:
+  absl::StatusOr<std::unique_ptr<PluginHandle>> OpenPlugin(const std::string& path) const {
+    if (options_.isolation == RegistryOptions::Isolation::kInProcess) {
+      absl::StatusOr<std::unique_ptr<LoadedPlugin>> p = LoadedPlugin::Open(path);
+      if (!p.ok()) return p.status();
+      return std::unique_ptr<PluginHandle>(*std::move(p));
+    }
+    RemoteOptions remote;
+    remote.host_binary = options_.plugin_host.empty() ? DefaultPluginHost() : options_.plugin_host;
+    remote.call_timeout = std::chrono::milliseconds(options_.call_timeout_ms);
+    remote.memory_limit_bytes = options_.plugin_memory_limit_bytes;
+    absl::StatusOr<std::unique_ptr<RemotePlugin>> p = RemotePlugin::Open(path, remote);
+    if (!p.ok()) return p.status();
+    return std::unique_ptr<PluginHandle>(*std::move(p));
+  }
+
+  std::chrono::milliseconds Backoff(int restarts) const {
+    uint64_t ms = options_.restart_backoff_ms;
+    for (int i = 0; i < restarts && ms < 60000; ++i) ms *= 2;
+    return std::chrono::milliseconds(std::min<uint64_t>(ms, 60000));
+  }
+
+  // Starts a crashed isolated plugin again once its backoff has passed.
+  void Restart(Slot* slot) {
+    if (std::chrono::steady_clock::now() < slot->next_restart) return;
+    ++slot->restarts;
+    slot->plugin.reset();
+    absl::StatusOr<std::unique_ptr<PluginHandle>> opened = OpenPlugin(slot->status.path);
+    if (!opened.ok()) {
+      slot->status.state = PluginStatus::State::kFailed;
+      slot->status.message =
+          absl::StrCat("restart ", slot->restarts, " failed: ", opened.status().message());
+      slot->next_restart = std::chrono::steady_clock::now() + Backoff(slot->restarts);
+      return;
+    }
+    slot->plugin = *std::move(opened);
+    Initialize(slot, slot->file_config);
+    if (slot->status.state != PluginStatus::State::kFailed) {
+      slot->status.message = absl::StrCat("restarted ", slot->restarts, " time",
+                                          slot->restarts == 1 ? "" : "s", " after: ", slot->crash);
+    }
+  }
+
   // hwloc's view costs milliseconds to load (a full I/O discovery), so it is loaded on the
   // first scan that finds a PCI device, once: the PCI tree does not change under us.
   void LoadHostTopologyIfNeeded(const NodeSnapshot& snap) {
@@ -402,6 +467,7 @@ class Registry::Impl {
   void Merge(PluginReport report, std::set<std::string>* ids, NodeSnapshot* snap,
              PluginStatus* status) {
     std::vector<std::string> problems = std::move(report.problems);
+    problems.insert(problems.end(), report.hook_failures.begin(), report.hook_failures.end());
     std::map<uint32_t, size_t> position;  // plugin index -> snapshot position
     for (Device& d : report.devices) {
       if (!ids->insert(d.id).second) {

@@ -462,6 +462,12 @@ Writer& Writer::Null() {
   return *this;
 }
 
+Writer& Writer::Raw(std::string_view json) {
+  BeforeValue();
+  out_.append(json);
+  return *this;
+}
+
 std::string Writer::Finish() {
   out_.push_back('\n');
   return std::move(out_);

@@ -19,6 +19,7 @@
 
 struct rayaccel_plugin_instance {
   int initialized;
+  char marker[256]; /* FAULT_CRASH_ONCE: crash in discover unless this file exists */
 };
 
 /* An older plugin's view of rayaccel_device_info: what a 1.0 plugin compiled against a header
@@ -56,6 +57,17 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
   struct rayaccel_plugin_instance *self = calloc(1, sizeof(*self));
   if (self == NULL) return rayaccel_error_set(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "oom");
   self->initialized = 1;
+  {
+    size_t i;
+    for (i = 0; i < args->config_count; ++i) {
+      const rayaccel_config_entry *e = &args->config[i];
+      if (e->key.size == 6 && memcmp(e->key.data, "marker", 6) == 0 &&
+          e->value.size < sizeof(self->marker)) {
+        memcpy(self->marker, e->value.data, e->value.size);
+        self->marker[e->value.size] = '\0';
+      }
+    }
+  }
   args->instance = self;
   return RAYACCEL_STATUS_OK;
 #endif
@@ -122,6 +134,24 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   (void)error;
 #ifdef FAULT_SEGFAULT
   *(volatile int *)NULL = 1;
+#endif
+#ifdef FAULT_CRASH_ONCE
+  {
+    FILE *f = fopen(instance->marker, "r");
+    if (f == NULL) {
+      f = fopen(instance->marker, "w");
+      if (f != NULL) fclose(f);
+      *(volatile int *)NULL = 1;
+    }
+    fclose(f);
+  }
+#endif
+#ifdef FAULT_MEMORY_HOG
+  for (;;) {
+    char *block = malloc(64u << 20);
+    if (block == NULL) abort(); /* what a vendor library does when memory runs out */
+    memset(block, 1, 64u << 20);
+  }
 #endif
 #ifdef FAULT_ABORT
   abort();

@@ -1,0 +1,155 @@
+// rayaccel-plugin-host PLUGIN.so: hosts one plugin in a process of its own, for a registry in
+// isolation mode. It speaks the framed protocol of src/registry/wire.h on file descriptor 3;
+// the plugin's stdout goes to stderr so it can never corrupt anything. A crash, abort, hang or
+// runaway allocation here costs this process only: the registry sees it, marks the plugin
+// failed with the cause, and restarts the host later.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "registry/plugin_loader.h"
+#include "registry/wire.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "util/json.h"
+
+namespace rayaccel {
+namespace {
+
+constexpr int kFd = 3;
+
+std::string Error(const absl::Status& st) {
+  json::Writer w;
+  w.BeginObject().Key("ok").Bool(false);
+  w.Key("code").Int(static_cast<int>(st.code()));
+  w.Key("error").String(std::string(st.message()));
+  w.EndObject();
+  return w.Finish();
+}
+
+std::string Ok(json::Writer& w) {
+  w.EndObject();
+  return w.Finish();
+}
+
+json::Writer Begin() {
+  json::Writer w;
+  w.BeginObject().Key("ok").Bool(true);
+  return w;
+}
+
+int Serve(const std::string& path) {
+  std::unique_ptr<LoadedPlugin> plugin;
+  const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(24 * 365);
+  while (true) {
+    absl::StatusOr<std::string> frame = wire::ReadFrame(kFd, forever);
+    if (!frame.ok()) return 0;  // the registry went away
+    json::ParseError error;
+    std::optional<json::Value> request = json::Parse(*frame, &error);
+    const json::Value* op = request ? request->Find("op") : nullptr;
+    std::string reply;
+    if (op == nullptr || !op->is_string()) {
+      reply = Error(absl::InvalidArgumentError("malformed request"));
+    } else if (op->string() == "open") {
+      absl::StatusOr<std::unique_ptr<LoadedPlugin>> opened = LoadedPlugin::Open(path);
+      if (!opened.ok()) {
+        reply = Error(opened.status());
+      } else {
+        plugin = *std::move(opened);
+        json::Writer w = Begin();
+        w.Key("name").String(plugin->name());
+        w.Key("abi_version").String(plugin->abi_version());
+        w.Key("capabilities").Uint(plugin->capabilities());
+        w.Key("has_prepare_allocation").Bool(plugin->has_prepare_allocation());
+        reply = Ok(w);
+      }
+    } else if (plugin == nullptr) {
+      reply = Error(absl::FailedPreconditionError("not open"));
+    } else if (op->string() == "initialize") {
+      std::map<std::string, std::string> config;
+      if (const json::Value* c = request->Find("config"); c != nullptr && c->is_object()) {
+        for (const auto& [k, v] : c->members()) {
+          if (v.is_string()) config[k] = v.string();
+        }
+      }
+      absl::Status st = plugin->Initialize(config);
+      json::Writer w = Begin();
+      reply = st.ok() ? Ok(w) : Error(st);
+    } else if (op->string() == "properties") {
+      absl::StatusOr<PluginProperties> p = plugin->GetProperties();
+      if (!p.ok()) {
+        reply = Error(p.status());
+      } else {
+        json::Writer w = Begin();
+        w.Key("vendor").String(p->vendor);
+        w.Key("resource_name").String(p->resource_name);
+        w.Key("visible_devices_env").String(p->visible_devices_env);
+        w.Key("plugin_version").String(p->plugin_version);
+        reply = Ok(w);
+      }
+    } else if (op->string() == "query") {
+      PluginReport report;
+      wire::Recorder recorder;
+      absl::Status st = plugin->Query(&report, &recorder);
+      json::Writer w = Begin();
+      w.Key("discover_error").String(st.ok() ? "" : std::string(st.message()));
+      w.Key("calls");
+      recorder.Write(&w);
+      w.Key("hook_failures").BeginArray();
+      for (const std::string& f : report.hook_failures) w.String(f);
+      w.EndArray();
+      w.Key("zero_devices_reason").String(plugin->zero_devices_reason());
+      reply = Ok(w);
+    } else if (op->string() == "validate_quantity") {
+      const json::Value* q = request->Find("quantity");
+      absl::Status st = plugin->ValidateQuantity(
+          static_cast<uint32_t>(q != nullptr ? q->as_uint64().value_or(0) : 0));
+      json::Writer w = Begin();
+      reply = st.ok() ? Ok(w) : Error(st);
+    } else if (op->string() == "prepare_allocation") {
+      std::vector<uint32_t> indices;
+      if (const json::Value* list = request->Find("indices"); list != nullptr && list->is_array()) {
+        for (const json::Value& i : list->array()) {
+          indices.push_back(static_cast<uint32_t>(i.as_uint64().value_or(UINT32_MAX)));
+        }
+      }
+      absl::StatusOr<EnvList> env = plugin->PrepareAllocation(indices);
+      if (!env.ok()) {
+        reply = Error(env.status());
+      } else {
+        json::Writer w = Begin();
+        w.Key("env").BeginArray();
+        for (const auto& [name, value] : *env) {
+          w.BeginArray().String(name).String(value).EndArray();
+        }
+        w.EndArray();
+        reply = Ok(w);
+      }
+    } else if (op->string() == "shutdown") {
+      plugin.reset();
+      json::Writer w = Begin();
+      (void)wire::WriteFrame(kFd, Ok(w));
+      return 0;
+    } else {
+      reply = Error(absl::InvalidArgumentError("unknown op " + op->string()));
+    }
+    if (!wire::WriteFrame(kFd, reply).ok()) return 0;
+  }
+}
+
+}  // namespace
+}  // namespace rayaccel
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: rayaccel-plugin-host PLUGIN.so (protocol on fd 3)\n");
+    return 2;
+  }
+  dup2(2, 1);  // whatever the plugin prints lands on stderr, never in a protocol
+  spdlog::set_default_logger(spdlog::stderr_color_mt("plugin-host"));
+  spdlog::set_level(spdlog::level::warn);
+  return rayaccel::Serve(argv[1]);
+}

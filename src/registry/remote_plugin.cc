@@ -1,0 +1,207 @@
+#include "registry/remote_plugin.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "registry/validate.h"
+#include "registry/wire.h"
+
+namespace rayaccel {
+namespace {
+
+json::Writer Request(const char* op) {
+  json::Writer w;
+  w.BeginObject().Key("op").String(op);
+  return w;
+}
+
+std::string Done(json::Writer& w) {
+  w.EndObject();
+  return w.Finish();
+}
+
+// A string field of a reply, checked like any plugin text (the child may be corrupted).
+std::string Field(const json::Value& v, const char* key) {
+  const json::Value* f = v.Find(key);
+  if (f == nullptr || !f->is_string()) return "";
+  return CheckText(f->string(), key).ok() ? f->string() : "<malformed>";
+}
+
+absl::Status ReplyStatus(const json::Value& reply) {
+  const json::Value* ok = reply.Find("ok");
+  if (ok != nullptr && ok->is_bool() && ok->bool_value()) return absl::OkStatus();
+  const json::Value* code = reply.Find("code");
+  int c = code != nullptr ? static_cast<int>(code->as_int64().value_or(13)) : 13;
+  if (c <= 0 || c > 16) c = 13;  // INTERNAL
+  return absl::Status(static_cast<absl::StatusCode>(c), Field(reply, "error"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::string& path,
+                                                                 const RemoteOptions& options) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    // The child: the protocol on fd 3 (dup2 clears close-on-exec), bounded memory, exec.
+    dup2(sv[1], 3);
+    rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
+    setrlimit(RLIMIT_AS, &limit);
+    execl(options.host_binary.c_str(), options.host_binary.c_str(), path.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(sv[1]);
+  std::unique_ptr<RemotePlugin> p(new RemotePlugin());
+  p->options_ = options;
+  p->pid_ = pid;
+  p->fd_ = sv[0];
+  json::Writer w = Request("open");
+  absl::StatusOr<json::Value> reply = p->Call(Done(w), "open");
+  if (!reply.ok()) return reply.status();
+  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  p->name_ = Field(*reply, "name");
+  p->abi_version_ = Field(*reply, "abi_version");
+  const json::Value* caps = reply->Find("capabilities");
+  p->capabilities_ = caps != nullptr ? caps->as_uint64().value_or(0) : 0;
+  const json::Value* prep = reply->Find("has_prepare_allocation");
+  p->has_prepare_allocation_ = prep != nullptr && prep->is_bool() && prep->bool_value();
+  return p;
+}
+
+RemotePlugin::~RemotePlugin() {
+  if (pid_ > 0) {
+    json::Writer w = Request("shutdown");
+    (void)Call(Done(w), "shutdown");
+  }
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const char* what) const {
+  if (pid_ <= 0) return absl::UnavailableError("the plugin host is down");
+  auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+  absl::Status st = wire::WriteFrame(fd_, request);
+  absl::StatusOr<std::string> frame =
+      st.ok() ? wire::ReadFrame(fd_, deadline) : absl::StatusOr<std::string>(st);
+  if (frame.ok()) {
+    json::ParseError error;
+    std::optional<json::Value> reply = json::Parse(*frame, &error);
+    if (reply && reply->is_object()) return *reply;
+    frame = absl::DataLossError("the plugin host sent garbage");
+  }
+  // The host is dead, silent or confused: end it and say why.
+  bool timed_out = frame.status().code() == absl::StatusCode::kDeadlineExceeded;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  if (timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat("no answer within ",
+                                                    options_.call_timeout.count(), " ms during ",
+                                                    what, "; the plugin host was killed"));
+  }
+  if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+    int sig = WTERMSIG(status);
+    return absl::UnavailableError(absl::StrCat("the plugin crashed with signal ", sig, " (",
+                                               strsignal(sig), ") during ", what));
+  }
+  if (WIFEXITED(status)) {
+    return absl::UnavailableError(absl::StrCat(
+        "the plugin host exited with status ", WEXITSTATUS(status), " during ", what,
+        WEXITSTATUS(status) == 127 ? " (cannot run " + options_.host_binary + ")" : ""));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the plugin host failed during ", what, ": ", frame.status().message()));
+}
+
+absl::Status RemotePlugin::Initialize(const std::map<std::string, std::string>& config) {
+  json::Writer w = Request("initialize");
+  w.Key("config").BeginObject();
+  for (const auto& [k, v] : config) w.Key(k).String(v);
+  w.EndObject();
+  absl::StatusOr<json::Value> reply = Call(Done(w), "initialize");
+  return reply.ok() ? ReplyStatus(*reply) : reply.status();
+}
+
+absl::StatusOr<PluginProperties> RemotePlugin::GetProperties() const {
+  json::Writer w = Request("properties");
+  absl::StatusOr<json::Value> reply = Call(Done(w), "get_properties");
+  if (!reply.ok()) return reply.status();
+  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  return PluginProperties{Field(*reply, "vendor"), Field(*reply, "resource_name"),
+                          Field(*reply, "visible_devices_env"), Field(*reply, "plugin_version")};
+}
+
+absl::Status RemotePlugin::Query(PluginReport* report) {
+  json::Writer w = Request("query");
+  absl::StatusOr<json::Value> reply = Call(Done(w), "discover");
+  if (!reply.ok()) return reply.status();
+  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  // Everything the plugin said goes through this process's own checks.
+  Collector collector(report);
+  const json::Value* calls = reply->Find("calls");
+  if (calls == nullptr) return absl::DataLossError("the plugin host sent no calls");
+  if (absl::Status st = wire::Replay(*calls, collector.sink()); !st.ok()) return st;
+  if (const json::Value* f = reply->Find("hook_failures"); f != nullptr && f->is_array()) {
+    for (const json::Value& v : f->array()) {
+      if (v.is_string() && CheckText(v.string(), "hook failure").ok()) {
+        report->hook_failures.push_back(v.string());
+      }
+    }
+  }
+  zero_devices_reason_ = Field(*reply, "zero_devices_reason");
+  std::string discover_error = Field(*reply, "discover_error");
+  if (!discover_error.empty()) return absl::InternalError(discover_error);
+  return absl::OkStatus();
+}
+
+absl::Status RemotePlugin::ValidateQuantity(uint32_t quantity) const {
+  json::Writer w = Request("validate_quantity");
+  w.Key("quantity").Uint(quantity);
+  absl::StatusOr<json::Value> reply = Call(Done(w), "validate_quantity");
+  return reply.ok() ? ReplyStatus(*reply) : reply.status();
+}
+
+absl::StatusOr<EnvList> RemotePlugin::PrepareAllocation(
+    const std::vector<uint32_t>& indices) const {
+  json::Writer w = Request("prepare_allocation");
+  w.Key("indices").BeginArray();
+  for (uint32_t i : indices) w.Uint(i);
+  w.EndArray();
+  absl::StatusOr<json::Value> reply = Call(Done(w), "prepare_allocation");
+  if (!reply.ok()) return reply.status();
+  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  // The variables pass this process's own checks too.
+  PluginReport report;
+  Collector collector(&report);
+  if (const json::Value* env = reply->Find("env"); env != nullptr && env->is_array()) {
+    for (const json::Value& pair : env->array()) {
+      if (!pair.is_array() || pair.array().size() != 2 || !pair.array()[0].is_string() ||
+          !pair.array()[1].is_string()) {
+        return absl::DataLossError("the plugin host sent a malformed environment");
+      }
+      const std::string& n = pair.array()[0].string();
+      const std::string& v = pair.array()[1].string();
+      collector.sink()->set_env(collector.sink()->host_context, {n.data(), n.size()},
+                                {v.data(), v.size()});
+    }
+  }
+  if (!report.problems.empty()) return absl::InternalError(report.problems.front());
+  return report.env;
+}
+
+}  // namespace rayaccel

@@ -1,0 +1,64 @@
+// A plugin hosted in a child process (rayaccel-plugin-host), for isolation: a crash, abort,
+// hang (per-call timeout) or runaway memory use in vendor code ends that child only, and the
+// call that was running reports the cause.
+#ifndef RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_
+#define RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "registry/plugin_handle.h"
+#include "util/json.h"
+
+namespace rayaccel {
+
+struct RemoteOptions {
+  std::string host_binary;  // rayaccel-plugin-host
+  std::chrono::milliseconds call_timeout{10000};
+  uint64_t memory_limit_bytes = uint64_t{4} << 30;  // the child's address space (RLIMIT_AS)
+};
+
+class RemotePlugin : public PluginHandle {
+ public:
+  // Starts the host process and opens the plugin in it (dlopen, negotiation, table checks).
+  static absl::StatusOr<std::unique_ptr<RemotePlugin>> Open(const std::string& path,
+                                                            const RemoteOptions& options);
+  ~RemotePlugin() override;  // asks the host to shut down; kills it if it does not
+
+  const std::string& name() const override { return name_; }
+  std::string abi_version() const override { return abi_version_; }
+  uint64_t capabilities() const override { return capabilities_; }
+  bool has_prepare_allocation() const override { return has_prepare_allocation_; }
+
+  absl::Status Initialize(const std::map<std::string, std::string>& config) override;
+  absl::StatusOr<PluginProperties> GetProperties() const override;
+  absl::Status Query(PluginReport* report) override;
+  absl::Status ValidateQuantity(uint32_t quantity) const override;
+  absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
+  std::string zero_devices_reason() const override { return zero_devices_reason_; }
+
+  // False once the host process died or was killed; every call then fails.
+  bool alive() const override { return pid_ > 0; }
+
+ private:
+  RemotePlugin() = default;
+  // Sends one request and waits for the answer; a dead or silent host is killed, reaped and
+  // described ("crashed with signal 11 (Segmentation fault) during query").
+  absl::StatusOr<json::Value> Call(const std::string& request, const char* what) const;
+
+  RemoteOptions options_;
+  mutable pid_t pid_ = -1;
+  mutable int fd_ = -1;
+  std::string name_;
+  std::string abi_version_;
+  uint64_t capabilities_ = 0;
+  bool has_prepare_allocation_ = false;
+  std::string zero_devices_reason_;
+};
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_

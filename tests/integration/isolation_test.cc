@@ -1,0 +1,160 @@
+// The registry with each plugin in a child process (rayaccel-plugin-host): vendor faults that
+// would take an in-process host down cost only the faulty plugin, with the cause, and a
+// crashed plugin comes back after its backoff.
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "rayaccel/registry.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::Example;
+using testing::SimPlugin;
+using testing::StatusOf;
+using testing::TestPlugin;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // sanitizers reserve terabytes of address space
+#else
+constexpr bool kSanitized = false;
+#endif
+
+RegistryOptions Isolated(std::vector<std::string> plugins) {
+  RegistryOptions options;
+  options.plugins = std::move(plugins);
+  options.use_environment = false;
+  options.host_topology = false;
+  options.isolation = RegistryOptions::Isolation::kChildProcess;
+  options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  options.call_timeout_ms = 1000;
+  options.restart_backoff_ms = 0;
+  options.plugin_memory_limit_bytes = kSanitized ? 0 : uint64_t{1} << 30;
+  options.config["sim"]["spec"] = Example("tpu-v4-host.json");
+  return options;
+}
+
+std::unique_ptr<Registry> Make(const RegistryOptions& options) {
+  auto registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return *std::move(registry);
+}
+
+TEST(Isolation, SameAnswersAsInProcess) {
+  RegistryOptions isolated = Isolated({SimPlugin()});
+  isolated.config["sim"]["spec"] = Example("dgx1-v100.json");
+  RegistryOptions local = isolated;
+  local.isolation = RegistryOptions::Isolation::kInProcess;
+  std::unique_ptr<Registry> a = Make(isolated);
+  std::unique_ptr<Registry> b = Make(local);
+  std::shared_ptr<const NodeSnapshot> sa = a->snapshot(), sb = b->snapshot();
+  EXPECT_EQ(StatusOf(*sa, "sim").state, PluginStatus::State::kActive);
+  EXPECT_EQ(StatusOf(*sa, "sim").abi_version, "1.0");
+  ASSERT_EQ(sa->devices.size(), sb->devices.size());
+  for (size_t i = 0; i < sa->devices.size(); ++i) {
+    EXPECT_EQ(sa->devices[i].id, sb->devices[i].id);
+    EXPECT_EQ(sa->devices[i].pci_bus_id, sb->devices[i].pci_bus_id);
+    EXPECT_EQ(sa->devices[i].numa_node, sb->devices[i].numa_node);
+  }
+  EXPECT_EQ(sa->links.size(), sb->links.size());
+  EXPECT_EQ(sa->ray.resources, sb->ray.resources);
+  EXPECT_EQ(sa->ray.labels, sb->ray.labels);
+  auto env = a->PrepareAllocation({"1", "2"});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "1,2");
+  EXPECT_EQ(a->Rescan()->generation, 2u);
+}
+
+struct Fault {
+  const char* plugin;
+  const char* cause;
+};
+
+class IsolatedFault : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(IsolatedFault, CostsOnlyThatPlugin) {
+  const Fault& f = GetParam();
+  if (std::string(f.plugin) == "memory-hog" && kSanitized) GTEST_SKIP() << "no RLIMIT_AS here";
+  RegistryOptions options = Isolated({TestPlugin(f.plugin), SimPlugin()});
+  if (std::string(f.plugin) == "memory-hog") {
+    options.plugin_memory_limit_bytes = 256 << 20;  // runs out fast, and far below the box
+    options.call_timeout_ms = 10000;
+  }
+  std::unique_ptr<Registry> registry = Make(options);
+  std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
+  const PluginStatus& bad = StatusOf(*s, f.plugin);
+  EXPECT_EQ(bad.state, PluginStatus::State::kFailed);
+  EXPECT_NE(bad.message.find(f.cause), std::string::npos) << bad.message;
+  EXPECT_EQ(StatusOf(*s, "sim").state, PluginStatus::State::kActive);
+  EXPECT_EQ(s->ray.resources.at("TPU"), 4);
+  EXPECT_TRUE(registry->ValidateQuantity("TPU", 4).ok());
+}
+
+void PrintTo(const Fault& f, std::ostream* os) { *os << f.plugin; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, IsolatedFault,
+    ::testing::Values(
+        Fault{"segfault", "the plugin crashed with signal 11 (Segmentation fault) during discover"},
+        Fault{"abort", "crashed with signal 6 (Aborted) during discover"},
+        Fault{"hang", "no answer within 1000 ms during discover; the plugin host was killed"},
+        Fault{"throws", "a C++ exception escaped the plugin: vendor library exploded"},
+        Fault{"memory-hog", "crashed with signal 6 (Aborted) during discover"}),
+    [](const ::testing::TestParamInfo<Fault>& info) {
+      std::string name = info.param.plugin;
+      for (char& c : name) c = c == '-' ? '_' : c;
+      return name;
+    });
+
+TEST(Isolation, ACrashedPluginIsRestarted) {
+  std::string dir = testing::MakeTempDir("crash-once");
+  RegistryOptions options = Isolated({TestPlugin("crash-once")});
+  options.config["crash-once"]["marker"] = dir + "/crashed";
+  std::unique_ptr<Registry> registry = Make(options);
+  const PluginStatus& first = StatusOf(*registry->snapshot(), "crash-once");
+  EXPECT_EQ(first.state, PluginStatus::State::kFailed);
+  EXPECT_NE(first.message.find("crashed with signal 11"), std::string::npos) << first.message;
+  EXPECT_NE(first.message.find("restart in 0 ms"), std::string::npos) << first.message;
+
+  std::shared_ptr<const NodeSnapshot> again = registry->Rescan();
+  const PluginStatus& second = StatusOf(*again, "crash-once");
+  EXPECT_EQ(second.state, PluginStatus::State::kActive) << second.message;
+  EXPECT_NE(second.message.find("restarted 1 time after: the plugin crashed with signal 11"),
+            std::string::npos)
+      << second.message;
+  EXPECT_EQ(again->ray.resources.at("GPU"), 2);
+}
+
+TEST(Isolation, BackoffHoldsTheRestart) {
+  RegistryOptions options = Isolated({TestPlugin("segfault")});
+  options.restart_backoff_ms = 60000;
+  std::unique_ptr<Registry> registry = Make(options);
+  std::shared_ptr<const NodeSnapshot> s = registry->Rescan();  // too early to restart
+  EXPECT_NE(StatusOf(*s, "segfault").message.find("restart in 60000 ms"), std::string::npos)
+      << StatusOf(*s, "segfault").message;
+}
+
+TEST(Isolation, MissingHostBinaryIsAPluginError) {
+  RegistryOptions options = Isolated({SimPlugin()});
+  options.plugin_host = "/nonexistent/rayaccel-plugin-host";
+  std::unique_ptr<Registry> registry = Make(options);
+  const PluginStatus& p = StatusOf(*registry->snapshot(), "sim");
+  EXPECT_EQ(p.state, PluginStatus::State::kRefused);
+  EXPECT_NE(p.message.find("cannot run /nonexistent/rayaccel-plugin-host"), std::string::npos)
+      << p.message;
+}
+
+TEST(Isolation, CliFlag) {
+  if (kSanitized) GTEST_SKIP() << "the CLI's 4 GiB RLIMIT_AS leaves sanitizers no shadow memory";
+  testing::CommandResult r =
+      testing::Run({RAYACCEL_CLI, "resources", "--json", "--isolation", "process",
+                    "--no-host-topology", "--plugin", TestPlugin("segfault"), "--plugin", "sim",
+                    "--config", "sim.spec=" + Example("dgx-h100.json")},
+                   {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"GPU\": 8, \"accelerator_type:H100\": 1}\n");
+}
+
+}  // namespace
+}  // namespace rayaccel
