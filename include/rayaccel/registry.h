@@ -175,7 +175,7 @@ struct RegistryOptions {
   std::string plugin_host;  // empty: rayaccel-plugin-host next to the running binary
   uint32_t call_timeout_ms = 10000;
   uint32_t restart_backoff_ms = 1000;
-  uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;
+  uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
 };
 
 class Registry {

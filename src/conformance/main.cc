@@ -105,6 +105,7 @@ int Run(int argc, char** argv) {
   std::vector<char*> gtest_argv;
   for (std::string& a : gtest_args) gtest_argv.push_back(a.data());
   int gtest_argc = static_cast<int>(gtest_argv.size());
+  gtest_argv.push_back(nullptr);  // argv[argc] == NULL: GoogleTest shifts it down
   ::testing::InitGoogleTest(&gtest_argc, gtest_argv.data());
   // Our summary replaces GoogleTest's console output (stdout may carry JSON).
   ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -55,8 +55,10 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
   if (pid == 0) {
     // The child: the protocol on fd 3 (dup2 clears close-on-exec), bounded memory, exec.
     dup2(sv[1], 3);
-    rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
-    setrlimit(RLIMIT_AS, &limit);
+    if (options.memory_limit_bytes > 0) {  // 0: no limit
+      rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
+      setrlimit(RLIMIT_AS, &limit);
+    }
     execl(options.host_binary.c_str(), options.host_binary.c_str(), path.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);

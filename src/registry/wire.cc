@@ -1,6 +1,7 @@
 #include "registry/wire.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,8 @@ namespace {
 
 absl::Status WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
-    ssize_t n = write(fd, data, size);
+    // MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE that kills us.
+    ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return absl::UnavailableError(absl::StrCat("write: ", std::strerror(errno)));
     data += n;

@@ -1,4 +1,5 @@
-// The plugin host protocol: frames over a socketpair between the registry and
+// The plugin host protocol: frames over a socketpair (sockets only: frames are sent with
+// MSG_NOSIGNAL) between the registry and
 // rayaccel-plugin-host, each a 4-byte little-endian length and a JSON document.
 //
 // Requests  {"op": "open"|"initialize"|"properties"|"query"|"validate_quantity"|

@@ -4,6 +4,7 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +134,7 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   (void)instance;
   (void)error;
 #ifdef FAULT_SEGFAULT
-  *(volatile int *)NULL = 1;
+  raise(SIGSEGV); /* what a wild pointer does, without undefined behaviour here */
 #endif
 #ifdef FAULT_CRASH_ONCE
   {
@@ -141,7 +142,7 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
     if (f == NULL) {
       f = fopen(instance->marker, "w");
       if (f != NULL) fclose(f);
-      *(volatile int *)NULL = 1;
+      raise(SIGSEGV); /* what a wild pointer does, without undefined behaviour here */
     }
     fclose(f);
   }
