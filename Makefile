@@ -3,7 +3,8 @@
 #   make test   builds and runs the whole suite through ctest
 #   make asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer (hwloc's
 #               libpciaccess component is left out there: it leaks at exit, not ours)
-#   make tsan   the suite under ThreadSanitizer
+#   make tsan   the suite under ThreadSanitizer (without the fault zoo: TSan takes over the
+#               signals and allocator that those tests provoke on purpose)
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
