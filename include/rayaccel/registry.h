@@ -169,7 +169,8 @@ struct RegistryOptions {
   // Where plugins run. In-process is fastest, but a segfault, abort or hang in vendor code
   // takes the host with it. In a child process each (rayaccel-plugin-host), such a fault
   // marks that plugin failed with the cause; it is restarted on a later Rescan, after
-  // restart_backoff doubling up to a minute.
+  // restart_backoff doubling up to a minute. The memory limit is RLIMIT_DATA (written memory,
+  // not the address space that GPU runtimes reserve).
   enum class Isolation { kInProcess, kChildProcess };
   Isolation isolation = Isolation::kInProcess;
   std::string plugin_host;  // empty: rayaccel-plugin-host next to the running binary

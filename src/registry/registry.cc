@@ -86,10 +86,12 @@ struct Slot {
   std::unique_ptr<PluginHandle> plugin;
   PluginStatus status;  // static part: name, path, properties; state before any rescan
   PluginConfig file_config;
-  // An isolated plugin whose process died: when to start it again, and how often it was.
+  // Isolated plugins: a process that died is started again after a backoff.
+  bool restartable = false;  // opened once in a child process
   std::chrono::steady_clock::time_point next_restart;
-  int restarts = 0;
-  std::string crash;  // the last cause
+  int restarts = 0;           // in all, for the status message
+  int failures_in_a_row = 0;  // for the backoff; reset by a good scan
+  std::string crash;          // the last cause
 };
 
 void AppendMessage(std::string* message, const std::string& text) {
@@ -137,6 +139,7 @@ class Registry::Impl {
         refuse(absl::StrCat("a plugin named \"", (*opened)->name(), "\" is already loaded"));
       } else {
         slot.plugin = *std::move(opened);
+        slot.restartable = options_.isolation == RegistryOptions::Isolation::kChildProcess;
         slot.status.name = slot.plugin->name();
         slot.status.abi_version = slot.plugin->abi_version();
         slot.status.capabilities = slot.plugin->capabilities();
@@ -166,7 +169,7 @@ class Registry::Impl {
     std::set<std::string> ids;
     for (Slot& slot : slots_) {
       PluginStatus status = slot.status;
-      if (slot.plugin != nullptr && !slot.plugin->alive()) {
+      if (slot.restartable && (slot.plugin == nullptr || !slot.plugin->alive())) {
         Restart(&slot);
         status = slot.status;
       }
@@ -179,15 +182,11 @@ class Registry::Impl {
       absl::Status st = slot.plugin->Query(&report);
       if (!slot.plugin->alive()) {
         // Isolation did its job: the plugin's process is gone, the cause is in `st`.
-        slot.crash = std::string(st.message());
-        slot.next_restart = std::chrono::steady_clock::now() + Backoff(slot.restarts);
-        slot.status.state = PluginStatus::State::kFailed;
-        slot.status.message =
-            absl::StrCat(slot.crash, "; restart in ", Backoff(slot.restarts).count(), " ms");
-        spdlog::warn("plugin {}: {}", slot.status.name, slot.status.message);
+        MarkCrashed(&slot, st);
         snap->plugins.push_back(slot.status);
         continue;
       }
+      slot.failures_in_a_row = 0;
       if (!st.ok() || report.over_limit) {
         status.state = PluginStatus::State::kFailed;
         status.message = !st.ok() ? std::string(st.message())
@@ -223,11 +222,13 @@ class Registry::Impl {
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const {
     if (quantity == 0) return absl::InvalidArgumentError("quantity must be at least 1");
     std::lock_guard<std::mutex> lock(plugins_mu_);
-    const Slot* slot = SlotForResource(resource, *snapshot());
+    Slot* slot = SlotForResource(resource, *snapshot());
     if (slot == nullptr) {
       return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
     }
-    return slot->plugin->ValidateQuantity(quantity);
+    absl::Status st = slot->plugin->ValidateQuantity(quantity);
+    if (!slot->plugin->alive()) MarkCrashed(slot, st);
+    return st;
   }
 
   absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available_in,
@@ -317,8 +318,8 @@ class Registry::Impl {
             "devices of one allocation must come from one plugin (one accelerator family)");
       }
     }
-    const Slot* slot = nullptr;
-    for (const Slot& s : slots_) {
+    Slot* slot = nullptr;
+    for (Slot& s : slots_) {
       if (s.plugin != nullptr && s.status.name == plugin_name) slot = &s;
     }
     if (slot == nullptr) return absl::FailedPreconditionError("plugin is no longer loaded");
@@ -336,6 +337,7 @@ class Registry::Impl {
       return env;
     }
     auto set = slot->plugin->PrepareAllocation(indices);
+    if (!slot->plugin->alive()) MarkCrashed(slot, set.status());
     if (!set.ok()) return set.status();
     for (auto& [name, value] : *set) env[name] = value;
     return env;
@@ -357,27 +359,51 @@ class Registry::Impl {
     return std::unique_ptr<PluginHandle>(*std::move(p));
   }
 
-  std::chrono::milliseconds Backoff(int restarts) const {
+  std::chrono::milliseconds Backoff(int failures) const {
     uint64_t ms = options_.restart_backoff_ms;
-    for (int i = 0; i < restarts && ms < 60000; ++i) ms *= 2;
+    for (int i = 1; i < failures && ms < 60000; ++i) ms *= 2;
     return std::chrono::milliseconds(std::min<uint64_t>(ms, 60000));
   }
 
-  // Starts a crashed isolated plugin again once its backoff has passed.
+  // An isolated plugin's process died during a call (the cause in `st`): fail it and schedule
+  // a restart. Caller holds plugins_mu_.
+  void MarkCrashed(Slot* slot, const absl::Status& st) const {
+    ++slot->failures_in_a_row;
+    slot->crash = std::string(st.message());
+    std::chrono::milliseconds wait = Backoff(slot->failures_in_a_row);
+    slot->next_restart = std::chrono::steady_clock::now() + wait;
+    slot->status.state = PluginStatus::State::kFailed;
+    slot->status.message = absl::StrCat(slot->crash, "; restart in ", wait.count(), " ms");
+    spdlog::warn("plugin {}: {}", slot->status.name, slot->status.message);
+  }
+
+  // Starts a crashed isolated plugin again once its backoff has passed, with the same checks
+  // as the first load. The dead handle stays until a new one works, so it is retried later.
   void Restart(Slot* slot) {
     if (std::chrono::steady_clock::now() < slot->next_restart) return;
     ++slot->restarts;
-    slot->plugin.reset();
-    absl::StatusOr<std::unique_ptr<PluginHandle>> opened = OpenPlugin(slot->status.path);
+    const std::string& path = slot->status.path;
+    absl::Status ok = options_.check_permissions ? CheckPermissions(path) : absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<PluginHandle>> opened =
+        ok.ok() ? OpenPlugin(path) : absl::StatusOr<std::unique_ptr<PluginHandle>>(ok);
+    if (opened.ok() && (*opened)->name() != slot->status.name) {
+      opened = absl::FailedPreconditionError(absl::StrCat("the plugin now calls itself \"",
+                                                          (*opened)->name(), "\", not \"",
+                                                          slot->status.name, "\""));
+    }
     if (!opened.ok()) {
-      slot->status.state = PluginStatus::State::kFailed;
-      slot->status.message =
-          absl::StrCat("restart ", slot->restarts, " failed: ", opened.status().message());
-      slot->next_restart = std::chrono::steady_clock::now() + Backoff(slot->restarts);
+      MarkCrashed(slot, absl::Status(opened.status().code(),
+                                     absl::StrCat("restart ", slot->restarts,
+                                                  " failed: ", opened.status().message())));
       return;
     }
     slot->plugin = *std::move(opened);
     Initialize(slot, slot->file_config);
+    if (!slot->plugin->alive()) {
+      MarkCrashed(slot, absl::UnavailableError(absl::StrCat("restart ", slot->restarts,
+                                                            " failed: ", slot->status.message)));
+      return;
+    }
     if (slot->status.state != PluginStatus::State::kFailed) {
       slot->status.message = absl::StrCat("restarted ", slot->restarts, " time",
                                           slot->restarts == 1 ? "" : "s", " after: ", slot->crash);
@@ -520,13 +546,13 @@ class Registry::Impl {
 
   // The plugin that gives `resource` to Ray (NodeSnapshot::resource_owners), else the first
   // active one that names it.
-  const Slot* SlotForResource(const std::string& resource, const NodeSnapshot& snap) const {
+  Slot* SlotForResource(const std::string& resource, const NodeSnapshot& snap) const {
     if (auto owner = snap.resource_owners.find(resource); owner != snap.resource_owners.end()) {
-      for (const Slot& s : slots_) {
+      for (Slot& s : slots_) {
         if (s.plugin != nullptr && s.status.name == owner->second) return &s;
       }
     }
-    for (const Slot& s : slots_) {
+    for (Slot& s : slots_) {
       if (s.plugin != nullptr && s.status.state != PluginStatus::State::kFailed &&
           s.status.resource_name == resource) {
         return &s;
@@ -539,8 +565,8 @@ class Registry::Impl {
   std::unique_ptr<HostTopology> host_;  // guarded by plugins_mu_, like the two below
   bool host_attempted_ = false;
   std::string host_description_;
-  mutable std::mutex plugins_mu_;  // one caller into the plugins at a time
-  std::vector<Slot> slots_;
+  mutable std::mutex plugins_mu_;    // one caller into the plugins at a time
+  mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const NodeSnapshot> snapshot_;

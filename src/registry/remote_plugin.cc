@@ -1,12 +1,17 @@
 #include "registry/remote_plugin.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "registry/validate.h"
@@ -44,20 +49,64 @@ absl::Status ReplyStatus(const json::Value& reply) {
 
 }  // namespace
 
+// Children killed but not yet reaped (stuck in the kernel, e.g. a wedged driver call): tried
+// again, without blocking, whenever a plugin host starts or dies.
+std::mutex g_unreaped_mu;
+std::vector<pid_t> g_unreaped;
+
+void ReapLeftovers() {
+  std::lock_guard<std::mutex> lock(g_unreaped_mu);
+  g_unreaped.erase(std::remove_if(g_unreaped.begin(), g_unreaped.end(),
+                                  [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }),
+                   g_unreaped.end());
+}
+
+// Waits up to a second for a killed child; leaves it for later rather than hang the registry.
+bool Reap(pid_t pid, int* status) {
+  for (int i = 0; i < 100; ++i) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return false;  // not ours to reap (SIGCHLD ignored, ...)
+    usleep(10000);
+  }
+  std::lock_guard<std::mutex> lock(g_unreaped_mu);
+  g_unreaped.push_back(pid);
+  return false;
+}
+
 absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::string& path,
                                                                  const RemoteOptions& options) {
+  ReapLeftovers();
+  if (options.host_binary.empty() || options.host_binary[0] != '/') {
+    return absl::NotFoundError("rayaccel-plugin-host not found (give its absolute path)");
+  }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
   }
   pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid < 0) {
+    int err = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
+  }
   if (pid == 0) {
-    // The child: the protocol on fd 3 (dup2 clears close-on-exec), bounded memory, exec.
-    dup2(sv[1], 3);
+    // The child: the protocol on fd 3, nothing else inherited, stdin from /dev/null, dies
+    // with the registry, bounded memory, then exec.
+    if (sv[1] == 3) {
+      fcntl(3, F_SETFD, 0);
+    } else {
+      dup2(sv[1], 3);  // clears close-on-exec on the copy
+    }
+    close_range(4, ~0U, 0);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0 && null != 0) dup2(null, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (options.memory_limit_bytes > 0) {  // 0: no limit
+      // RLIMIT_DATA, not RLIMIT_AS: GPU runtimes reserve huge address ranges they never touch.
       rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
-      setrlimit(RLIMIT_AS, &limit);
+      setrlimit(RLIMIT_DATA, &limit);
     }
     execl(options.host_binary.c_str(), options.host_binary.c_str(), path.c_str(),
           static_cast<char*>(nullptr));
@@ -88,7 +137,8 @@ RemotePlugin::~RemotePlugin() {
   }
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    int status = 0;
+    Reap(pid_, &status);
   }
   if (fd_ >= 0) close(fd_);
 }
@@ -109,12 +159,16 @@ absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const
   bool timed_out = frame.status().code() == absl::StatusCode::kDeadlineExceeded;
   kill(pid_, SIGKILL);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  bool reaped = Reap(pid_, &status);
   pid_ = -1;
   if (timed_out) {
     return absl::DeadlineExceededError(absl::StrCat("no answer within ",
                                                     options_.call_timeout.count(), " ms during ",
                                                     what, "; the plugin host was killed"));
+  }
+  if (!reaped) {
+    return absl::UnavailableError(absl::StrCat("the plugin host stopped answering during ", what,
+                                               " and was killed (not yet exited)"));
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
     int sig = WTERMSIG(status);

@@ -18,7 +18,7 @@ namespace rayaccel {
 struct RemoteOptions {
   std::string host_binary;  // rayaccel-plugin-host
   std::chrono::milliseconds call_timeout{10000};
-  uint64_t memory_limit_bytes = uint64_t{4} << 30;  // the child's RLIMIT_AS; 0: no limit
+  uint64_t memory_limit_bytes = uint64_t{4} << 30;  // the child's RLIMIT_DATA; 0: no limit
 };
 
 class RemotePlugin : public PluginHandle {

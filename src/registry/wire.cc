@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
@@ -34,9 +35,10 @@ absl::Status ReadAll(int fd, char* data, size_t size,
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return absl::DeadlineExceededError("no answer in time");
     pollfd p{fd, POLLIN, 0};
-    int ready = poll(&p, 1, static_cast<int>(left.count()));
+    // poll() takes an int: wait in slices of at most ~24 days, the loop checks the deadline.
+    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), INT32_MAX)));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) return absl::DeadlineExceededError("no answer in time");
+    if (ready == 0) continue;
     ssize_t n = read(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return absl::UnavailableError("the plugin host is gone");
@@ -68,6 +70,11 @@ class Fields {
     return *this;
   }
   json::Writer& writer() { return w_; }
+  // The plugin passed NULL for the struct.
+  std::string Null() {
+    w_.Key("null").Bool(true);
+    return Done();
+  }
   std::string Done() {
     w_.EndObject();
     std::string out = w_.Finish();
@@ -98,7 +105,7 @@ absl::StatusOr<std::string> ReadFrame(int fd, std::chrono::steady_clock::time_po
     return st;
   }
   uint32_t n = len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
-  if (n > kMaxFrameBytes) return absl::DataLossError("frame larger than 64 MiB");
+  if (n > kMaxFrameBytes) return absl::DataLossError("frame larger than 16 MiB");
   std::string payload(n, '\0');
   if (absl::Status st = ReadAll(fd, payload.data(), n, deadline); !st.ok()) return st;
   return payload;
@@ -127,6 +134,7 @@ void Recorder::Write(json::Writer* w) const {
 
 rayaccel_status Recorder::AddDevice(void* ctx, const rayaccel_device_info* d) {
   auto* self = static_cast<Recorder*>(ctx);
+  if (d == nullptr) self->calls_.push_back(Fields("device", 0).Null());
   if (d != nullptr) {
     using T = rayaccel_device_info;
     Fields f("device", d->struct_size);
@@ -157,7 +165,11 @@ rayaccel_status Recorder::AddDevice(void* ctx, const rayaccel_device_info* d) {
 
 rayaccel_status Recorder::AddAttribute(void* ctx, const rayaccel_attribute* a) {
   auto* self = static_cast<Recorder*>(ctx);
-  if (a != nullptr && RAYACCEL_HAS_FIELD(a, rayaccel_attribute, int_value)) {
+  if (a == nullptr || !RAYACCEL_HAS_FIELD(a, rayaccel_attribute, int_value)) {
+    // Recorded so that the registry refuses it as it would in-process.
+    self->calls_.push_back(a == nullptr ? Fields("attribute", 0).Null()
+                                        : Fields("attribute", a->struct_size).Done());
+  } else {
     uint32_t kind = 0;
     std::memcpy(&kind, &a->kind, sizeof(kind));
     Fields f("attribute", a->struct_size);
@@ -178,7 +190,10 @@ rayaccel_status Recorder::AddLabel(void* ctx, rayaccel_string k, rayaccel_string
 
 rayaccel_status Recorder::AddLink(void* ctx, const rayaccel_link* l) {
   auto* self = static_cast<Recorder*>(ctx);
-  if (l != nullptr && RAYACCEL_HAS_FIELD(l, rayaccel_link, type)) {
+  if (l == nullptr || !RAYACCEL_HAS_FIELD(l, rayaccel_link, type)) {
+    self->calls_.push_back(l == nullptr ? Fields("link", 0).Null()
+                                        : Fields("link", l->struct_size).Done());
+  } else {
     using T = rayaccel_link;
     uint32_t type = 0, path = 0;
     std::memcpy(&type, &l->type, sizeof(type));
@@ -204,8 +219,15 @@ rayaccel_status Recorder::AddLink(void* ctx, const rayaccel_link* l) {
 
 rayaccel_status Recorder::AddDomain(void* ctx, const rayaccel_domain* d) {
   auto* self = static_cast<Recorder*>(ctx);
-  if (d != nullptr && RAYACCEL_HAS_FIELD(d, rayaccel_domain, device_count) &&
-      d->device_count <= kMaxDevicesPerPlugin && (d->devices != nullptr || d->device_count == 0)) {
+  bool listable = d != nullptr && RAYACCEL_HAS_FIELD(d, rayaccel_domain, device_count) &&
+                  d->device_count <= kMaxDevicesPerPlugin &&
+                  (d->devices != nullptr || d->device_count == 0);
+  if (!listable) {
+    // Too small, NULL, or a member list the registry would refuse: recorded as refusable.
+    Fields f("domain", d == nullptr ? 0 : d->struct_size);
+    if (d != nullptr) f.Num("bad_devices", 1);
+    self->calls_.push_back(d == nullptr ? f.Null() : f.Done());
+  } else {
     Fields f("domain", d->struct_size);
     f.Str("kind", d->kind).Str("id", d->id);
     f.writer().Key("devices").BeginArray();
@@ -277,7 +299,17 @@ absl::Status Replay(const json::Value& calls, const rayaccel_sink* sink) {
       return absl::DataLossError("the plugin host sent a malformed call");
     }
     const std::string& k = kind->string();
-    if (k == "device") {
+    const json::Value* null = v.Find("null");
+    bool is_null = null != nullptr && null->is_bool() && null->bool_value();
+    if (is_null && k == "device") {
+      sink->add_device(ctx, nullptr);
+    } else if (is_null && k == "attribute") {
+      sink->add_attribute(ctx, nullptr);
+    } else if (is_null && k == "link") {
+      sink->add_link(ctx, nullptr);
+    } else if (is_null && k == "domain") {
+      sink->add_domain(ctx, nullptr);
+    } else if (k == "device") {
       rayaccel_device_info d{};
       d.struct_size = c.Size(sizeof(d));
       d.index = static_cast<uint32_t>(c.Uint("index"));
@@ -334,6 +366,10 @@ absl::Status Replay(const json::Value& calls, const rayaccel_sink* sink) {
       }
       d.devices = members.data();
       d.device_count = members.size();
+      if (v.Find("bad_devices") != nullptr) {
+        d.devices = nullptr;  // what the plugin sent could not be listed: refused as such
+        d.device_count = kMaxDevicesPerPlugin + 1;
+      }
       sink->add_domain(ctx, &d);
     } else if (k == "health") {
       sink->set_health(ctx, static_cast<uint32_t>(c.Uint("device_index")),

@@ -24,7 +24,8 @@
 
 namespace rayaccel::wire {
 
-inline constexpr size_t kMaxFrameBytes = 64 << 20;
+// Bounds what a (possibly corrupted) plugin host can make the registry parse.
+inline constexpr size_t kMaxFrameBytes = 16 << 20;
 
 absl::Status WriteFrame(int fd, const std::string& payload);
 // Waits until `deadline`; DeadlineExceeded on timeout, Unavailable when the peer is gone.

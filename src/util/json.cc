@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <unordered_set>
 
 namespace rayaccel::json {
 
@@ -294,13 +295,14 @@ class Parser {
       ++pos_;
       return true;
     }
+    std::unordered_set<std::string> keys;  // duplicate check in O(1): inputs may be hostile
     while (true) {
       SkipSpace();
       if (Peek() != '"') return Fail("expected a member name in quotes");
       const size_t key_pos = pos_;
       std::string key;
       if (!ParseString(&key)) return false;
-      if (out->Find(key) != nullptr) {
+      if (!keys.insert(key).second) {
         pos_ = key_pos;  // point at the repeated name
         return Fail("duplicate member \"" + key + "\"");
       }

@@ -41,9 +41,9 @@ Report Conform(const std::string& plugin, std::vector<std::string> extra = {}) {
 TEST(Conformance, InTreePluginsReachTheirTiers) {
   std::string plugins = RAYACCEL_PLUGIN_DIR;
   // Generous timeouts: under sanitizers the leak check's 40 cycles take a while.
-  Report sim = Conform(plugins + "/librayaccel-sim.so",
-                       {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "2",
-                        "--timeout", "60"});
+  Report sim = Conform(
+      plugins + "/librayaccel-sim.so",
+      {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "2", "--timeout", "60"});
   EXPECT_EQ(sim.exit_code, 0);
   EXPECT_EQ(sim.tier, 2);
   Report rocm =
