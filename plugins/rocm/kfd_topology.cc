@@ -43,22 +43,27 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-// Links traversed between two KFD nodes over io_links (breadth-first); 0 when unreachable.
+// Links traversed between two KFD nodes over io_links, breadth-first; 0 when unreachable.
+// io_links are followed both ways: the kernel lists a CPU-to-GPU link only for large-BAR GPUs.
 uint32_t Hops(const std::vector<KfdNode>& nodes, uint32_t from, uint32_t to) {
-  std::map<uint32_t, const KfdNode*> by_id;
-  for (const KfdNode& n : nodes) by_id[n.id] = &n;
+  std::map<uint32_t, std::set<uint32_t>> next;
+  for (const KfdNode& n : nodes) {
+    for (const KfdLink& l : n.links) {
+      if (l.p2p) continue;
+      next[n.id].insert(l.node_to);
+      next[l.node_to].insert(n.id);
+    }
+  }
   std::map<uint32_t, uint32_t> dist = {{from, 0}};
   std::deque<uint32_t> queue = {from};
   while (!queue.empty()) {
     uint32_t at = queue.front();
     queue.pop_front();
     if (at == to) return dist[at];
-    auto it = by_id.find(at);
-    if (it == by_id.end()) continue;
-    for (const KfdLink& l : it->second->links) {
-      if (l.p2p || dist.count(l.node_to) > 0) continue;
-      dist[l.node_to] = dist[at] + 1;
-      queue.push_back(l.node_to);
+    for (uint32_t n : next[at]) {
+      if (dist.count(n) > 0) continue;
+      dist[n] = dist[at] + 1;
+      queue.push_back(n);
     }
   }
   return 0;

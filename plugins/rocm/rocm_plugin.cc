@@ -30,13 +30,13 @@ void LogProblems(const rayaccel_plugin_instance* self, const std::vector<std::st
   for (const std::string& p : problems) plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
 }
 
-// Health from the RAS error counters the driver exposes per device
-// (<sysfs>/class/drm/renderD<minor>/device/ras/<block>_err_count: "ue: N" and "ce: N" lines).
-// Uncorrectable errors make a device unhealthy; no counters at all leave it unknown.
+// Health from the RAS error counters the driver exposes on the physical GPU's PCI device
+// (<sysfs>/bus/pci/devices/<bdf>/ras/<block>_err_count: "ue: N" and "ce: N" lines), shared
+// by all its partitions (their own render nodes have no ras folder). Uncorrectable errors make
+// a device unhealthy; no counters at all leave it unknown.
 std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance* self,
-                                                  uint32_t render_minor) {
-  std::string ras =
-      self->sysfs_root + "/class/drm/renderD" + std::to_string(render_minor) + "/device/ras";
+                                                  const std::string& pci_bus_id) {
+  std::string ras = self->sysfs_root + "/bus/pci/devices/" + pci_bus_id + "/ras";
   if (!plugin::IsDirectory(ras)) return {RAYACCEL_HEALTH_UNKNOWN, "no RAS counters in sysfs"};
   static const char* kBlocks[] = {"umc", "gfx", "sdma", "mmhub", "xgmi_wafl", "pcie_bif", "hdp"};
   std::string bad;
@@ -120,7 +120,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       }
     }
     for (const AmdDevice& d : topo.devices) {
-      auto [health, reason] = RasHealth(self, d.render_minor);
+      auto [health, reason] = RasHealth(self, d.pci_bus_id);
       char unique[24];
       std::snprintf(unique, sizeof(unique), "0x%016llx",
                     static_cast<unsigned long long>(d.unique_id));

@@ -107,19 +107,19 @@ TEST(RocmPlugin, Mi300xCpxCountsPartitionsNotGpus) {
 
 TEST(RocmPlugin, RasCountersGiveHealth) {
   std::string sysfs = testing::MakeTempDir("ras-sysfs");
-  auto write = [&](const std::string& minor, const std::string& block, const std::string& text) {
-    std::string dir = sysfs + "/class";
-    mkdir(dir.c_str(), 0755);
-    for (const std::string& part :
-         {std::string("/drm"), "/renderD" + minor, std::string("/device"), std::string("/ras")}) {
+  // As amdgpu lays them out: /sys/bus/pci/devices/<bdf>/ras/<block>_err_count.
+  auto write = [&](const std::string& bdf, const std::string& block, const std::string& text) {
+    std::string dir = sysfs;
+    for (const std::string& part : {std::string("/bus"), std::string("/pci"),
+                                    std::string("/devices"), "/" + bdf, std::string("/ras")}) {
       dir += part;
       mkdir(dir.c_str(), 0755);
     }
     std::ofstream(dir + "/" + block + "_err_count") << text;
   };
-  write("128", "umc", "ue: 2\nce: 7\n");
-  write("128", "gfx", "ue: 0\nce: 0\n");
-  write("129", "umc", "ue: 0\nce: 3\n");
+  write("0000:63:00.0", "umc", "ue: 2\nce: 7\n");  // device 0
+  write("0000:63:00.0", "gfx", "ue: 0\nce: 0\n");
+  write("0000:43:00.0", "umc", "ue: 0\nce: 3\n");  // device 1
   std::unique_ptr<Registry> registry = Rocm("topo-mi210-xgmi-pcie", sysfs);
   std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
   EXPECT_EQ(s->devices[0].health, Health::kUnhealthy);
@@ -127,6 +127,14 @@ TEST(RocmPlugin, RasCountersGiveHealth) {
   EXPECT_EQ(s->devices[1].health, Health::kHealthy);  // correctable errors only
   EXPECT_EQ(s->devices[2].health, Health::kUnknown);
   EXPECT_EQ(s->ray.resources.at("GPU"), 7);
+
+  // A partitioned GPU's counters speak for every partition: the MI300X at 05:00.0 has eight.
+  write("0000:05:00.0", "umc", "ue: 1\nce: 0\n");
+  std::unique_ptr<Registry> cpx = Rocm("topo-mi300-cpx/topology", sysfs);
+  std::shared_ptr<const NodeSnapshot> c = cpx->snapshot();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(c->devices[i].health, Health::kUnhealthy) << i;
+  EXPECT_EQ(c->devices[8].health, Health::kUnknown);
+  EXPECT_EQ(c->ray.resources.at("GPU"), 63 - 8);
 }
 
 TEST(RocmPlugin, NoDriverMeansZeroDevicesWithTheReason) {
