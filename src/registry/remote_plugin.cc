@@ -63,11 +63,11 @@ void ReapLeftovers() {
 
 // Waits up to a second for a killed child; leaves it for later rather than hang the registry.
 bool Reap(pid_t pid, int* status) {
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     pid_t r = waitpid(pid, status, WNOHANG);
     if (r == pid) return true;
     if (r < 0 && errno != EINTR) return false;  // not ours to reap (SIGCHLD ignored, ...)
-    usleep(10000);
+    usleep(1000);
   }
   std::lock_guard<std::mutex> lock(g_unreaped_mu);
   g_unreaped.push_back(pid);
