@@ -227,9 +227,10 @@ TEST(Loader, SearchPathFindsEveryPluginOnce) {
   RegistryOptions options;
   options.search_path = {std::string(RAYACCEL_PLUGIN_DIR), std::string(RAYACCEL_PLUGIN_DIR)};
   std::shared_ptr<const NodeSnapshot> snap = Load({}, options);
-  ASSERT_EQ(snap->plugins.size(), 2u);  // every in-tree plugin, in name order, once
-  EXPECT_EQ(snap->plugins[0].name, "rocm");
-  EXPECT_EQ(snap->plugins[1].name, "sim");
+  ASSERT_EQ(snap->plugins.size(), 3u);  // every in-tree plugin, in name order, once
+  EXPECT_EQ(snap->plugins[0].name, "cuda");
+  EXPECT_EQ(snap->plugins[1].name, "rocm");
+  EXPECT_EQ(snap->plugins[2].name, "sim");
 }
 
 }  // namespace

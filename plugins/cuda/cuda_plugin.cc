@@ -1,0 +1,451 @@
+// The CUDA plugin: NVIDIA GPUs through NVML, loaded at run time with dlopen (config key
+// `nvml_library`, default libnvidia-ml.so.1), so it builds without the CUDA toolkit and loads
+// on hosts without a driver, reporting zero devices with the reason.
+// Config keys: nvml_library; visible_devices_by = index (default, what Ray sets) | uuid.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/plugin_util.h"
+#include "common/sysfs.h"
+#include "cuda/nvml.h"
+
+namespace rayaccel::cuda {
+namespace {
+
+using plugin::Str;
+
+// The NVML entry points, resolved with dlsym; optional ones may be NULL (older drivers).
+struct Nvml {
+  void* handle = nullptr;
+  nvmlReturn_t (*Init)() = nullptr;
+  nvmlReturn_t (*Shutdown)() = nullptr;
+  const char* (*ErrorString)(nvmlReturn_t) = nullptr;
+  nvmlReturn_t (*GetCount)(unsigned*) = nullptr;
+  nvmlReturn_t (*GetHandle)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*GetName)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*GetUuid)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*GetPci)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
+  nvmlReturn_t (*GetMemory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*GetCc)(nvmlDevice_t, int*, int*) = nullptr;
+  nvmlReturn_t (*GetArch)(nvmlDevice_t, nvmlDeviceArchitecture_t*) = nullptr;
+  nvmlReturn_t (*GetNuma)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*GetMinor)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*DriverVersion)(char*, unsigned) = nullptr;
+  nvmlReturn_t (*CudaVersion)(int*) = nullptr;
+  nvmlReturn_t (*Ancestor)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t*) = nullptr;
+  nvmlReturn_t (*LinkState)(nvmlDevice_t, unsigned, nvmlEnableState_t*) = nullptr;
+  nvmlReturn_t (*RemoteType)(nvmlDevice_t, unsigned, nvmlIntNvLinkDeviceType_t*) = nullptr;
+  nvmlReturn_t (*RemotePci)(nvmlDevice_t, unsigned, nvmlPciInfo_t*) = nullptr;
+  nvmlReturn_t (*P2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t,
+                      nvmlGpuP2PStatus_t*) = nullptr;
+  nvmlReturn_t (*Fabric)(nvmlDevice_t, nvmlGpuFabricInfoV_t*) = nullptr;
+};
+
+template <typename F>
+void Resolve(void* handle, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(handle, name));
+}
+
+// Loads and initialises NVML; on failure says why ("0 devices: ..." material).
+bool Open(const std::string& path, Nvml* n, std::string* why) {
+  n->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (n->handle == nullptr) {
+    const char* e = dlerror();
+    *why = "cannot load " + path + ": " + (e != nullptr ? e : "unknown error");
+    return false;
+  }
+  void* h = n->handle;
+  Resolve(h, "nvmlInit_v2", &n->Init);
+  Resolve(h, "nvmlShutdown", &n->Shutdown);
+  Resolve(h, "nvmlErrorString", &n->ErrorString);
+  Resolve(h, "nvmlDeviceGetCount_v2", &n->GetCount);
+  Resolve(h, "nvmlDeviceGetHandleByIndex_v2", &n->GetHandle);
+  Resolve(h, "nvmlDeviceGetName", &n->GetName);
+  Resolve(h, "nvmlDeviceGetUUID", &n->GetUuid);
+  Resolve(h, "nvmlDeviceGetPciInfo_v3", &n->GetPci);
+  Resolve(h, "nvmlDeviceGetMemoryInfo", &n->GetMemory);
+  Resolve(h, "nvmlDeviceGetCudaComputeCapability", &n->GetCc);
+  Resolve(h, "nvmlDeviceGetArchitecture", &n->GetArch);
+  Resolve(h, "nvmlDeviceGetNumaNodeId", &n->GetNuma);
+  Resolve(h, "nvmlDeviceGetMinorNumber", &n->GetMinor);
+  Resolve(h, "nvmlSystemGetDriverVersion", &n->DriverVersion);
+  Resolve(h, "nvmlSystemGetCudaDriverVersion_v2", &n->CudaVersion);
+  Resolve(h, "nvmlDeviceGetTopologyCommonAncestor", &n->Ancestor);
+  Resolve(h, "nvmlDeviceGetNvLinkState", &n->LinkState);
+  Resolve(h, "nvmlDeviceGetNvLinkRemoteDeviceType", &n->RemoteType);
+  Resolve(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &n->RemotePci);
+  Resolve(h, "nvmlDeviceGetP2PStatus", &n->P2p);
+  Resolve(h, "nvmlDeviceGetGpuFabricInfoV", &n->Fabric);
+  if (n->Init == nullptr || n->Shutdown == nullptr || n->GetCount == nullptr ||
+      n->GetHandle == nullptr || n->GetName == nullptr || n->GetUuid == nullptr ||
+      n->GetPci == nullptr) {
+    *why = path + " lacks required NVML entry points (nvmlInit_v2, nvmlDeviceGetCount_v2, ...)";
+    return false;
+  }
+  nvmlReturn_t rc = n->Init();
+  if (rc != NVML_SUCCESS) {
+    *why = "nvmlInit_v2 failed: " +
+           std::string(n->ErrorString != nullptr ? n->ErrorString(rc) : "error") + " (" +
+           std::to_string(rc) + ")";
+    return false;
+  }
+  return true;
+}
+
+const char* ArchitectureName(unsigned arch) {
+  switch (arch) {
+    case 2:
+      return "kepler";
+    case 3:
+      return "maxwell";
+    case 4:
+      return "pascal";
+    case 5:
+      return "volta";
+    case 6:
+      return "turing";
+    case 7:
+      return "ampere";
+    case 8:
+      return "ada";
+    case 9:
+      return "hopper";
+    case 10:
+      return "blackwell";
+    default:
+      return "";
+  }
+}
+
+rayaccel_pcie_path PathOf(nvmlGpuTopologyLevel_t level) {
+  switch (level) {
+    case NVML_TOPOLOGY_INTERNAL:
+    case NVML_TOPOLOGY_SINGLE:
+      return RAYACCEL_PCIE_PATH_PIX;
+    case NVML_TOPOLOGY_MULTIPLE:
+      return RAYACCEL_PCIE_PATH_PXB;
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+      return RAYACCEL_PCIE_PATH_PHB;
+    case NVML_TOPOLOGY_NODE:
+      return RAYACCEL_PCIE_PATH_NODE;
+    case NVML_TOPOLOGY_SYSTEM:
+      return RAYACCEL_PCIE_PATH_SYS;
+    default:
+      return RAYACCEL_PCIE_PATH_UNKNOWN;
+  }
+}
+
+struct Gpu {
+  nvmlDevice_t handle = nullptr;
+  std::string uuid, name, pci_bus_id, architecture, compute_capability, lost;
+  uint32_t vendor_id = 0, device_id = 0, minor = 0;
+  uint64_t memory = 0;
+  int32_t numa = -1;
+  std::string fabric_domain;  // "<clusterUUID>.<cliqueId>" when the fabric is complete
+};
+
+std::string Uuid(const unsigned char* b) {
+  char s[40];
+  std::snprintf(s, sizeof(s),
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return s;
+}
+
+}  // namespace
+}  // namespace rayaccel::cuda
+
+struct rayaccel_plugin_instance {
+  const rayaccel_host_api* host = nullptr;
+  std::string library;
+  bool by_uuid = false;
+  std::mutex mu;  // guards everything below
+  rayaccel::cuda::Nvml nvml;
+  bool ready = false;
+  std::string why_not;  // when !ready
+  std::string driver_version;
+  std::vector<rayaccel::cuda::Gpu> gpus;  // by NVML index
+};
+
+namespace rayaccel::cuda {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    auto self = std::make_unique<rayaccel_plugin_instance>();
+    self->host = args->host;
+    self->library = plugin::ConfigValue(args, "nvml_library", "libnvidia-ml.so.1");
+    std::string by = plugin::ConfigValue(args, "visible_devices_by", "index");
+    if (by != "index" && by != "uuid") {
+      return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                          "visible_devices_by must be index or uuid, not \"" + by + "\"");
+    }
+    self->by_uuid = by == "uuid";
+    self->ready = Open(self->library, &self->nvml, &self->why_not);
+    if (self->ready && self->nvml.DriverVersion != nullptr) {
+      char v[96] = {};
+      if (self->nvml.DriverVersion(v, sizeof(v)) == NVML_SUCCESS) self->driver_version = v;
+    }
+    args->instance = self.release();
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error*/) {
+  if (self == nullptr) return RAYACCEL_STATUS_OK;
+  if (self->ready) self->nvml.Shutdown();
+  if (self->nvml.handle != nullptr) dlclose(self->nvml.handle);
+  delete self;
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status GetProperties(rayaccel_plugin_instance*, rayaccel_plugin_properties* props,
+                              rayaccel_error*) {
+  plugin::SetProperties(props, "nvidia", "GPU", "CUDA_VISIBLE_DEVICES", kVersion);
+  return RAYACCEL_STATUS_OK;
+}
+
+// Reads every GPU; a GPU that answers NVML_ERROR_GPU_IS_LOST stays listed, unhealthy.
+void Scan(rayaccel_plugin_instance* self) {
+  Nvml& n = self->nvml;
+  self->gpus.clear();
+  unsigned count = 0;
+  if (n.GetCount(&count) != NVML_SUCCESS) return;
+  for (unsigned i = 0; i < count; ++i) {
+    Gpu g;
+    if (n.GetHandle(i, &g.handle) != NVML_SUCCESS) continue;
+    char text[128] = {};
+    if (n.GetUuid(g.handle, text, sizeof(text)) == NVML_SUCCESS) g.uuid = text;
+    nvmlPciInfo_t pci{};
+    if (n.GetPci(g.handle, &pci) == NVML_SUCCESS) {
+      g.pci_bus_id = plugin::FormatPciBusId(pci.domain, pci.bus, pci.device, 0);
+      g.vendor_id = pci.pciDeviceId & 0xFFFF;
+      g.device_id = pci.pciDeviceId >> 16;
+    }
+    nvmlReturn_t rc = n.GetName(g.handle, text, sizeof(text));
+    if (rc == NVML_ERROR_GPU_IS_LOST) {
+      g.lost = "NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus";
+      g.name = "NVIDIA GPU (lost)";
+      self->gpus.push_back(g);
+      continue;
+    }
+    g.name = rc == NVML_SUCCESS ? text : "NVIDIA GPU";
+    nvmlMemory_t mem{};
+    if (n.GetMemory != nullptr && n.GetMemory(g.handle, &mem) == NVML_SUCCESS) g.memory = mem.total;
+    int major = 0, minor = 0;
+    if (n.GetCc != nullptr && n.GetCc(g.handle, &major, &minor) == NVML_SUCCESS) {
+      g.compute_capability = std::to_string(major) + "." + std::to_string(minor);
+    }
+    nvmlDeviceArchitecture_t arch = 0;
+    if (n.GetArch != nullptr && n.GetArch(g.handle, &arch) == NVML_SUCCESS) {
+      g.architecture = ArchitectureName(arch);
+    }
+    unsigned numa = 0;
+    if (n.GetNuma != nullptr && n.GetNuma(g.handle, &numa) == NVML_SUCCESS) {
+      g.numa = static_cast<int32_t>(numa);
+    }
+    unsigned dev_minor = 0;
+    if (n.GetMinor != nullptr && n.GetMinor(g.handle, &dev_minor) == NVML_SUCCESS) {
+      g.minor = dev_minor;
+    }
+    if (n.Fabric != nullptr) {
+      nvmlGpuFabricInfoV_t info{};
+      info.version = nvmlGpuFabricInfo_v2;
+      static const unsigned char kZero[NVML_GPU_FABRIC_UUID_LEN] = {};
+      if (n.Fabric(g.handle, &info) == NVML_SUCCESS &&
+          info.state == NVML_GPU_FABRIC_STATE_COMPLETED && info.status == NVML_SUCCESS &&
+          std::memcmp(info.clusterUuid, kZero, sizeof(kZero)) != 0) {
+        g.fabric_domain = Uuid(info.clusterUuid) + "." + std::to_string(info.cliqueId);
+      }
+    }
+    self->gpus.push_back(g);
+  }
+}
+
+rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                         rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    if (!self->ready) {
+      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + self->why_not);
+      return RAYACCEL_STATUS_OK;
+    }
+    Scan(self);
+    if (self->gpus.empty())
+      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: NVML sees no GPU");
+    for (uint32_t i = 0; i < self->gpus.size(); ++i) {
+      const Gpu& g = self->gpus[i];
+      rayaccel_device_info info{};
+      info.struct_size = sizeof(info);
+      info.index = i;
+      info.id = Str(g.uuid);
+      info.name = Str(g.name);
+      info.architecture = Str(g.architecture);
+      info.memory_bytes = g.memory;
+      info.pci_bus_id = Str(g.pci_bus_id);
+      info.pci_vendor_id = g.vendor_id;
+      info.pci_device_id = g.device_id;
+      info.numa_node = g.numa;
+      info.driver_version = Str(self->driver_version);
+      info.health = g.lost.empty() ? RAYACCEL_HEALTH_HEALTHY : RAYACCEL_HEALTH_UNHEALTHY;
+      info.health_reason = Str(g.lost);
+      rayaccel_status rc = sink->add_device(sink->host_context, &info);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+      if (rc != RAYACCEL_STATUS_OK || !g.lost.empty()) continue;
+      rayaccel_attribute a{};
+      a.struct_size = sizeof(a);
+      a.device_index = i;
+      if (!g.compute_capability.empty()) {
+        a.name = Str("compute_capability");
+        a.kind = RAYACCEL_ATTRIBUTE_VERSION;
+        a.string_value = Str(g.compute_capability);
+        sink->add_attribute(sink->host_context, &a);
+      }
+      a.name = Str("minor_number");
+      a.kind = RAYACCEL_ATTRIBUTE_INT;
+      a.string_value = Str("");
+      a.int_value = g.minor;
+      sink->add_attribute(sink->host_context, &a);
+    }
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                            rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    Nvml& n = self->nvml;
+    const size_t count = self->gpus.size();
+    std::map<std::string, size_t> by_bus;
+    for (size_t i = 0; i < count; ++i) by_bus[self->gpus[i].pci_bus_id] = i;
+    // NVLinks per GPU: to which peer, or to a switch.
+    std::vector<std::vector<uint32_t>> direct(count, std::vector<uint32_t>(count, 0));
+    std::vector<uint32_t> to_switch(count, 0);
+    for (size_t i = 0; i < count && n.LinkState != nullptr && n.RemotePci != nullptr; ++i) {
+      if (!self->gpus[i].lost.empty()) continue;
+      for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+        nvmlEnableState_t active = 0;
+        if (n.LinkState(self->gpus[i].handle, link, &active) != NVML_SUCCESS || active != 1) {
+          continue;
+        }
+        nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_GPU;
+        if (n.RemoteType != nullptr) n.RemoteType(self->gpus[i].handle, link, &type);
+        if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+          ++to_switch[i];
+          continue;
+        }
+        nvmlPciInfo_t remote{};
+        if (n.RemotePci(self->gpus[i].handle, link, &remote) != NVML_SUCCESS) continue;
+        auto peer =
+            by_bus.find(plugin::FormatPciBusId(remote.domain, remote.bus, remote.device, 0));
+        if (peer != by_bus.end() && peer->second != i) ++direct[i][peer->second];
+      }
+    }
+    for (size_t a = 0; a < count; ++a) {
+      for (size_t b = a + 1; b < count; ++b) {
+        const Gpu& ga = self->gpus[a];
+        const Gpu& gb = self->gpus[b];
+        if (!ga.lost.empty() || !gb.lost.empty()) continue;
+        rayaccel_link link{};
+        link.struct_size = sizeof(link);
+        link.device_a = static_cast<uint32_t>(a);
+        link.device_b = static_cast<uint32_t>(b);
+        nvmlGpuTopologyLevel_t level = 0;
+        if (n.Ancestor != nullptr && n.Ancestor(ga.handle, gb.handle, &level) == NVML_SUCCESS) {
+          link.type = RAYACCEL_LINK_PCIE;
+          link.pcie_path = PathOf(level);
+          link.count = 1;
+          sink->add_link(sink->host_context, &link);
+        }
+        uint32_t nv = std::max(direct[a][b], direct[b][a]);
+        nvmlGpuP2PStatus_t p2p = 1;
+        if (nv == 0 && to_switch[a] > 0 && to_switch[b] > 0 && n.P2p != nullptr &&
+            n.P2p(ga.handle, gb.handle, NVML_P2P_CAPS_INDEX_NVLINK, &p2p) == NVML_SUCCESS &&
+            p2p == NVML_P2P_STATUS_OK) {
+          nv = std::min(to_switch[a], to_switch[b]);  // through NVSwitch: all links usable
+        }
+        if (nv > 0) {
+          link.type = RAYACCEL_LINK_NVLINK;
+          link.pcie_path = RAYACCEL_PCIE_PATH_UNKNOWN;
+          link.count = nv;
+          sink->add_link(sink->host_context, &link);
+        }
+      }
+    }
+    // Multi-node NVLink fabric domains (NVL72-class): one per "<cluster UUID>.<clique>".
+    std::map<std::string, std::vector<uint32_t>> domains;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (!self->gpus[i].fabric_domain.empty()) domains[self->gpus[i].fabric_domain].push_back(i);
+    }
+    for (const auto& [id, members] : domains) {
+      rayaccel_domain d{};
+      d.struct_size = sizeof(d);
+      d.kind = Str("nvlink");
+      d.id = Str(id);
+      d.devices = members.data();
+      d.device_count = members.size();
+      sink->add_domain(sink->host_context, &d);
+    }
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
+                                  rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    std::string list;
+    for (size_t i = 0; i < args->device_count; ++i) {
+      uint32_t index = args->device_indices[i];
+      if (index >= self->gpus.size()) {
+        return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no GPU " + std::to_string(index));
+      }
+      list +=
+          (i == 0 ? "" : ",") + (self->by_uuid ? self->gpus[index].uuid : std::to_string(index));
+    }
+    // NVML numbers GPUs in PCI bus order; CUDA must too, or the indices name other GPUs.
+    rayaccel_status rc =
+        args->sink->set_env(args->sink->host_context, Str("CUDA_DEVICE_ORDER"), Str("PCI_BUS_ID"));
+    if (rc != RAYACCEL_STATUS_OK) return rc;
+    return args->sink->set_env(args->sink->host_context, Str("CUDA_VISIBLE_DEVICES"), Str(list));
+  });
+}
+
+constexpr rayaccel_plugin_api kApi = {
+    sizeof(rayaccel_plugin_api),
+    RAYACCEL_ABI_VERSION_MAJOR,
+    RAYACCEL_ABI_VERSION_MINOR,
+    {"cuda", 4},
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    &Initialize,
+    &Shutdown,
+    &GetProperties,
+    &Discover,
+    /*get_labels=*/nullptr,  // the registry turns the fabric domain into ray.io/gpu-domain
+    &GetTopology,
+    /*get_health=*/nullptr,  // with each device; XID events are not watched yet
+    /*wait_health_events=*/nullptr,
+    /*validate_quantity=*/nullptr,
+    &PrepareAllocation,
+    /*transport=*/nullptr,
+};
+
+}  // namespace
+}  // namespace rayaccel::cuda
+
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
+  return rayaccel::plugin::Negotiate(negotiation, &rayaccel::cuda::kApi, error);
+}

@@ -1,0 +1,91 @@
+// The slice of NVML's C API the CUDA plugin uses, declared from NVIDIA's public
+// documentation (names, return codes, enum values, struct layouts), so that the plugin builds
+// without the CUDA toolkit and loads libnvidia-ml.so.1 at run time with dlopen.
+#ifndef RAYACCEL_PLUGINS_CUDA_NVML_H_
+#define RAYACCEL_PLUGINS_CUDA_NVML_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int nvmlReturn_t;
+enum {
+  NVML_SUCCESS = 0,
+  NVML_ERROR_UNINITIALIZED = 1,
+  NVML_ERROR_INVALID_ARGUMENT = 2,
+  NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NOT_FOUND = 6,
+  NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_TIMEOUT = 10,
+  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_GPU_IS_LOST = 15,
+  NVML_ERROR_UNKNOWN = 999
+};
+
+typedef struct nvmlDevice_st* nvmlDevice_t;
+
+typedef struct nvmlPciInfo_st {
+  char busIdLegacy[16];  // "0000:18:00.0"
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;  // (device id << 16) | vendor id
+  unsigned int pciSubSystemId;
+  char busId[32];  // "00000000:18:00.0"
+} nvmlPciInfo_t;
+
+typedef struct nvmlMemory_st {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_t;
+
+// nvmlDeviceGetTopologyCommonAncestor levels.
+enum {
+  NVML_TOPOLOGY_INTERNAL = 0,
+  NVML_TOPOLOGY_SINGLE = 10,      // PIX
+  NVML_TOPOLOGY_MULTIPLE = 20,    // PXB
+  NVML_TOPOLOGY_HOSTBRIDGE = 30,  // PHB
+  NVML_TOPOLOGY_NODE = 40,        // NODE
+  NVML_TOPOLOGY_SYSTEM = 50       // SYS
+};
+typedef int nvmlGpuTopologyLevel_t;
+
+#define NVML_NVLINK_MAX_LINKS 36
+typedef int nvmlEnableState_t;  // 1 = enabled (link active)
+enum {
+  NVML_NVLINK_DEVICE_TYPE_GPU = 0,
+  NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1,
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 2,
+  NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+};
+typedef int nvmlIntNvLinkDeviceType_t;
+
+enum { NVML_P2P_CAPS_INDEX_NVLINK = 2 };
+typedef int nvmlGpuP2PCapsIndex_t;
+enum { NVML_P2P_STATUS_OK = 0 };
+typedef int nvmlGpuP2PStatus_t;
+
+// nvmlDeviceGetArchitecture values.
+typedef unsigned int nvmlDeviceArchitecture_t;
+
+// GPU fabric info (NVL72-class systems). State: NOT_SUPPORTED 0, NOT_STARTED 1, IN_PROGRESS 2,
+// COMPLETED 3.
+#define NVML_GPU_FABRIC_UUID_LEN 16
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+typedef struct {
+  unsigned int version;
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  unsigned char state;
+  unsigned int healthMask;
+} nvmlGpuFabricInfoV_t;
+#define nvmlGpuFabricInfo_v2 (unsigned int)(sizeof(nvmlGpuFabricInfoV_t) | (2 << 24U))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // RAYACCEL_PLUGINS_CUDA_NVML_H_

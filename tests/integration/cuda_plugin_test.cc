@@ -1,0 +1,158 @@
+// The real CUDA plugin (.so) against a fake libnvidia-ml.so.1 built in the test tree, which
+// answers NVML calls from JSON descriptions of real machine shapes
+// (tests/fixtures/fake-nvml/). What each test expects is what nvidia-smi and
+// `nvidia-smi topo -m` show on such a machine.
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "rayaccel/registry.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::Fixture;
+using testing::StatusOf;
+
+std::string CudaPlugin() { return std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-cuda.so"; }
+
+std::unique_ptr<Registry> Cuda(const std::string& fixture,
+                               const std::string& library = RAYACCEL_FAKE_NVML,
+                               const std::string& by = "index") {
+  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/" + fixture).c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {CudaPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["cuda"]["nvml_library"] = library;
+  options.config["cuda"]["visible_devices_by"] = by;
+  auto registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return *std::move(registry);
+}
+
+// The nvidia-smi topo -m cell for a pair: NV# when NVLinked, else the PCIe level.
+std::string Cell(const NodeSnapshot& s, size_t a, size_t b) {
+  std::string pcie;
+  for (const Link& l : s.links) {
+    if (l.a != std::min(a, b) || l.b != std::max(a, b)) continue;
+    if (l.type == LinkType::kNvlink) return "NV" + std::to_string(l.count);
+    pcie = PciePathName(l.pcie_path);
+  }
+  return pcie;
+}
+
+TEST(CudaPlugin, DgxH100ThroughNvswitch) {
+  std::unique_ptr<Registry> registry = Cuda("dgx-h100.json");
+  std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
+  const PluginStatus& p = StatusOf(*s, "cuda");
+  EXPECT_EQ(p.state, PluginStatus::State::kActive) << p.message;
+  ASSERT_EQ(s->devices.size(), 8u);
+  const Device& d = s->devices[0];
+  EXPECT_EQ(d.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(d.accelerator_type, "H100");    // Ray's rule, applied by the host
+  EXPECT_EQ(d.pci_bus_id, "0000:18:00.0");  // NVML's 8-digit domain, normalised
+  EXPECT_EQ(d.pci_device_id, 0x2330u);
+  EXPECT_EQ(d.architecture, "hopper");
+  EXPECT_EQ(d.memory_bytes, 85520809984u);
+  EXPECT_EQ(d.driver_version, "550.54.15");
+  EXPECT_EQ(s->devices[4].numa_node, 1);
+  ASSERT_EQ(d.attributes.size(), 2u);
+  EXPECT_EQ(d.attributes[0].name, "compute_capability");
+  EXPECT_EQ(d.attributes[0].string_value, "9.0");
+  // Every pair NV18 through the switches, as nvidia-smi topo -m shows on a DGX H100.
+  for (size_t a = 0; a < 8; ++a) {
+    for (size_t b = a + 1; b < 8; ++b) EXPECT_EQ(Cell(*s, a, b), "NV18") << a << "-" << b;
+  }
+  EXPECT_EQ(s->ray.resources,
+            (std::map<std::string, double>{{"GPU", 8}, {"accelerator_type:H100", 1}}));
+  EXPECT_EQ(s->ray.labels.count("ray.io/gpu-domain"), 0u);  // single node: no fabric clique
+  auto env = registry->PrepareAllocation({"0", "5"});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "0,5");
+  EXPECT_EQ(env->at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+}
+
+TEST(CudaPlugin, Dgx1HybridCubeMesh) {
+  std::shared_ptr<const NodeSnapshot> s = Cuda("dgx1-v100.json")->snapshot();
+  ASSERT_EQ(s->devices.size(), 8u);
+  EXPECT_EQ(s->devices[0].accelerator_type, "V100");
+  // nvidia-smi topo -m on a DGX-1V: GPU0 row.
+  EXPECT_EQ(Cell(*s, 0, 1), "NV1");
+  EXPECT_EQ(Cell(*s, 0, 2), "NV1");
+  EXPECT_EQ(Cell(*s, 0, 3), "NV2");
+  EXPECT_EQ(Cell(*s, 0, 4), "NV2");
+  EXPECT_EQ(Cell(*s, 0, 5), "SYS");
+  EXPECT_EQ(Cell(*s, 6, 7), "NV2");
+  EXPECT_EQ(Cell(*s, 2, 5), "SYS");
+  // The allocator sees the same mesh: four GPUs means a fully linked quad.
+  auto registry = Cuda("dgx1-v100.json");
+  absl::StatusOr<Allocation> four = registry->PreferredAllocation({}, {}, 4);
+  ASSERT_TRUE(four.ok());
+  EXPECT_TRUE(four->devices == (std::vector<size_t>{0, 1, 2, 3}) ||
+              four->devices == (std::vector<size_t>{4, 5, 6, 7}));
+}
+
+TEST(CudaPlugin, PcieWorkstation) {
+  std::shared_ptr<const NodeSnapshot> s = Cuda("workstation-pcie.json")->snapshot();
+  ASSERT_EQ(s->devices.size(), 4u);
+  EXPECT_EQ(s->devices[0].accelerator_type, "RTX-A6000");
+  EXPECT_EQ(Cell(*s, 0, 1), "PHB");
+  EXPECT_EQ(Cell(*s, 0, 2), "SYS");
+}
+
+TEST(CudaPlugin, Gb200TrayPublishesItsNvlinkDomain) {
+  std::unique_ptr<Registry> registry = Cuda("gb200-tray.json", RAYACCEL_FAKE_NVML, "uuid");
+  std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
+  ASSERT_EQ(s->domains.size(), 1u);
+  EXPECT_EQ(s->domains[0].kind, "nvlink");
+  EXPECT_EQ(s->domains[0].id, "5f3c1a2e-8d4b-4e6f-9a7c-0b1d2e3f4a5b.7");
+  EXPECT_EQ(s->ray.labels.at("ray.io/gpu-domain"), "5f3c1a2e-8d4b-4e6f-9a7c-0b1d2e3f4a5b.7");
+  EXPECT_EQ(s->devices[0].accelerator_type, "GB200");
+  auto env = registry->PrepareAllocation({"1"});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), s->devices[1].id);  // by UUID when asked
+}
+
+TEST(CudaPlugin, AnOlderDriverWithoutFabricInfoStillWorks) {
+  std::unique_ptr<Registry> registry = Cuda("gb200-tray.json", RAYACCEL_FAKE_NVML_OLD);
+  std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
+  EXPECT_EQ(StatusOf(*s, "cuda").state, PluginStatus::State::kActive);
+  EXPECT_EQ(s->devices.size(), 4u);
+  EXPECT_TRUE(s->domains.empty());
+  EXPECT_EQ(s->ray.labels.count("ray.io/gpu-domain"), 0u);
+}
+
+TEST(CudaPlugin, LostGpuStaysListedUnhealthy) {
+  std::shared_ptr<const NodeSnapshot> s = Cuda("gpu-lost.json")->snapshot();
+  ASSERT_EQ(s->devices.size(), 4u);
+  EXPECT_EQ(s->devices[2].health, Health::kUnhealthy);
+  EXPECT_NE(s->devices[2].health_reason.find("NVML_ERROR_GPU_IS_LOST"), std::string::npos);
+  EXPECT_EQ(s->ray.resources.at("GPU"), 3);
+}
+
+TEST(CudaPlugin, NoDriverOrNoLibraryMeansZeroDevicesWithTheReason) {
+  std::unique_ptr<Registry> failing = Cuda("init-fails.json");
+  const PluginStatus& init = StatusOf(*failing->snapshot(), "cuda");
+  EXPECT_EQ(init.state, PluginStatus::State::kActive);
+  EXPECT_EQ(init.message, "0 devices: nvmlInit_v2 failed: Driver Not Loaded (9)");
+
+  std::unique_ptr<Registry> none = Cuda("dgx-h100.json", "/nonexistent/libnvidia-ml.so.1");
+  const PluginStatus& lib = StatusOf(*none->snapshot(), "cuda");
+  EXPECT_EQ(lib.state, PluginStatus::State::kActive);
+  EXPECT_NE(lib.message.find("0 devices: cannot load /nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
+      << lib.message;
+}
+
+TEST(CudaPlugin, ReachesTierTwo) {
+  testing::CommandResult r = testing::Run(
+      {RAYACCEL_CONFORMANCE, CudaPlugin(), "--config",
+       std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--tier", "2", "--timeout", "60"},
+      {{"FAKE_NVML_FIXTURE", Fixture("fake-nvml/dgx-h100.json")}});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Tier reached: 2 (schedulable)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace rayaccel
