@@ -14,6 +14,7 @@
 #ifndef RAYACCEL_REGISTRY_H_
 #define RAYACCEL_REGISTRY_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -177,6 +178,10 @@ struct RegistryOptions {
   uint32_t call_timeout_ms = 10000;
   uint32_t restart_backoff_ms = 1000;
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
+
+  // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS (in-process ones) from
+  // a thread each: a reported change triggers a rescan, so a new snapshot follows at once.
+  bool watch_health = false;
 };
 
 class Registry {
@@ -193,6 +198,11 @@ class Registry {
 
   // Asks every loaded plugin again and publishes a new snapshot (generation + 1).
   std::shared_ptr<const NodeSnapshot> Rescan();
+
+  // Waits until a snapshot newer than `generation` is published (a rescan, or a health change
+  // when watch_health is on), or `timeout` passes; returns the current snapshot either way.
+  std::shared_ptr<const NodeSnapshot> WaitForNewer(uint64_t generation,
+                                                   std::chrono::milliseconds timeout) const;
 
   // Whether `quantity` devices of `resource` may be requested together (plugin hook).
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rayaccel/plugin.h"
 
@@ -27,6 +28,19 @@ inline std::string ConfigValue(const rayaccel_initialize_args* args, std::string
     if (View(args->config[i].key) == key) return std::string(View(args->config[i].value));
   }
   return fallback;
+}
+
+// "a,b,,c" -> {"a", "b", "c"}.
+inline std::vector<std::string> SplitList(const std::string& text, char sep = ',') {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 // Logs through the host when it offers a logger.

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct Nvml {
   nvmlReturn_t (*P2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t,
                       nvmlGpuP2PStatus_t*) = nullptr;
   nvmlReturn_t (*Fabric)(nvmlDevice_t, nvmlGpuFabricInfoV_t*) = nullptr;
+  nvmlReturn_t (*EventSetCreate)(nvmlEventSet_t*) = nullptr;
+  nvmlReturn_t (*RegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t) = nullptr;
+  nvmlReturn_t (*EventWait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
+  nvmlReturn_t (*EventSetFree)(nvmlEventSet_t) = nullptr;
 };
 
 template <typename F>
@@ -84,6 +89,10 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &n->RemotePci);
   Resolve(h, "nvmlDeviceGetP2PStatus", &n->P2p);
   Resolve(h, "nvmlDeviceGetGpuFabricInfoV", &n->Fabric);
+  Resolve(h, "nvmlEventSetCreate", &n->EventSetCreate);
+  Resolve(h, "nvmlDeviceRegisterEvents", &n->RegisterEvents);
+  Resolve(h, "nvmlEventSetWait_v2", &n->EventWait);
+  Resolve(h, "nvmlEventSetFree", &n->EventSetFree);
   if (n->Init == nullptr || n->Shutdown == nullptr || n->GetCount == nullptr ||
       n->GetHandle == nullptr || n->GetName == nullptr || n->GetUuid == nullptr ||
       n->GetPci == nullptr) {
@@ -168,6 +177,12 @@ struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string library;
   bool by_uuid = false;
+  std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
+  // Health learned from events, by GPU index: kept across rescans (guarded by mu).
+  std::map<uint32_t, std::string> failed;
+  std::mutex events_mu;  // guards the event set; never held together with mu while waiting
+  nvmlEventSet_t events = nullptr;
+  bool events_ready = false;
   std::mutex mu;  // guards everything below
   rayaccel::cuda::Nvml nvml;
   bool ready = false;
@@ -192,6 +207,11 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
                           "visible_devices_by must be index or uuid, not \"" + by + "\"");
     }
     self->by_uuid = by == "uuid";
+    // NVIDIA's device plugin ignores these by default: faults of the application, not the GPU.
+    for (const std::string& x :
+         plugin::SplitList(plugin::ConfigValue(args, "ignored_xids", "13,31,43,45,68,109"))) {
+      self->ignored_xids.insert(std::strtoull(x.c_str(), nullptr, 10));
+    }
     self->ready = Open(self->library, &self->nvml, &self->why_not);
     if (self->ready && self->nvml.DriverVersion != nullptr) {
       char v[96] = {};
@@ -204,6 +224,9 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
 
 rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error*/) {
   if (self == nullptr) return RAYACCEL_STATUS_OK;
+  if (self->events != nullptr && self->nvml.EventSetFree != nullptr) {
+    self->nvml.EventSetFree(self->events);
+  }
   if (self->ready) self->nvml.Shutdown();
   if (self->nvml.handle != nullptr) dlclose(self->nvml.handle);
   delete self;
@@ -298,8 +321,12 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.pci_device_id = g.device_id;
       info.numa_node = g.numa;
       info.driver_version = Str(self->driver_version);
-      info.health = g.lost.empty() ? RAYACCEL_HEALTH_HEALTHY : RAYACCEL_HEALTH_UNHEALTHY;
-      info.health_reason = Str(g.lost);
+      auto failed = self->failed.find(i);
+      const std::string& reason = !g.lost.empty()                ? g.lost
+                                  : failed != self->failed.end() ? failed->second
+                                                                 : g.lost;
+      info.health = reason.empty() ? RAYACCEL_HEALTH_HEALTHY : RAYACCEL_HEALTH_UNHEALTHY;
+      info.health_reason = Str(reason);
       rayaccel_status rc = sink->add_device(sink->host_context, &info);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
       if (rc != RAYACCEL_STATUS_OK || !g.lost.empty()) continue;
@@ -402,6 +429,59 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
+// Blocks for NVML events: critical XIDs (except the ignored ones) and double-bit ECC errors
+// make a GPU unhealthy, with the XID as the reason; single-bit ECC errors are corrected and
+// change nothing.
+rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health_wait_args* args,
+                                 rayaccel_error* error) {
+  return plugin::Guard(error, [&]() -> rayaccel_status {
+    Nvml& n = self->nvml;
+    std::lock_guard<std::mutex> events_lock(self->events_mu);
+    if (!self->ready || n.EventSetCreate == nullptr || n.RegisterEvents == nullptr ||
+        n.EventWait == nullptr) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNSUPPORTED, "no NVML events here");
+    }
+    if (!self->events_ready) {
+      if (n.EventSetCreate(&self->events) != NVML_SUCCESS) {
+        return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "nvmlEventSetCreate failed");
+      }
+      std::vector<nvmlDevice_t> handles;
+      {
+        std::lock_guard<std::mutex> lock(self->mu);
+        for (const Gpu& g : self->gpus) handles.push_back(g.handle);
+      }
+      for (nvmlDevice_t h : handles) {
+        n.RegisterEvents(h, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError,
+                         self->events);
+      }
+      self->events_ready = true;
+    }
+    nvmlEventData_t event{};
+    nvmlReturn_t rc = n.EventWait(self->events, &event, args->timeout_ms);
+    if (rc == NVML_ERROR_TIMEOUT) return RAYACCEL_STATUS_TIMEOUT;
+    if (rc != NVML_SUCCESS) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "nvmlEventSetWait_v2 failed");
+    }
+    std::string reason;
+    if (event.eventType == nvmlEventTypeXidCriticalError) {
+      if (self->ignored_xids.count(event.eventData) > 0) return RAYACCEL_STATUS_TIMEOUT;
+      reason = "XID " + std::to_string(event.eventData);
+    } else if (event.eventType == nvmlEventTypeDoubleBitEccError) {
+      reason = "double-bit ECC error";
+    } else {
+      return RAYACCEL_STATUS_TIMEOUT;
+    }
+    std::lock_guard<std::mutex> lock(self->mu);
+    for (uint32_t i = 0; i < self->gpus.size(); ++i) {
+      if (self->gpus[i].handle != event.device) continue;
+      self->failed[i] = reason;
+      args->sink->set_health(args->sink->host_context, i, RAYACCEL_HEALTH_UNHEALTHY, Str(reason));
+      return RAYACCEL_STATUS_OK;
+    }
+    return RAYACCEL_STATUS_TIMEOUT;
+  });
+}
+
 rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
                                   rayaccel_error* error) {
   return plugin::Guard(error, [&] {
@@ -428,15 +508,15 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"cuda", 4},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS,
     &Initialize,
     &Shutdown,
     &GetProperties,
     &Discover,
     /*get_labels=*/nullptr,  // the registry turns the fabric domain into ray.io/gpu-domain
     &GetTopology,
-    /*get_health=*/nullptr,  // with each device; XID events are not watched yet
-    /*wait_health_events=*/nullptr,
+    /*get_health=*/nullptr,  // with each device, including what events taught
+    &WaitHealthEvents,
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     /*transport=*/nullptr,

@@ -44,6 +44,13 @@ class PluginHandle {
   virtual absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const = 0;
   // The plugin's latest "0 devices: <reason>" log line, or empty.
   virtual std::string zero_devices_reason() const = 0;
+  // Blocks up to `timeout_ms` for health changes (wait_health_events), reporting them into
+  // `report->health`. OK with changes, DeadlineExceeded without, Unimplemented when the
+  // plugin cannot watch. Thread-safe with the other calls, as the ABI requires of the hook.
+  virtual absl::Status WaitHealthEvents(uint32_t /*timeout_ms*/, PluginReport* /*report*/) {
+    return absl::UnimplementedError("not watched in this mode");
+  }
+
   // False for an isolated plugin whose process died; it must be started again.
   virtual bool alive() const { return true; }
 };

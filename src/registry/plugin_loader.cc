@@ -424,6 +424,22 @@ absl::Status LoadedPlugin::Query(PluginReport* report, SinkTap* tap) {
   return absl::OkStatus();
 }
 
+absl::Status LoadedPlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) {
+  if (api_.wait_health_events == nullptr || (api_.capabilities & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
+    return absl::UnimplementedError("no health events");
+  }
+  Collector collector(report);
+  rayaccel_health_wait_args args{};
+  args.struct_size = sizeof(args);
+  args.timeout_ms = timeout_ms;
+  args.sink = collector.sink();
+  ErrorBuffer err;
+  rayaccel_status rc = CallPlugin(
+      &err, [&](rayaccel_error* e) { return api_.wait_health_events(instance_, &args, e); });
+  if (rc == RAYACCEL_STATUS_TIMEOUT) return absl::DeadlineExceededError("no change");
+  return FromPluginStatus(rc, err.text, "wait_health_events");
+}
+
 absl::Status LoadedPlugin::ValidateQuantity(uint32_t quantity) const {
   if (api_.validate_quantity == nullptr) return absl::OkStatus();
   ErrorBuffer err;

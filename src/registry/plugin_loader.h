@@ -72,6 +72,7 @@ class LoadedPlugin : public PluginHandle {
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override;
+  absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
 
   const std::string& name() const override { return name_; }
   const std::string& path() const { return path_; }

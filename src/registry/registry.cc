@@ -1,9 +1,12 @@
 #include "rayaccel/registry.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -105,6 +108,49 @@ void AppendMessage(std::string* message, const std::string& text) {
 class Registry::Impl {
  public:
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
+  ~Impl() { StopWatching(); }
+
+  // One thread per plugin that offers health events; a change triggers a rescan.
+  void StartWatching() {
+    if (!options_.watch_health || options_.isolation != RegistryOptions::Isolation::kInProcess) {
+      return;
+    }
+    for (Slot& slot : slots_) {
+      if (slot.plugin == nullptr || slot.status.state == PluginStatus::State::kFailed ||
+          (slot.plugin->capabilities() & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
+        continue;
+      }
+      PluginHandle* plugin = slot.plugin.get();
+      std::string name = slot.status.name;
+      watchers_.emplace_back([this, plugin, name] {
+        while (!stopping_) {
+          PluginReport report;
+          absl::Status st = plugin->WaitHealthEvents(200, &report);
+          if (stopping_) break;
+          if (st.ok()) {
+            spdlog::info("plugin {}: health changed; rescanning", name);
+            Rescan();
+          } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
+            spdlog::warn("plugin {}: health watch stopped: {}", name, std::string(st.message()));
+            break;
+          }
+        }
+      });
+    }
+  }
+
+  void StopWatching() {
+    stopping_ = true;
+    for (std::thread& t : watchers_) t.join();
+    watchers_.clear();
+  }
+
+  std::shared_ptr<const NodeSnapshot> WaitForNewer(uint64_t generation,
+                                                   std::chrono::milliseconds timeout) const {
+    std::unique_lock<std::mutex> lock(snapshot_mu_);
+    published_.wait_for(lock, timeout, [&] { return snapshot_->generation > generation; });
+    return snapshot_;
+  }
 
   absl::Status Load() {
     PluginConfig file_config;
@@ -214,8 +260,11 @@ class Registry::Impl {
       for (const std::string& note : it->second) AppendMessage(&p.message, note);
       if (p.state == PluginStatus::State::kActive) p.state = PluginStatus::State::kDegraded;
     }
-    std::lock_guard<std::mutex> snap_lock(snapshot_mu_);
-    snapshot_ = snap;
+    {
+      std::lock_guard<std::mutex> snap_lock(snapshot_mu_);
+      snapshot_ = snap;
+    }
+    published_.notify_all();
     return snap;
   }
 
@@ -569,7 +618,10 @@ class Registry::Impl {
   mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
   mutable std::mutex snapshot_mu_;
+  mutable std::condition_variable published_;  // a new snapshot_
   std::shared_ptr<const NodeSnapshot> snapshot_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> watchers_;
 };
 
 Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -580,11 +632,17 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions optio
   if (absl::Status st = impl->Load(); !st.ok()) return st;
   std::unique_ptr<Registry> registry(new Registry(std::move(impl)));
   registry->Rescan();
+  registry->impl_->StartWatching();
   return registry;
 }
 
 std::shared_ptr<const NodeSnapshot> Registry::snapshot() const { return impl_->snapshot(); }
 std::shared_ptr<const NodeSnapshot> Registry::Rescan() { return impl_->Rescan(); }
+
+std::shared_ptr<const NodeSnapshot> Registry::WaitForNewer(
+    uint64_t generation, std::chrono::milliseconds timeout) const {
+  return impl_->WaitForNewer(generation, timeout);
+}
 
 absl::Status Registry::ValidateQuantity(const std::string& resource, uint32_t quantity) const {
   return impl_->ValidateQuantity(resource, quantity);

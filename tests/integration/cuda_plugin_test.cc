@@ -2,6 +2,7 @@
 // answers NVML calls from JSON descriptions of real machine shapes
 // (tests/fixtures/fake-nvml/). What each test expects is what nvidia-smi and
 // `nvidia-smi topo -m` show on such a machine.
+#include <chrono>
 #include <cstdlib>
 
 #include "gtest/gtest.h"
@@ -143,6 +144,32 @@ TEST(CudaPlugin, NoDriverOrNoLibraryMeansZeroDevicesWithTheReason) {
   EXPECT_NE(lib.message.find("0 devices: cannot load /nonexistent/libnvidia-ml.so.1"),
             std::string::npos)
       << lib.message;
+}
+
+TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
+  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/xid-79.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {CudaPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  std::shared_ptr<const NodeSnapshot> first = (*registry)->snapshot();
+  EXPECT_EQ(first->ray.resources.at("GPU"), 4);
+  // XID 13 (an application fault) is ignored; XID 79 (fell off the bus) is not.
+  std::shared_ptr<const NodeSnapshot> next =
+      (*registry)->WaitForNewer(first->generation, std::chrono::seconds(10));
+  ASSERT_GT(next->generation, first->generation);
+  EXPECT_EQ(next->devices[1].health, Health::kUnhealthy);
+  EXPECT_EQ(next->devices[1].health_reason, "XID 79");
+  EXPECT_EQ(next->devices[0].health, Health::kHealthy);
+  EXPECT_EQ(next->ray.resources.at("GPU"), 3);
+  // Nothing else happens: waiting again times out with the same snapshot.
+  std::shared_ptr<const NodeSnapshot> quiet =
+      (*registry)->WaitForNewer(next->generation, std::chrono::milliseconds(300));
+  EXPECT_EQ(quiet->generation, next->generation);
 }
 
 TEST(CudaPlugin, ReachesTierTwo) {
