@@ -48,6 +48,9 @@ struct Nvml {
   nvmlReturn_t (*P2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t,
                       nvmlGpuP2PStatus_t*) = nullptr;
   nvmlReturn_t (*Fabric)(nvmlDevice_t, nvmlGpuFabricInfoV_t*) = nullptr;
+  nvmlReturn_t (*MigMode)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
+  nvmlReturn_t (*MaxMig)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*MigHandle)(nvmlDevice_t, unsigned, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*EventSetCreate)(nvmlEventSet_t*) = nullptr;
   nvmlReturn_t (*RegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*EventWait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
@@ -89,6 +92,9 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &n->RemotePci);
   Resolve(h, "nvmlDeviceGetP2PStatus", &n->P2p);
   Resolve(h, "nvmlDeviceGetGpuFabricInfoV", &n->Fabric);
+  Resolve(h, "nvmlDeviceGetMigMode", &n->MigMode);
+  Resolve(h, "nvmlDeviceGetMaxMigDeviceCount", &n->MaxMig);
+  Resolve(h, "nvmlDeviceGetMigDeviceHandleByIndex", &n->MigHandle);
   Resolve(h, "nvmlEventSetCreate", &n->EventSetCreate);
   Resolve(h, "nvmlDeviceRegisterEvents", &n->RegisterEvents);
   Resolve(h, "nvmlEventSetWait_v2", &n->EventWait);
@@ -161,6 +167,16 @@ struct Gpu {
   std::string fabric_domain;  // "<clusterUUID>.<cliqueId>" when the fabric is complete
 };
 
+// A MIG device: schedulable on its own, carved out of `parent` (an index into gpus).
+struct MigDevice {
+  size_t parent = 0;
+  std::string uuid, name, profile;
+  uint64_t memory = 0;
+};
+
+// MIG devices get plugin indices from here on; CUDA_VISIBLE_DEVICES names them by UUID.
+constexpr uint32_t kMigIndexBase = 1u << 16;
+
 std::string Uuid(const unsigned char* b) {
   char s[40];
   std::snprintf(s, sizeof(s),
@@ -189,6 +205,7 @@ struct rayaccel_plugin_instance {
   std::string why_not;  // when !ready
   std::string driver_version;
   std::vector<rayaccel::cuda::Gpu> gpus;  // by NVML index
+  std::vector<rayaccel::cuda::MigDevice> migs;
 };
 
 namespace rayaccel::cuda {
@@ -239,10 +256,39 @@ rayaccel_status GetProperties(rayaccel_plugin_instance*, rayaccel_plugin_propert
   return RAYACCEL_STATUS_OK;
 }
 
+// The MIG devices of GPU `parent`, when MIG mode is on: each is reported with its parent and
+// profile ("3g.40gb", from the name NVML gives it: "NVIDIA A100-SXM4-80GB MIG 3g.40gb").
+void ScanMig(rayaccel_plugin_instance* self, size_t parent) {
+  Nvml& n = self->nvml;
+  const Gpu& gpu = self->gpus[parent];
+  unsigned current = 0, pending = 0, max = 0;
+  if (n.MigMode == nullptr || n.MaxMig == nullptr || n.MigHandle == nullptr ||
+      n.MigMode(gpu.handle, &current, &pending) != NVML_SUCCESS || current != 1 ||
+      n.MaxMig(gpu.handle, &max) != NVML_SUCCESS) {
+    return;
+  }
+  for (unsigned k = 0; k < max; ++k) {
+    nvmlDevice_t handle = nullptr;
+    if (n.MigHandle(gpu.handle, k, &handle) != NVML_SUCCESS) continue;
+    MigDevice m;
+    m.parent = parent;
+    char text[128] = {};
+    if (n.GetUuid(handle, text, sizeof(text)) != NVML_SUCCESS) continue;
+    m.uuid = text;
+    if (n.GetName(handle, text, sizeof(text)) == NVML_SUCCESS) m.name = text;
+    size_t at = m.name.rfind(" MIG ");
+    m.profile = at == std::string::npos ? "MIG" : m.name.substr(at + 5);
+    nvmlMemory_t mem{};
+    if (n.GetMemory != nullptr && n.GetMemory(handle, &mem) == NVML_SUCCESS) m.memory = mem.total;
+    self->migs.push_back(m);
+  }
+}
+
 // Reads every GPU; a GPU that answers NVML_ERROR_GPU_IS_LOST stays listed, unhealthy.
 void Scan(rayaccel_plugin_instance* self) {
   Nvml& n = self->nvml;
   self->gpus.clear();
+  self->migs.clear();
   unsigned count = 0;
   if (n.GetCount(&count) != NVML_SUCCESS) return;
   for (unsigned i = 0; i < count; ++i) {
@@ -293,6 +339,7 @@ void Scan(rayaccel_plugin_instance* self) {
       }
     }
     self->gpus.push_back(g);
+    ScanMig(self, self->gpus.size() - 1);
   }
 }
 
@@ -344,6 +391,32 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       a.string_value = Str("");
       a.int_value = g.minor;
       sink->add_attribute(sink->host_context, &a);
+    }
+    for (uint32_t k = 0; k < self->migs.size(); ++k) {
+      const MigDevice& m = self->migs[k];
+      const Gpu& parent = self->gpus[m.parent];
+      rayaccel_device_info info{};
+      info.struct_size = sizeof(info);
+      info.index = kMigIndexBase + k;
+      info.id = Str(m.uuid);
+      info.name = Str(m.name);
+      info.accelerator_type = Str("");
+      info.architecture = Str(parent.architecture);
+      info.memory_bytes = m.memory;
+      info.pci_bus_id = Str(parent.pci_bus_id);
+      info.pci_vendor_id = parent.vendor_id;
+      info.pci_device_id = parent.device_id;
+      info.numa_node = parent.numa;
+      info.driver_version = Str(self->driver_version);
+      info.parent_id = Str(parent.uuid);
+      info.partition_profile = Str(m.profile);
+      auto failed = self->failed.find(static_cast<uint32_t>(m.parent));
+      bool bad = failed != self->failed.end() || !parent.lost.empty();
+      info.health = bad ? RAYACCEL_HEALTH_UNHEALTHY : RAYACCEL_HEALTH_HEALTHY;
+      std::string reason = bad ? "the parent GPU is unhealthy" : "";
+      info.health_reason = Str(reason);
+      rayaccel_status rc = sink->add_device(sink->host_context, &info);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
     }
     return RAYACCEL_STATUS_OK;
   });
@@ -489,11 +562,15 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
     std::string list;
     for (size_t i = 0; i < args->device_count; ++i) {
       uint32_t index = args->device_indices[i];
-      if (index >= self->gpus.size()) {
+      std::string name;
+      if (index >= kMigIndexBase && index - kMigIndexBase < self->migs.size()) {
+        name = self->migs[index - kMigIndexBase].uuid;  // CUDA takes MIG devices by UUID only
+      } else if (index < self->gpus.size()) {
+        name = self->by_uuid ? self->gpus[index].uuid : std::to_string(index);
+      } else {
         return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no GPU " + std::to_string(index));
       }
-      list +=
-          (i == 0 ? "" : ",") + (self->by_uuid ? self->gpus[index].uuid : std::to_string(index));
+      list += (i == 0 ? "" : ",") + name;
     }
     // NVML numbers GPUs in PCI bus order; CUDA must too, or the indices name other GPUs.
     rayaccel_status rc =

@@ -146,6 +146,25 @@ TEST(CudaPlugin, NoDriverOrNoLibraryMeansZeroDevicesWithTheReason) {
       << lib.message;
 }
 
+TEST(CudaPlugin, MigDevicesAreScheduledInsteadOfTheirGpu) {
+  std::unique_ptr<Registry> registry = Cuda("mig-a100.json");
+  std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
+  EXPECT_EQ(StatusOf(*s, "cuda").state, PluginStatus::State::kActive)
+      << StatusOf(*s, "cuda").message;
+  ASSERT_EQ(s->devices.size(), 4u);  // two GPUs, two MIG devices of GPU 0
+  const Device& mig = s->devices[2];
+  EXPECT_EQ(mig.parent_id, s->devices[0].id);
+  EXPECT_EQ(mig.partition_profile, "3g.40gb");
+  EXPECT_EQ(mig.name, "NVIDIA A100-SXM4-80GB MIG 3g.40gb");
+  EXPECT_EQ(mig.accelerator_type, "A100");
+  EXPECT_EQ(mig.memory_bytes, 42949672960u);
+  // GPU 1 and the two MIG devices; GPU 0 itself is not schedulable while partitioned.
+  EXPECT_EQ(s->ray.resources.at("GPU"), 3);
+  auto env = registry->PrepareAllocation({mig.id});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), mig.id);  // CUDA takes MIG devices by UUID
+}
+
 TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
   setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/xid-79.json").c_str(), 1);
   RegistryOptions options;
