@@ -191,6 +191,18 @@ TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
   EXPECT_EQ(quiet->generation, next->generation);
 }
 
+TEST(CudaPlugin, TopoPrintsWhatNvidiaSmiTopoShows) {
+  testing::CommandResult r = testing::Run(
+      {RAYACCEL_CLI, "topo", "--plugin", CudaPlugin(), "--no-host-topology", "--config",
+       std::string("cuda.nvml_library=") + RAYACCEL_FAKE_NVML},
+      {{"FAKE_NVML_FIXTURE", Fixture("fake-nvml/dgx1-v100.json")}, {"RAYACCEL_PLUGIN_PATH", ""}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The first rows of `nvidia-smi topo -m` on a DGX-1 with V100s.
+  EXPECT_NE(r.out.find("GPU0  X     NV1   NV1   NV2   NV2   SYS   SYS   SYS"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("GPU1  NV1   X     NV2   NV1   SYS   NV2   SYS   SYS"), std::string::npos);
+}
+
 TEST(CudaPlugin, ReachesTierTwo) {
   testing::CommandResult r = testing::Run(
       {RAYACCEL_CONFORMANCE, CudaPlugin(), "--config",
