@@ -165,6 +165,7 @@ struct Gpu {
   uint64_t memory = 0;
   int32_t numa = -1;
   std::string fabric_domain;  // "<clusterUUID>.<cliqueId>" when the fabric is complete
+  bool vanished = false;      // seen by an earlier scan, gone from NVML now
 };
 
 // A MIG device: schedulable on its own, carved out of `parent` (an index into gpus).
@@ -206,6 +207,7 @@ struct rayaccel_plugin_instance {
   std::string driver_version;
   std::vector<rayaccel::cuda::Gpu> gpus;  // by NVML index
   std::vector<rayaccel::cuda::MigDevice> migs;
+  std::map<std::string, rayaccel::cuda::Gpu> seen;  // every GPU ever enumerated, by UUID
 };
 
 namespace rayaccel::cuda {
@@ -341,6 +343,21 @@ void Scan(rayaccel_plugin_instance* self) {
     self->gpus.push_back(g);
     ScanMig(self, self->gpus.size() - 1);
   }
+  // A GPU seen before that NVML no longer lists has vanished (fell off the bus, was unbound):
+  // it stays listed, with the reason, after the GPUs NVML still has; never silently dropped.
+  std::set<std::string> present;
+  for (const Gpu& g : self->gpus) present.insert(g.uuid);
+  for (const auto& [uuid, seen] : self->seen) {
+    if (present.count(uuid) > 0) continue;
+    Gpu gone = seen;
+    gone.handle = nullptr;
+    gone.vanished = true;
+    gone.lost = "vanished: NVML no longer lists this GPU";
+    self->gpus.push_back(gone);
+  }
+  for (const Gpu& g : self->gpus) {
+    if (!g.vanished && !g.uuid.empty()) self->seen[g.uuid] = g;
+  }
 }
 
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
@@ -372,6 +389,8 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       const std::string& reason = !g.lost.empty()                ? g.lost
                                   : failed != self->failed.end() ? failed->second
                                                                  : g.lost;
+      // A vanished GPU is reported unhealthy rather than unknown: the registry counts devices
+      // of unknown health for Ray, and nothing can run on a GPU the driver lost.
       info.health = reason.empty() ? RAYACCEL_HEALTH_HEALTHY : RAYACCEL_HEALTH_UNHEALTHY;
       info.health_reason = Str(reason);
       rayaccel_status rc = sink->add_device(sink->host_context, &info);

@@ -132,6 +132,19 @@ TEST(CudaPlugin, LostGpuStaysListedUnhealthy) {
   EXPECT_EQ(s->ray.resources.at("GPU"), 3);
 }
 
+TEST(CudaPlugin, AVanishedGpuIsNotSilentlyDropped) {
+  std::unique_ptr<Registry> registry = Cuda("gpu-vanishes.json");
+  std::shared_ptr<const NodeSnapshot> before = registry->snapshot();
+  ASSERT_EQ(before->devices.size(), 4u);
+  std::string last = before->devices[3].id;
+  std::shared_ptr<const NodeSnapshot> after = registry->Rescan();  // NVML now lists three
+  ASSERT_EQ(after->devices.size(), 4u);
+  EXPECT_EQ(after->devices[3].id, last);
+  EXPECT_EQ(after->devices[3].health, Health::kUnhealthy);
+  EXPECT_EQ(after->devices[3].health_reason, "vanished: NVML no longer lists this GPU");
+  EXPECT_EQ(after->ray.resources.at("GPU"), 3);
+}
+
 TEST(CudaPlugin, NoDriverOrNoLibraryMeansZeroDevicesWithTheReason) {
   std::unique_ptr<Registry> failing = Cuda("init-fails.json");
   const PluginStatus& init = StatusOf(*failing->snapshot(), "cuda");
