@@ -43,6 +43,47 @@ inline std::vector<std::string> SplitList(const std::string& text, char sep = ',
   return out;
 }
 
+// Sink adapters: one call per item, for the shapes every plugin hands over.
+inline rayaccel_status AddAttribute(const rayaccel_sink* sink, uint32_t device,
+                                    std::string_view name, int64_t value) {
+  rayaccel_attribute a{};
+  a.struct_size = sizeof(a);
+  a.device_index = device;
+  a.name = Str(name);
+  a.kind = RAYACCEL_ATTRIBUTE_INT;
+  a.int_value = value;
+  return sink->add_attribute(sink->host_context, &a);
+}
+
+inline rayaccel_status AddAttribute(const rayaccel_sink* sink, uint32_t device,
+                                    std::string_view name, std::string_view value,
+                                    rayaccel_attribute_kind kind = RAYACCEL_ATTRIBUTE_STRING) {
+  if (value.empty()) return RAYACCEL_STATUS_OK;
+  rayaccel_attribute a{};
+  a.struct_size = sizeof(a);
+  a.device_index = device;
+  a.name = Str(name);
+  a.kind = kind;
+  a.string_value = Str(value);
+  return sink->add_attribute(sink->host_context, &a);
+}
+
+inline rayaccel_status AddDomain(const rayaccel_sink* sink, std::string_view kind,
+                                 std::string_view id, const std::vector<uint32_t>& members) {
+  rayaccel_domain d{};
+  d.struct_size = sizeof(d);
+  d.kind = Str(kind);
+  d.id = Str(id);
+  d.devices = members.data();
+  d.device_count = members.size();
+  return sink->add_domain(sink->host_context, &d);
+}
+
+inline rayaccel_status SetEnv(const rayaccel_sink* sink, std::string_view name,
+                              std::string_view value) {
+  return sink->set_env(sink->host_context, Str(name), Str(value));
+}
+
 // Logs through the host when it offers a logger.
 inline void Log(const rayaccel_host_api* host, rayaccel_log_level level, std::string_view text) {
   if (host != nullptr && RAYACCEL_HAS_FIELD(host, rayaccel_host_api, log) && host->log != nullptr) {

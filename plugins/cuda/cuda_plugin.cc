@@ -396,20 +396,9 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       rayaccel_status rc = sink->add_device(sink->host_context, &info);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
       if (rc != RAYACCEL_STATUS_OK || !g.lost.empty()) continue;
-      rayaccel_attribute a{};
-      a.struct_size = sizeof(a);
-      a.device_index = i;
-      if (!g.compute_capability.empty()) {
-        a.name = Str("compute_capability");
-        a.kind = RAYACCEL_ATTRIBUTE_VERSION;
-        a.string_value = Str(g.compute_capability);
-        sink->add_attribute(sink->host_context, &a);
-      }
-      a.name = Str("minor_number");
-      a.kind = RAYACCEL_ATTRIBUTE_INT;
-      a.string_value = Str("");
-      a.int_value = g.minor;
-      sink->add_attribute(sink->host_context, &a);
+      plugin::AddAttribute(sink, i, "compute_capability", g.compute_capability,
+                           RAYACCEL_ATTRIBUTE_VERSION);
+      plugin::AddAttribute(sink, i, "minor_number", static_cast<int64_t>(g.minor));
     }
     for (uint32_t k = 0; k < self->migs.size(); ++k) {
       const MigDevice& m = self->migs[k];
@@ -508,15 +497,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
     for (uint32_t i = 0; i < count; ++i) {
       if (!self->gpus[i].fabric_domain.empty()) domains[self->gpus[i].fabric_domain].push_back(i);
     }
-    for (const auto& [id, members] : domains) {
-      rayaccel_domain d{};
-      d.struct_size = sizeof(d);
-      d.kind = Str("nvlink");
-      d.id = Str(id);
-      d.devices = members.data();
-      d.device_count = members.size();
-      sink->add_domain(sink->host_context, &d);
-    }
+    for (const auto& [id, members] : domains) plugin::AddDomain(sink, "nvlink", id, members);
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -592,10 +573,9 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
       list += (i == 0 ? "" : ",") + name;
     }
     // NVML numbers GPUs in PCI bus order; CUDA must too, or the indices name other GPUs.
-    rayaccel_status rc =
-        args->sink->set_env(args->sink->host_context, Str("CUDA_DEVICE_ORDER"), Str("PCI_BUS_ID"));
+    rayaccel_status rc = plugin::SetEnv(args->sink, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     if (rc != RAYACCEL_STATUS_OK) return rc;
-    return args->sink->set_env(args->sink->host_context, Str("CUDA_VISIBLE_DEVICES"), Str(list));
+    return plugin::SetEnv(args->sink, "CUDA_VISIBLE_DEVICES", list);
   });
 }
 

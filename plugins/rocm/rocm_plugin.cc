@@ -81,28 +81,6 @@ rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugi
   return RAYACCEL_STATUS_OK;
 }
 
-void AddAttribute(const rayaccel_sink* sink, uint32_t index, const char* name, int64_t value) {
-  rayaccel_attribute a{};
-  a.struct_size = sizeof(a);
-  a.device_index = index;
-  a.name = Str(name);
-  a.kind = RAYACCEL_ATTRIBUTE_INT;
-  a.int_value = value;
-  sink->add_attribute(sink->host_context, &a);
-}
-
-void AddAttribute(const rayaccel_sink* sink, uint32_t index, const char* name,
-                  const std::string& value) {
-  if (value.empty()) return;
-  rayaccel_attribute a{};
-  a.struct_size = sizeof(a);
-  a.device_index = index;
-  a.name = Str(name);
-  a.kind = RAYACCEL_ATTRIBUTE_STRING;
-  a.string_value = Str(value);
-  sink->add_attribute(sink->host_context, &a);
-}
-
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
                          rayaccel_error* error) {
   return plugin::Guard(error, [&] {
@@ -145,6 +123,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       rayaccel_status rc = sink->add_device(sink->host_context, &info);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
       if (rc != RAYACCEL_STATUS_OK) continue;
+      using plugin::AddAttribute;
       AddAttribute(sink, d.index, "kfd_node", d.kfd_node);
       if (d.kfd_gpu_id != 0) AddAttribute(sink, d.index, "kfd_gpu_id", d.kfd_gpu_id);
       if (d.schedulable) AddAttribute(sink, d.index, "render_minor", d.render_minor);
@@ -181,13 +160,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
     for (const auto& [hive, members] : self->topo.hives) {
       char id[24];
       std::snprintf(id, sizeof(id), "0x%016llx", static_cast<unsigned long long>(hive));
-      rayaccel_domain dom{};
-      dom.struct_size = sizeof(dom);
-      dom.kind = Str("xgmi");
-      dom.id = Str(id);
-      dom.devices = members.data();
-      dom.device_count = members.size();
-      sink->add_domain(sink->host_context, &dom);
+      plugin::AddDomain(sink, "xgmi", id, members);
     }
     return RAYACCEL_STATUS_OK;
   });
@@ -214,7 +187,7 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
       }
       list += (i == 0 ? "" : ",") + std::to_string(index);
     }
-    return args->sink->set_env(args->sink->host_context, Str("HIP_VISIBLE_DEVICES"), Str(list));
+    return plugin::SetEnv(args->sink, "HIP_VISIBLE_DEVICES", list);
   });
 }
 

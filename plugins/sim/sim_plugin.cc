@@ -163,15 +163,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
       link.bandwidth_mbps = l.bandwidth_mbps;
       sink->add_link(sink->host_context, &link);
     }
-    for (const SimDomain& d : self->spec.domains) {
-      rayaccel_domain dom{};
-      dom.struct_size = sizeof(dom);
-      dom.kind = Str(d.kind);
-      dom.id = Str(d.id);
-      dom.devices = d.devices.data();
-      dom.device_count = d.devices.size();
-      sink->add_domain(sink->host_context, &dom);
-    }
+    for (const SimDomain& d : self->spec.domains) plugin::AddDomain(sink, d.kind, d.id, d.devices);
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -207,7 +199,7 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
       list += (i == 0 ? "" : ",") + std::to_string(index);
     }
     if (s.visible_devices_env.empty()) return RAYACCEL_STATUS_OK;
-    return args->sink->set_env(args->sink->host_context, Str(s.visible_devices_env), Str(list));
+    return plugin::SetEnv(args->sink, s.visible_devices_env, list);
   });
 }
 
