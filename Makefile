@@ -47,6 +47,7 @@ tsan: deps
 
 bench: build
 	$(BUILD_DIR)/bin/rayaccel_bench_discovery
+	$(BUILD_DIR)/bin/rayaccel_bench_allocation
 	bench/compare_lstopo.sh $(BUILD_DIR)
 
 format:

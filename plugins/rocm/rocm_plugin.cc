@@ -2,8 +2,10 @@
 // ROCm user-space library, to build or to run. Config keys:
 //   kfd_topology_dir  the KFD topology folder (default /sys/class/kfd/kfd/topology)
 //   sysfs_root        where other sysfs reads start (default /sys): RAS counters, driver version
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/plugin_util.h"
@@ -97,7 +99,13 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
                     "0 devices: no GPU node in the KFD topology at " + self->topology_dir);
       }
     }
-    for (const AmdDevice& d : topo.devices) {
+    for (AmdDevice& d : topo.devices) {
+      // The kernel's own NUMA node for the PCI device beats KFD's CPU-node order when present.
+      if (std::optional<std::string> numa = plugin::ReadLine(
+              self->sysfs_root + "/bus/pci/devices/" + d.pci_bus_id + "/numa_node")) {
+        int node = std::atoi(numa->c_str());
+        if (node >= 0 && !numa->empty()) d.numa_node = node;
+      }
       auto [health, reason] = RasHealth(self, d.pci_bus_id);
       char unique[24];
       std::snprintf(unique, sizeof(unique), "0x%016llx",

@@ -120,11 +120,16 @@ TEST(RocmPlugin, RasCountersGiveHealth) {
   write("0000:63:00.0", "umc", "ue: 2\nce: 7\n");  // device 0
   write("0000:63:00.0", "gfx", "ue: 0\nce: 0\n");
   write("0000:43:00.0", "umc", "ue: 0\nce: 3\n");  // device 1
+  // The kernel's numa_node for a PCI device wins over KFD's CPU-node order; -1 is ignored.
+  std::ofstream(sysfs + "/bus/pci/devices/0000:43:00.0/numa_node") << "1\n";
+  std::ofstream(sysfs + "/bus/pci/devices/0000:63:00.0/numa_node") << "-1\n";
   std::unique_ptr<Registry> registry = Rocm("topo-mi210-xgmi-pcie", sysfs);
   std::shared_ptr<const NodeSnapshot> s = registry->snapshot();
   EXPECT_EQ(s->devices[0].health, Health::kUnhealthy);
   EXPECT_EQ(s->devices[0].health_reason, "uncorrectable RAS errors: umc 2");
   EXPECT_EQ(s->devices[1].health, Health::kHealthy);  // correctable errors only
+  EXPECT_EQ(s->devices[1].numa_node, 1);
+  EXPECT_EQ(s->devices[0].numa_node, 0);
   EXPECT_EQ(s->devices[2].health, Health::kUnknown);
   EXPECT_EQ(s->ray.resources.at("GPU"), 7);
 
