@@ -10,7 +10,8 @@ CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgtest-dev \
-                libgmock-dev libbenchmark-dev libhwloc-dev libhwloc-plugins hwloc-nox
+                libgmock-dev libbenchmark-dev libhwloc-dev libhwloc-plugins hwloc-nox \
+                libprotobuf-dev protobuf-compiler
 
 .PHONY: all deps configure build run test asan tsan bench clean format
 

@@ -1,0 +1,19 @@
+// NodeSnapshot <-> its protobuf form (proto/rayaccel/v1/snapshot.proto).
+#ifndef RAYACCEL_RPC_SNAPSHOT_PROTO_H_
+#define RAYACCEL_RPC_SNAPSHOT_PROTO_H_
+
+#include "absl/status/statusor.h"
+#include "rayaccel/registry.h"
+#include "rayaccel/v1/snapshot.pb.h"
+
+namespace rayaccel::rpc {
+
+v1::NodeSnapshot ToProto(const NodeSnapshot& snapshot);
+
+// Checks what it reads (positions in range, known enum values), since the bytes may come
+// from a peer: a malformed message is an error, never a crash.
+absl::StatusOr<NodeSnapshot> FromProto(const v1::NodeSnapshot& proto);
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_SNAPSHOT_PROTO_H_
