@@ -15,7 +15,7 @@ namespace rayaccel::plugin {
 std::optional<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
-  constexpr size_t kMax = 64 * 1024;
+  constexpr size_t kMax = size_t{64} * 1024;
   std::string text(kMax, '\0');
   in.read(&text[0], static_cast<std::streamsize>(kMax));
   if (in.bad()) return std::nullopt;

@@ -103,6 +103,7 @@ int Run(int argc, char** argv) {
   std::vector<std::string> gtest_args = {"rayaccel-conformance"};
   if (!junit.empty()) gtest_args.push_back("--gtest_output=xml:" + junit);
   std::vector<char*> gtest_argv;
+  gtest_argv.reserve(gtest_args.size() + 1);
   for (std::string& a : gtest_args) gtest_argv.push_back(a.data());
   int gtest_argc = static_cast<int>(gtest_argv.size());
   gtest_argv.push_back(nullptr);  // argv[argc] == NULL: GoogleTest shifts it down
