@@ -55,6 +55,7 @@ struct Nvml {
   nvmlReturn_t (*RegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*EventWait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
   nvmlReturn_t (*EventSetFree)(nvmlEventSet_t) = nullptr;
+  nvmlReturn_t (*SupportedEvents)(nvmlDevice_t, unsigned long long*) = nullptr;
 };
 
 template <typename F>
@@ -99,6 +100,7 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlDeviceRegisterEvents", &n->RegisterEvents);
   Resolve(h, "nvmlEventSetWait_v2", &n->EventWait);
   Resolve(h, "nvmlEventSetFree", &n->EventSetFree);
+  Resolve(h, "nvmlDeviceGetSupportedEventTypes", &n->SupportedEvents);
   if (n->Init == nullptr || n->Shutdown == nullptr || n->GetCount == nullptr ||
       n->GetHandle == nullptr || n->GetName == nullptr || n->GetUuid == nullptr ||
       n->GetPci == nullptr) {
@@ -159,6 +161,7 @@ rayaccel_pcie_path PathOf(nvmlGpuTopologyLevel_t level) {
 }
 
 struct Gpu {
+  uint32_t index = 0;  // the plugin's index: the NVML index, or kVanishedIndexBase + k
   nvmlDevice_t handle = nullptr;
   std::string uuid, name, pci_bus_id, architecture, compute_capability, lost;
   uint32_t vendor_id = 0, device_id = 0, minor = 0;
@@ -177,6 +180,9 @@ struct MigDevice {
 
 // MIG devices get plugin indices from here on; CUDA_VISIBLE_DEVICES names them by UUID.
 constexpr uint32_t kMigIndexBase = 1u << 16;
+// GPUs NVML no longer lists keep indices from here, so that the NVML indices of the GPUs still
+// there (what CUDA_VISIBLE_DEVICES takes) never shift.
+constexpr uint32_t kVanishedIndexBase = 1u << 17;
 
 std::string Uuid(const unsigned char* b) {
   char s[40];
@@ -196,11 +202,11 @@ struct rayaccel_plugin_instance {
   bool by_uuid = false;
   std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
   // Health learned from events, by GPU index: kept across rescans (guarded by mu).
-  std::map<uint32_t, std::string> failed;
+  std::map<std::string, std::string> failed;  // by GPU UUID
   std::mutex events_mu;  // guards the event set; never held together with mu while waiting
   nvmlEventSet_t events = nullptr;
-  bool events_ready = false;
-  std::mutex mu;  // guards everything below
+  std::set<nvmlDevice_t> registered;  // handles whose events go to `events`
+  std::mutex mu;                      // guards everything below
   rayaccel::cuda::Nvml nvml;
   bool ready = false;
   std::string why_not;  // when !ready
@@ -295,25 +301,39 @@ void Scan(rayaccel_plugin_instance* self) {
   if (n.GetCount(&count) != NVML_SUCCESS) return;
   for (unsigned i = 0; i < count; ++i) {
     Gpu g;
-    if (n.GetHandle(i, &g.handle) != NVML_SUCCESS) continue;
+    g.index = i;
+    // Any call answering GPU_IS_LOST marks the GPU lost; it stays listed at its NVML index.
+    auto ok = [&g](nvmlReturn_t rc) {
+      if (rc == NVML_ERROR_GPU_IS_LOST && g.lost.empty()) {
+        g.lost = "NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus";
+      }
+      return rc == NVML_SUCCESS;
+    };
     char text[128] = {};
-    if (n.GetUuid(g.handle, text, sizeof(text)) == NVML_SUCCESS) g.uuid = text;
+    if (!ok(n.GetHandle(i, &g.handle)) || !ok(n.GetUuid(g.handle, text, sizeof(text)))) {
+      // No identity to report under: a placeholder keeps the index taken and says why.
+      g.uuid = "nvml-index-" + std::to_string(i);
+      g.name = "NVIDIA GPU (unreadable)";
+      if (g.lost.empty()) g.lost = "NVML cannot read this GPU";
+      g.handle = nullptr;
+      self->gpus.push_back(g);
+      continue;
+    }
+    g.uuid = text;
     nvmlPciInfo_t pci{};
-    if (n.GetPci(g.handle, &pci) == NVML_SUCCESS) {
+    if (ok(n.GetPci(g.handle, &pci))) {
       g.pci_bus_id = plugin::FormatPciBusId(pci.domain, pci.bus, pci.device, 0);
       g.vendor_id = pci.pciDeviceId & 0xFFFF;
       g.device_id = pci.pciDeviceId >> 16;
     }
-    nvmlReturn_t rc = n.GetName(g.handle, text, sizeof(text));
-    if (rc == NVML_ERROR_GPU_IS_LOST) {
-      g.lost = "NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus";
+    g.name = ok(n.GetName(g.handle, text, sizeof(text))) ? text : "NVIDIA GPU";
+    if (!g.lost.empty()) {
       g.name = "NVIDIA GPU (lost)";
       self->gpus.push_back(g);
       continue;
     }
-    g.name = rc == NVML_SUCCESS ? text : "NVIDIA GPU";
     nvmlMemory_t mem{};
-    if (n.GetMemory != nullptr && n.GetMemory(g.handle, &mem) == NVML_SUCCESS) g.memory = mem.total;
+    if (n.GetMemory != nullptr && ok(n.GetMemory(g.handle, &mem))) g.memory = mem.total;
     int major = 0, minor = 0;
     if (n.GetCc != nullptr && n.GetCc(g.handle, &major, &minor) == NVML_SUCCESS) {
       g.compute_capability = std::to_string(major) + "." + std::to_string(minor);
@@ -347,16 +367,18 @@ void Scan(rayaccel_plugin_instance* self) {
   // it stays listed, with the reason, after the GPUs NVML still has; never silently dropped.
   std::set<std::string> present;
   for (const Gpu& g : self->gpus) present.insert(g.uuid);
+  uint32_t vanished = 0;
   for (const auto& [uuid, seen] : self->seen) {
     if (present.count(uuid) > 0) continue;
     Gpu gone = seen;
+    gone.index = kVanishedIndexBase + vanished++;
     gone.handle = nullptr;
     gone.vanished = true;
     gone.lost = "vanished: NVML no longer lists this GPU";
     self->gpus.push_back(gone);
   }
   for (const Gpu& g : self->gpus) {
-    if (!g.vanished && !g.uuid.empty()) self->seen[g.uuid] = g;
+    if (!g.vanished && g.handle != nullptr) self->seen[g.uuid] = g;
   }
 }
 
@@ -371,8 +393,8 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     Scan(self);
     if (self->gpus.empty())
       plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: NVML sees no GPU");
-    for (uint32_t i = 0; i < self->gpus.size(); ++i) {
-      const Gpu& g = self->gpus[i];
+    for (const Gpu& g : self->gpus) {
+      const uint32_t i = g.index;
       rayaccel_device_info info{};
       info.struct_size = sizeof(info);
       info.index = i;
@@ -385,7 +407,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.pci_device_id = g.device_id;
       info.numa_node = g.numa;
       info.driver_version = Str(self->driver_version);
-      auto failed = self->failed.find(i);
+      auto failed = self->failed.find(g.uuid);
       const std::string& reason = !g.lost.empty()                ? g.lost
                                   : failed != self->failed.end() ? failed->second
                                                                  : g.lost;
@@ -418,7 +440,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.driver_version = Str(self->driver_version);
       info.parent_id = Str(parent.uuid);
       info.partition_profile = Str(m.profile);
-      auto failed = self->failed.find(static_cast<uint32_t>(m.parent));
+      auto failed = self->failed.find(parent.uuid);
       bool bad = failed != self->failed.end() || !parent.lost.empty();
       info.health = bad ? RAYACCEL_HEALTH_UNHEALTHY : RAYACCEL_HEALTH_HEALTHY;
       std::string reason = bad ? "the parent GPU is unhealthy" : "";
@@ -468,8 +490,8 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
         if (!ga.lost.empty() || !gb.lost.empty()) continue;
         rayaccel_link link{};
         link.struct_size = sizeof(link);
-        link.device_a = static_cast<uint32_t>(a);
-        link.device_b = static_cast<uint32_t>(b);
+        link.device_a = ga.index;
+        link.device_b = gb.index;
         nvmlGpuTopologyLevel_t level = 0;
         if (n.Ancestor != nullptr && n.Ancestor(ga.handle, gb.handle, &level) == NVML_SUCCESS) {
           link.type = RAYACCEL_LINK_PCIE;
@@ -495,7 +517,8 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
     // Multi-node NVLink fabric domains (NVL72-class): one per "<cluster UUID>.<clique>".
     std::map<std::string, std::vector<uint32_t>> domains;
     for (uint32_t i = 0; i < count; ++i) {
-      if (!self->gpus[i].fabric_domain.empty()) domains[self->gpus[i].fabric_domain].push_back(i);
+      const Gpu& g = self->gpus[i];
+      if (!g.fabric_domain.empty() && g.lost.empty()) domains[g.fabric_domain].push_back(g.index);
     }
     for (const auto& [id, members] : domains) plugin::AddDomain(sink, "nvlink", id, members);
     return RAYACCEL_STATUS_OK;
@@ -514,24 +537,38 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
         n.EventWait == nullptr) {
       return rayaccel_error_set(error, RAYACCEL_STATUS_UNSUPPORTED, "no NVML events here");
     }
-    if (!self->events_ready) {
-      if (n.EventSetCreate(&self->events) != NVML_SUCCESS) {
-        return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "nvmlEventSetCreate failed");
+    if (self->events == nullptr && n.EventSetCreate(&self->events) != NVML_SUCCESS) {
+      self->events = nullptr;
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "nvmlEventSetCreate failed");
+    }
+    // Register every GPU the latest scan found and that is not registered yet, for the event
+    // types it supports (a GPU without ECC refuses the whole mask otherwise).
+    std::vector<nvmlDevice_t> handles;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      for (const Gpu& g : self->gpus) {
+        if (g.handle != nullptr && self->registered.count(g.handle) == 0)
+          handles.push_back(g.handle);
       }
-      std::vector<nvmlDevice_t> handles;
-      {
-        std::lock_guard<std::mutex> lock(self->mu);
-        for (const Gpu& g : self->gpus) handles.push_back(g.handle);
+    }
+    for (nvmlDevice_t h : handles) {
+      unsigned long long types = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;
+      unsigned long long supported = types;
+      if (n.SupportedEvents != nullptr && n.SupportedEvents(h, &supported) == NVML_SUCCESS) {
+        types &= supported;
       }
-      for (nvmlDevice_t h : handles) {
-        n.RegisterEvents(h, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError,
-                         self->events);
+      if (types != 0 && n.RegisterEvents(h, types, self->events) == NVML_SUCCESS) {
+        self->registered.insert(h);
+      } else {
+        plugin::Log(self->host, RAYACCEL_LOG_WARN, "a GPU cannot report XID or ECC events");
+        self->registered.insert(h);  // do not retry it on every wait
       }
-      self->events_ready = true;
     }
     nvmlEventData_t event{};
     nvmlReturn_t rc = n.EventWait(self->events, &event, args->timeout_ms);
     if (rc == NVML_ERROR_TIMEOUT) return RAYACCEL_STATUS_TIMEOUT;
+    // A GPU lost while waiting is a change: the rescan that follows reports it.
+    if (rc == NVML_ERROR_GPU_IS_LOST) return RAYACCEL_STATUS_OK;
     if (rc != NVML_SUCCESS) {
       return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "nvmlEventSetWait_v2 failed");
     }
@@ -544,11 +581,15 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     } else {
       return RAYACCEL_STATUS_TIMEOUT;
     }
+    if (event.device == nullptr) return RAYACCEL_STATUS_TIMEOUT;
     std::lock_guard<std::mutex> lock(self->mu);
-    for (uint32_t i = 0; i < self->gpus.size(); ++i) {
-      if (self->gpus[i].handle != event.device) continue;
-      self->failed[i] = reason;
-      args->sink->set_health(args->sink->host_context, i, RAYACCEL_HEALTH_UNHEALTHY, Str(reason));
+    for (const Gpu& g : self->gpus) {
+      if (g.handle != event.device) continue;
+      auto [it, inserted] = self->failed.emplace(g.uuid, reason);
+      if (!inserted && it->second == reason) return RAYACCEL_STATUS_TIMEOUT;  // nothing new
+      it->second = reason;
+      args->sink->set_health(args->sink->host_context, g.index, RAYACCEL_HEALTH_UNHEALTHY,
+                             Str(reason));
       return RAYACCEL_STATUS_OK;
     }
     return RAYACCEL_STATUS_TIMEOUT;
@@ -565,7 +606,8 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
       std::string name;
       if (index >= kMigIndexBase && index - kMigIndexBase < self->migs.size()) {
         name = self->migs[index - kMigIndexBase].uuid;  // CUDA takes MIG devices by UUID only
-      } else if (index < self->gpus.size()) {
+      } else if (index < self->gpus.size() && self->gpus[index].index == index &&
+                 self->gpus[index].handle != nullptr) {
         name = self->by_uuid ? self->gpus[index].uuid : std::to_string(index);
       } else {
         return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no GPU " + std::to_string(index));

@@ -52,7 +52,7 @@ enum {
 };
 typedef int nvmlGpuTopologyLevel_t;
 
-#define NVML_NVLINK_MAX_LINKS 36
+#define NVML_NVLINK_MAX_LINKS 18
 typedef int nvmlEnableState_t;  // 1 = enabled (link active)
 enum {
   NVML_NVLINK_DEVICE_TYPE_GPU = 0,

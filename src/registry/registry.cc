@@ -124,15 +124,25 @@ class Registry::Impl {
       std::string name = slot.status.name;
       watchers_.emplace_back([this, plugin, name] {
         while (!stopping_) {
-          PluginReport report;
-          absl::Status st = plugin->WaitHealthEvents(200, &report);
-          if (stopping_) break;
-          if (st.ok()) {
-            spdlog::info("plugin {}: health changed; rescanning", name);
-            Rescan();
-          } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
-            spdlog::warn("plugin {}: health watch stopped: {}", name, std::string(st.message()));
-            break;
+          try {
+            PluginReport report;
+            absl::Status st = plugin->WaitHealthEvents(200, &report);
+            if (stopping_) break;
+            if (st.ok()) {
+              spdlog::info("plugin {}: health changed; rescanning", name);
+              Rescan();
+            } else if (st.code() == absl::StatusCode::kUnimplemented) {
+              spdlog::info("plugin {}: no health events: {}", name, std::string(st.message()));
+              break;
+            } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
+              // A transient failure: try again shortly rather than stop watching for good.
+              spdlog::warn("plugin {}: health watch: {}", name, std::string(st.message()));
+              for (int i = 0; i < 10 && !stopping_; ++i) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+              }
+            }
+          } catch (const std::exception& e) {
+            spdlog::error("plugin {}: health watch: {}", name, e.what());
           }
         }
       });
