@@ -1,0 +1,67 @@
+// The raylet side's record of what each node's agent last published, checked the way Ray
+// checks what it is given. Transport-free, so that the gRPC sink (issue 4) stays a thin shell
+// and the rules are tested on their own.
+#ifndef RAYACCEL_RPC_SINK_STATE_H_
+#define RAYACCEL_RPC_SINK_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rayaccel/v1/snapshot.pb.h"
+
+namespace rayaccel::rpc {
+
+// Ray keeps quantities in fixed point (1/10000 units in an int64); far below that bound, and
+// far above any node, a total past this is refused as absurd.
+inline constexpr double kMaxNodeResourceQuantity = 1e12;
+inline constexpr size_t kMaxNodeResources = 1024;
+inline constexpr size_t kMaxNodeLabels = 1024;
+
+// Ray's node id: 28 bytes, written as 56 lower-case hex digits.
+absl::Status CheckNodeId(const std::string& node_id);
+
+// Node totals as Ray accepts them: a printable name without whitespace, not one Ray derives
+// itself except `accelerator_type:<T>`; a finite, whole, non-negative quantity within bounds.
+absl::Status CheckNodeResources(const google::protobuf::Map<std::string, double>& resources);
+
+// Kubernetes label syntax for keys and values; under `ray.io/` only the keys Ray defines,
+// and never `ray.io/node-id` (the raylet's own).
+absl::Status CheckNodeLabels(const google::protobuf::Map<std::string, std::string>& labels);
+
+// One current snapshot per node. Thread-safe.
+//
+// Ordering: within one agent session (an id the agent picks at start), generations only move
+// forward; an older or equal generation is acknowledged but not applied, so a late retry never
+// rolls a node back. A new session (the agent restarted, its generations start over) replaces
+// the node's state whole.
+class SinkState {
+ public:
+  struct Applied {
+    bool applied = false;     // false: stale, the current state stands
+    uint64_t generation = 0;  // the generation now current for the node
+  };
+
+  // Validates everything first; on error nothing changes.
+  absl::StatusOr<Applied> Apply(const std::string& node_id, const std::string& session,
+                                const v1::NodeSnapshot& snapshot);
+
+  std::optional<v1::NodeSnapshot> Current(const std::string& node_id) const;
+  size_t node_count() const;
+
+ private:
+  struct Node {
+    std::string session;
+    v1::NodeSnapshot snapshot;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;
+};
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_SINK_STATE_H_
