@@ -1,0 +1,58 @@
+#include "rpc/raylet_sink.h"
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+grpc::Status Refuse(const std::string& peer, const std::string& why) {
+  spdlog::warn("sink: refused {}: {}", peer, why);
+  return {grpc::StatusCode::INVALID_ARGUMENT, why};
+}
+
+}  // namespace
+
+grpc::Status RayletSink::Publish(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::PublishAck, v1::PublishRequest>* stream) {
+  const std::string peer = context->peer();
+  v1::PublishRequest request;
+  if (!stream->Read(&request)) return grpc::Status::OK;  // closed before saying anything
+  if (request.kind_case() != v1::PublishRequest::kHello) {
+    return Refuse(peer, "the first message must be hello");
+  }
+  const v1::Hello hello = request.hello();
+  if (absl::Status st = CheckNodeId(hello.node_id()); !st.ok()) {
+    return Refuse(peer, std::string(st.message()));
+  }
+  if (hello.agent_session().empty()) return Refuse(peer, "hello without an agent session");
+  spdlog::info("sink: node {} agent session {} connected from {}", hello.node_id(),
+               hello.agent_session(), peer);
+
+  while (stream->Read(&request)) {
+    if (request.kind_case() != v1::PublishRequest::kSnapshot) {
+      return Refuse(peer, "after hello, only snapshots");
+    }
+    absl::StatusOr<SinkState::Applied> applied =
+        state_.Apply(hello.node_id(), hello.agent_session(), request.snapshot());
+    if (!applied.ok()) {
+      return Refuse(peer, absl::StrCat("snapshot ", request.snapshot().generation(), ": ",
+                                       applied.status().message()));
+    }
+    if (applied->applied && listener_ != nullptr) {
+      const v1::NodeSnapshot& s = request.snapshot();
+      listener_->OnNodeResources(
+          hello.node_id(),
+          std::map<std::string, double>(s.resources_total().begin(), s.resources_total().end()),
+          std::map<std::string, std::string>(s.labels().begin(), s.labels().end()), s);
+    }
+    v1::PublishAck ack;
+    ack.set_applied_generation(applied->generation);
+    ack.set_stale(!applied->applied);
+    if (!stream->Write(ack)) break;  // the agent went away; it republishes on reconnect
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace rayaccel::rpc

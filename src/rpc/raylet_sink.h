@@ -1,0 +1,45 @@
+// The raylet end of the publishing channel: a gRPC service the raylet registers in its own
+// server (or `rayaccel sink` runs standalone). It checks each update with SinkState's rules
+// and hands what it applies to a small listener.
+#ifndef RAYACCEL_RPC_RAYLET_SINK_H_
+#define RAYACCEL_RPC_RAYLET_SINK_H_
+
+#include <map>
+#include <string>
+
+#include "rayaccel/v1/sink.grpc.pb.h"
+#include "rpc/sink_state.h"
+
+namespace rayaccel::rpc {
+
+class RayletSink final : public v1::RayletAcceleratorSink::Service {
+ public:
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // Called once per applied update, outside any sink lock, from the stream's thread.
+    virtual void OnNodeResources(const std::string& node_id,
+                                 const std::map<std::string, double>& resources_total,
+                                 const std::map<std::string, std::string>& labels,
+                                 const v1::NodeSnapshot& snapshot) = 0;
+  };
+
+  // `listener` may be null; it must outlive the service.
+  explicit RayletSink(Listener* listener) : listener_(listener) {}
+
+  // Protocol (sink.proto): hello first, then snapshots, each answered with an ack. Anything
+  // else ends the stream with INVALID_ARGUMENT; what was applied before stands.
+  grpc::Status Publish(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::PublishAck, v1::PublishRequest>* stream) override;
+
+  const SinkState& state() const { return state_; }
+
+ private:
+  Listener* listener_;
+  SinkState state_;
+};
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_RAYLET_SINK_H_

@@ -1,0 +1,148 @@
+// The sink served by a real gRPC server on a real Unix socket, spoken to by a real client.
+#include "rpc/raylet_sink.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+const std::string kNode(56, 'c');
+
+class Recorder : public RayletSink::Listener {
+ public:
+  void OnNodeResources(const std::string& node_id, const std::map<std::string, double>& resources,
+                       const std::map<std::string, std::string>& /*labels*/,
+                       const v1::NodeSnapshot& snapshot) override {
+    std::lock_guard<std::mutex> lock(mu);
+    updates.push_back({node_id, snapshot.generation(), resources.at("GPU")});
+  }
+  struct Update {
+    std::string node;
+    uint64_t generation;
+    double gpus;
+  };
+  std::mutex mu;
+  std::vector<Update> updates;
+};
+
+v1::PublishRequest Hello(const std::string& node, const std::string& session) {
+  v1::PublishRequest r;
+  r.mutable_hello()->set_node_id(node);
+  r.mutable_hello()->set_agent_session(session);
+  return r;
+}
+
+v1::PublishRequest Snapshot(uint64_t generation, double gpus) {
+  v1::PublishRequest r;
+  r.mutable_snapshot()->set_generation(generation);
+  (*r.mutable_snapshot()->mutable_resources_total())["GPU"] = gpus;
+  (*r.mutable_snapshot()->mutable_labels())["ray.io/accelerator-type"] = "H100";
+  return r;
+}
+
+class RayletSinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/rayaccel-sink-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    address_ = "unix:" + dir_ + "/sink.sock";
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address_, grpc::InsecureServerCredentials());
+    builder.RegisterService(&sink_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::RayletAcceleratorSink::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    unlink((dir_ + "/sink.sock").c_str());
+    rmdir(dir_.c_str());
+  }
+
+  // Sends `requests` on one stream; returns the acks and the stream's final status.
+  grpc::Status Exchange(const std::vector<v1::PublishRequest>& requests,
+                        std::vector<v1::PublishAck>* acks) {
+    grpc::ClientContext context;
+    auto stream = stub_->Publish(&context);
+    for (const auto& r : requests) {
+      if (!stream->Write(r)) break;
+      if (r.kind_case() == v1::PublishRequest::kSnapshot) {
+        v1::PublishAck ack;
+        if (!stream->Read(&ack)) break;
+        acks->push_back(ack);
+      }
+    }
+    stream->WritesDone();
+    v1::PublishAck extra;
+    while (stream->Read(&extra)) acks->push_back(extra);
+    return stream->Finish();
+  }
+
+  Recorder recorder_;
+  RayletSink sink_{&recorder_};
+  std::string dir_, address_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::RayletAcceleratorSink::Stub> stub_;
+};
+
+TEST_F(RayletSinkTest, AppliesInOrderAndAcknowledgesStaleOnes) {
+  std::vector<v1::PublishAck> acks;
+  grpc::Status st = Exchange(
+      {Hello(kNode, "s1"), Snapshot(1, 8), Snapshot(2, 7), Snapshot(1, 8), Snapshot(3, 6)}, &acks);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(acks.size(), 4u);
+  EXPECT_EQ(acks[0].applied_generation(), 1u);
+  EXPECT_EQ(acks[1].applied_generation(), 2u);
+  EXPECT_TRUE(acks[2].stale());
+  EXPECT_EQ(acks[2].applied_generation(), 2u);
+  EXPECT_EQ(acks[3].applied_generation(), 3u);
+  std::lock_guard<std::mutex> lock(recorder_.mu);
+  ASSERT_EQ(recorder_.updates.size(), 3u);  // the stale one reached no one
+  EXPECT_EQ(recorder_.updates.back().node, kNode);
+  EXPECT_EQ(recorder_.updates.back().gpus, 6);
+}
+
+TEST_F(RayletSinkTest, ARestartedAgentIsApplied) {
+  std::vector<v1::PublishAck> acks;
+  ASSERT_TRUE(Exchange({Hello(kNode, "s1"), Snapshot(9, 8)}, &acks).ok());
+  ASSERT_TRUE(Exchange({Hello(kNode, "s2"), Snapshot(1, 4)}, &acks).ok());
+  EXPECT_EQ(sink_.state().Current(kNode)->generation(), 1u);
+  EXPECT_EQ(sink_.state().Current(kNode)->resources_total().at("GPU"), 4);
+}
+
+TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
+  std::vector<v1::PublishAck> acks;
+  ASSERT_TRUE(Exchange({Hello(kNode, "s1"), Snapshot(1, 8)}, &acks).ok());
+
+  struct Case {
+    const char* what;
+    std::vector<v1::PublishRequest> requests;
+  } cases[] = {
+      {"snapshot before hello", {Snapshot(5, 1)}},
+      {"bad node id", {Hello("node-1", "s1"), Snapshot(5, 1)}},
+      {"no session", {Hello(kNode, ""), Snapshot(5, 1)}},
+      {"fractional total", {Hello(kNode, "s1"), Snapshot(5, 0.5)}},
+      {"second hello", {Hello(kNode, "s1"), Hello(kNode, "s1")}},
+  };
+  for (const Case& c : cases) {
+    std::vector<v1::PublishAck> ignored;
+    grpc::Status st = Exchange(c.requests, &ignored);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+  }
+  EXPECT_EQ(sink_.state().Current(kNode)->generation(), 1u);
+  EXPECT_EQ(sink_.state().Current(kNode)->resources_total().at("GPU"), 8);
+  EXPECT_EQ(sink_.state().node_count(), 1u);
+}
+
+}  // namespace
+}  // namespace rayaccel::rpc
