@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/render.h"
+#include "cli/sink_command.h"
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 #include "registry/config.h"
@@ -39,6 +40,8 @@ Commands:
   conformance      check a plugin .so and report its tier: conformance PLUGIN.so
                    [--config KEY=VALUE] [--tier N] [--junit FILE] [--json]
                    (runs rayaccel-conformance, installed next to this command)
+  sink             stand in for the raylet: accept agents' snapshots and print each applied
+                   update: sink --listen unix:PATH|tcp://127.0.0.1:PORT [--json]
   version          print the version
 
 Options:
@@ -57,12 +60,15 @@ Options:
                               crash or hang in vendor code fails that plugin only
                               (default: none, in this process)
   --dot                       Graphviz output (topo)
+  --listen ADDRESS            where to serve (sink): unix:PATH (mode 0660) or a loopback
+                              tcp://HOST:PORT
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   -h, --help                  this text
 )";
 
 struct Args {
   std::string command;
+  std::string listen;  // sink --listen
   bool json = false;
   bool dot = false;
   long long size = -1;  // allocate --size
@@ -129,6 +135,8 @@ int Parse(int argc, char** argv, Args* args) {
       for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipEmpty())) list->emplace_back(id);
     } else if (flag == "--resource") {
       if (!take(&args->resource)) return Usage("--resource needs a name");
+    } else if (flag == "--listen") {
+      if (!take(&args->listen) || args->listen.empty()) return Usage("--listen needs an address");
     } else if (flag == "--plugin") {
       std::string v;
       if (!take(&v) || v.empty()) return Usage("--plugin needs a name or path");
@@ -199,6 +207,10 @@ int Run(int argc, char** argv) {
     std::printf("rayaccel %s (plugin ABI %d.%d)\n", RAYACCEL_VERSION, RAYACCEL_ABI_VERSION_MAJOR,
                 RAYACCEL_ABI_VERSION_MINOR);
     return kExitOk;
+  }
+  if (cmd == "sink") {
+    if (args.listen.empty()) return Usage("sink needs --listen ADDRESS");
+    return RunSink(args.listen, args.json);
   }
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
       cmd != "topo" && cmd != "allocate") {

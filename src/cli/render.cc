@@ -477,4 +477,21 @@ std::string AllocationJson(const NodeSnapshot& s, const Allocation& a) {
   return w.Finish();
 }
 
+std::string SinkUpdateText(const std::string& node_id, uint64_t generation, const RayView& ray) {
+  std::string out = absl::StrCat("node ", node_id, " generation ", generation, "\n");
+  out += ResourcesText(ray);
+  for (const auto& [key, value] : ray.labels) absl::StrAppend(&out, "  ", key, "=", value, "\n");
+  return out;
+}
+
+std::string SinkUpdateJson(const std::string& node_id, uint64_t generation, const RayView& ray) {
+  std::vector<std::string> labels;
+  for (const auto& [key, value] : ray.labels) {
+    labels.push_back(json::Quote(key) + ": " + json::Quote(value));
+  }
+  return absl::StrCat("{\"node_id\": ", json::Quote(node_id), ", \"generation\": ", generation,
+                      ", \"resources_total\": ", CompactJson(ray.resources), ", \"labels\": {",
+                      absl::StrJoin(labels, ", "), "}}\n");
+}
+
 }  // namespace rayaccel::cli

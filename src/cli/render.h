@@ -32,6 +32,11 @@ std::string TopoDot(const NodeSnapshot& snapshot);
 std::string AllocationText(const NodeSnapshot& snapshot, const Allocation& allocation);
 std::string AllocationJson(const NodeSnapshot& snapshot, const Allocation& allocation);
 
+// One applied sink update: a header line, the resources table and the labels; or one line
+// of JSON (JSON Lines, for a stream).
+std::string SinkUpdateText(const std::string& node_id, uint64_t generation, const RayView& ray);
+std::string SinkUpdateJson(const std::string& node_id, uint64_t generation, const RayView& ray);
+
 }  // namespace rayaccel::cli
 
 #endif  // RAYACCEL_CLI_RENDER_H_

@@ -1,12 +1,23 @@
 // The sink served by a real gRPC server on a real Unix socket, spoken to by a real client.
 #include "rpc/raylet_sink.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -142,6 +153,83 @@ TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
   EXPECT_EQ(sink_.state().Current(kNode)->generation(), 1u);
   EXPECT_EQ(sink_.state().Current(kNode)->resources_total().at("GPU"), 8);
   EXPECT_EQ(sink_.state().node_count(), 1u);
+}
+
+TEST_F(RayletSinkTest, GarbageBytesOnTheSocketHarmNothing) {
+  using namespace std::string_literals;  // NOLINT: keeps the embedded NULs
+  for (const std::string& junk : {"GET / HTTP/1.1\r\n\r\n"s, "\x00\x00\xff\xff\xff\x04\x00garbage"s,
+                                  "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff"s}) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string path = dir_ + "/sink.sock";
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    close(fd);
+  }
+  std::vector<v1::PublishAck> acks;
+  grpc::Status st = Exchange({Hello(kNode, "s1"), Snapshot(1, 8)}, &acks);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].applied_generation(), 1u);
+}
+
+// `rayaccel sink` as its own process: it serves on a 0660 socket, prints each applied update
+// as a JSON line, and stops cleanly on SIGTERM.
+TEST(SinkCommand, PrintsAppliedUpdatesAndStopsOnSigterm) {
+  char dir[] = "/tmp/rayaccel-sinkcmd-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = std::string(dir) + "/sink.sock";
+  const std::string out_file = std::string(dir) + "/out.jsonl";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, STDOUT_FILENO);
+    execl(RAYACCEL_CLI, RAYACCEL_CLI, "sink", "--listen", ("unix:" + socket).c_str(), "--json",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  struct stat st {};
+  for (int i = 0; i < 500 && stat(socket.c_str(), &st) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(stat(socket.c_str(), &st), 0) << "the sink never listened";
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  auto stub = v1::RayletAcceleratorSink::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Publish(&context);
+    ASSERT_TRUE(stream->Write(Hello(kNode, "s1")));
+    for (uint64_t g : {1u, 2u}) {
+      ASSERT_TRUE(stream->Write(Snapshot(g, 8 - g)));
+      v1::PublishAck ack;
+      ASSERT_TRUE(stream->Read(&ack));
+      EXPECT_EQ(ack.applied_generation(), g);
+    }
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  kill(child, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket was left behind";
+
+  std::ifstream in(out_file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "{\"node_id\": \"" + kNode +
+                          "\", \"generation\": 2, \"resources_total\": {\"GPU\": 6}, "
+                          "\"labels\": {\"ray.io/accelerator-type\": \"H100\"}}");
+  unlink(out_file.c_str());
+  rmdir(dir);
 }
 
 }  // namespace

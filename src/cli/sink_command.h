@@ -1,0 +1,15 @@
+// `rayaccel sink`: the raylet's end of publishing, standalone, printing each applied update.
+// Stands in for a raylet in tests, demos and the README walkthrough.
+#ifndef RAYACCEL_CLI_SINK_COMMAND_H_
+#define RAYACCEL_CLI_SINK_COMMAND_H_
+
+#include <string>
+
+namespace rayaccel::cli {
+
+// Serves until SIGINT or SIGTERM; returns the process exit code.
+int RunSink(const std::string& listen, bool json);
+
+}  // namespace rayaccel::cli
+
+#endif  // RAYACCEL_CLI_SINK_COMMAND_H_

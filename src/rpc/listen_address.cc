@@ -1,0 +1,47 @@
+#include "rpc/listen_address.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+bool IsLoopback(absl::string_view host) {
+  return host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+}
+
+}  // namespace
+
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text) {
+  ListenAddress out;
+  if (absl::StartsWith(text, "/") || absl::StartsWith(text, "unix:")) {
+    absl::string_view path = text;
+    absl::ConsumePrefix(&path, "unix:");
+    if (path.empty()) return absl::InvalidArgumentError("unix: needs a socket path");
+    out.unix_path = std::string(path);
+    out.grpc_uri = absl::StrCat("unix:", path);
+    return out;
+  }
+  absl::string_view rest = text;
+  if (!absl::ConsumePrefix(&rest, "tcp://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is not unix:PATH, an absolute path, or tcp://HOST:PORT"));
+  }
+  size_t colon = rest.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" needs HOST:PORT"));
+  }
+  absl::string_view host = rest.substr(0, colon);
+  if (!IsLoopback(host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plain TCP on \"", host, "\" is refused: only loopback addresses are allowed"));
+  }
+  out.grpc_uri = std::string(rest);
+  return out;
+}
+
+}  // namespace rayaccel::rpc
