@@ -65,7 +65,10 @@ int RunSink(const std::string& listen, bool json) {
   builder.AddListeningPort(address->grpc_uri, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.RegisterService(&sink);
+  // The socket is born 0660 (no window in which others may connect), then chmod states it.
+  mode_t old_mask = umask(0117);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  umask(old_mask);
   if (server == nullptr || (address->unix_path.empty() && port == 0)) {
     std::fprintf(stderr, "rayaccel: cannot listen on %s\n", listen.c_str());
     return 1;
