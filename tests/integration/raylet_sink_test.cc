@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "spdlog/spdlog.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -62,6 +63,8 @@ v1::PublishRequest Snapshot(uint64_t generation, double gpus) {
 class RayletSinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // As a program's main does: the logger exists before gRPC's threads log through it.
+    spdlog::default_logger();
     char dir[] = "/tmp/rayaccel-sink-XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
     dir_ = dir;
