@@ -1,0 +1,102 @@
+#include "rpc/publisher.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "rayaccel/v1/sink.grpc.pb.h"
+#include "rpc/snapshot_proto.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+// How long one wait for a newer snapshot lasts before the stop flag is looked at again.
+constexpr std::chrono::milliseconds kPoll{200};
+
+std::string RandomSession() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+}  // namespace
+
+Publisher::Publisher(PublisherOptions options, Registry* registry)
+    : options_(std::move(options)), registry_(registry) {
+  if (options_.session.empty()) options_.session = RandomSession();
+  thread_ = std::thread([this] { Run(); });
+}
+
+Publisher::~Publisher() {
+  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  thread_.join();
+}
+
+void Publisher::Run() {
+  std::mt19937_64 rng(std::random_device{}());
+  std::chrono::milliseconds backoff = options_.min_backoff;
+  while (!stop_) {
+    uint64_t acked_before = acked_.load();
+    auto started = std::chrono::steady_clock::now();
+    PublishOnce();
+    if (stop_) break;
+    // A connection that got an ack resets the backoff; one that failed at once grows it.
+    if (acked_.load() != acked_before ||
+        std::chrono::steady_clock::now() - started > options_.max_backoff) {
+      backoff = options_.min_backoff;
+    }
+    std::uniform_int_distribution<int64_t> jitter(backoff.count() / 2, backoff.count());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(jitter(rng));
+    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::min(kPoll, options_.min_backoff));
+    }
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+void Publisher::PublishOnce() {
+  auto stub = v1::RayletAcceleratorSink::NewStub(
+      grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    context_ = &context;
+  }
+  auto stream = stub->Publish(&context);
+  v1::PublishRequest hello;
+  hello.mutable_hello()->set_node_id(options_.node_id);
+  hello.mutable_hello()->set_agent_session(options_.session);
+  bool ok = stream->Write(hello);
+
+  // The full current snapshot first (a restarted sink learns everything), then each newer one.
+  std::shared_ptr<const NodeSnapshot> snap = registry_->snapshot();
+  while (ok && !stop_) {
+    v1::PublishRequest request;
+    *request.mutable_snapshot() = ToProto(*snap);
+    v1::PublishAck ack;
+    ok = stream->Write(request) && stream->Read(&ack);
+    if (!ok) break;
+    acked_ = ack.applied_generation();
+    spdlog::debug("publisher: sink holds generation {}{}", ack.applied_generation(),
+                  ack.stale() ? " (ours was stale)" : "");
+    uint64_t sent = snap->generation;
+    while (!stop_ && snap->generation <= sent) snap = registry_->WaitForNewer(sent, kPoll);
+  }
+  if (ok) stream->WritesDone();  // stopping: end the stream cleanly
+  grpc::Status status = stream->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context_ = nullptr;
+  }
+  if (!stop_) {
+    spdlog::warn("publisher: stream to {} ended: {} {}", options_.target,
+                 static_cast<int>(status.error_code()), status.error_message());
+  }
+}
+
+}  // namespace rayaccel::rpc

@@ -1,0 +1,57 @@
+// The agent's end of publishing: keeps a raylet sink up to date with the registry's snapshots.
+// One thread; it never blocks discovery, whatever the sink does.
+#ifndef RAYACCEL_RPC_PUBLISHER_H_
+#define RAYACCEL_RPC_PUBLISHER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "rayaccel/registry.h"
+
+namespace rayaccel::rpc {
+
+struct PublisherOptions {
+  std::string target;   // a gRPC target: "unix:/run/raylet-accel.sock", "127.0.0.1:PORT"
+  std::string node_id;  // Ray's NodeID, 56 hex digits
+  std::string session;  // empty: a random one per Publisher
+  std::chrono::milliseconds min_backoff{100};
+  std::chrono::milliseconds max_backoff{10000};
+};
+
+// After every (re)connect it sends hello and the full current snapshot, then each newer one;
+// generations only go forward. Between failed connects it waits an exponentially growing,
+// jittered delay. Stopping (the destructor) cancels the stream and joins the thread.
+class Publisher {
+ public:
+  Publisher(PublisherOptions options, Registry* registry);
+  ~Publisher();
+  Publisher(const Publisher&) = delete;
+  Publisher& operator=(const Publisher&) = delete;
+
+  // The last generation the sink acknowledged holding; 0 before the first ack.
+  uint64_t acked_generation() const { return acked_.load(); }
+  const std::string& session() const { return options_.session; }
+
+ private:
+  void Run();
+  // One connection's life; returns when the stream breaks or the publisher stops.
+  void PublishOnce();
+
+  PublisherOptions options_;
+  Registry* registry_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> acked_{0};
+  std::mutex mu_;                           // guards context_
+  grpc::ClientContext* context_ = nullptr;  // the live stream's, for cancelling on stop
+  std::thread thread_;
+};
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_PUBLISHER_H_
