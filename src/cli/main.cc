@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/render.h"
+#include "cli/serve_command.h"
 #include "cli/sink_command.h"
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
@@ -42,6 +43,9 @@ Commands:
                    (runs rayaccel-conformance, installed next to this command)
   sink             stand in for the raylet: accept agents' snapshots and print each applied
                    update: sink --listen unix:PATH|tcp://127.0.0.1:PORT [--json]
+  serve            the node agent: publish this node's snapshots to a raylet sink and keep
+                   it current: serve --raylet unix:PATH|tcp://127.0.0.1:PORT --node-id ID
+                   [--rescan-interval SECONDS] (SIGHUP rescans; health changes publish at once)
   version          print the version
 
 Options:
@@ -62,6 +66,9 @@ Options:
   --dot                       Graphviz output (topo)
   --listen ADDRESS            where to serve (sink): unix:PATH (mode 0660) or a loopback
                               tcp://HOST:PORT
+  --raylet ADDRESS            the sink to publish to (serve)
+  --node-id ID                Ray's node id, 56 hex digits (serve)
+  --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   -h, --help                  this text
 )";
@@ -69,6 +76,9 @@ Options:
 struct Args {
   std::string command;
   std::string listen;  // sink --listen
+  std::string raylet;  // serve --raylet
+  std::string node_id;
+  long long rescan_interval_s = 60;
   bool json = false;
   bool dot = false;
   long long size = -1;  // allocate --size
@@ -135,6 +145,16 @@ int Parse(int argc, char** argv, Args* args) {
       for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipEmpty())) list->emplace_back(id);
     } else if (flag == "--resource") {
       if (!take(&args->resource)) return Usage("--resource needs a name");
+    } else if (flag == "--raylet") {
+      if (!take(&args->raylet) || args->raylet.empty()) return Usage("--raylet needs an address");
+    } else if (flag == "--node-id") {
+      if (!take(&args->node_id)) return Usage("--node-id needs Ray's node id");
+    } else if (flag == "--rescan-interval") {
+      std::string v;
+      if (!take(&v) || !absl::SimpleAtoi(v, &args->rescan_interval_s) ||
+          args->rescan_interval_s < 0) {
+        return Usage("--rescan-interval needs a whole number of seconds");
+      }
     } else if (flag == "--listen") {
       if (!take(&args->listen) || args->listen.empty()) return Usage("--listen needs an address");
     } else if (flag == "--plugin") {
@@ -211,6 +231,11 @@ int Run(int argc, char** argv) {
   if (cmd == "sink") {
     if (args.listen.empty()) return Usage("sink needs --listen ADDRESS");
     return RunSink(args.listen, args.json);
+  }
+  if (cmd == "serve") {
+    if (args.raylet.empty()) return Usage("serve needs --raylet ADDRESS");
+    if (args.node_id.empty()) return Usage("serve needs --node-id ID");
+    return RunServe({args.options, args.raylet, args.node_id, args.rescan_interval_s});
   }
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
       cmd != "topo" && cmd != "allocate") {

@@ -59,8 +59,9 @@ void Publisher::Run() {
 }
 
 void Publisher::PublishOnce() {
-  auto stub = v1::RayletAcceleratorSink::NewStub(
-      grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials());
+  auto stub = v1::RayletAcceleratorSink::NewStub(channel);
   grpc::ClientContext context;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -84,8 +85,16 @@ void Publisher::PublishOnce() {
     acked_ = ack.applied_generation();
     spdlog::debug("publisher: sink holds generation {}{}", ack.applied_generation(),
                   ack.stale() ? " (ours was stale)" : "");
+    // Idle until a newer snapshot, or until the heartbeat is due: the current snapshot is sent
+    // again (the sink acks it as stale), because only a write reliably shows that a sink
+    // process went away. A GOAWAY shows sooner, in the channel's state.
     uint64_t sent = snap->generation;
-    while (!stop_ && snap->generation <= sent) snap = registry_->WaitForNewer(sent, kPoll);
+    auto heartbeat_at = std::chrono::steady_clock::now() + options_.heartbeat;
+    while (ok && !stop_ && snap->generation <= sent &&
+           std::chrono::steady_clock::now() < heartbeat_at) {
+      ok = channel->GetState(false) == GRPC_CHANNEL_READY;
+      if (ok) snap = registry_->WaitForNewer(sent, kPoll);
+    }
   }
   if (ok) stream->WritesDone();  // stopping: end the stream cleanly
   grpc::Status status = stream->Finish();

@@ -22,6 +22,8 @@ struct PublisherOptions {
   std::string session;  // empty: a random one per Publisher
   std::chrono::milliseconds min_backoff{100};
   std::chrono::milliseconds max_backoff{10000};
+  // How long an idle stream goes without a write; bounds how late a restarted sink is noticed.
+  std::chrono::milliseconds heartbeat{2000};
 };
 
 // After every (re)connect it sends hello and the full current snapshot, then each newer one;

@@ -105,8 +105,15 @@ TEST_F(PublisherTest, ARestartedSinkGetsTheCurrentStateWithoutRestartingTheAgent
   auto publisher = StartPublisher();
   ASSERT_TRUE(Eventually([&] { return SinkGeneration() == registry_->snapshot()->generation; }));
 
+  // Nothing changes while it is away: the agent still notices and republishes.
+  uint64_t current = registry_->snapshot()->generation;
   StopSink();
-  uint64_t while_away = registry_->Rescan()->generation;  // discovery does not wait for it
+  StartSink();
+  ASSERT_TRUE(Eventually([&] { return SinkGeneration() == current; }));
+
+  // A change while it is away: discovery does not wait, and the newest reaches the new sink.
+  StopSink();
+  uint64_t while_away = registry_->Rescan()->generation;
   StartSink();
   ASSERT_TRUE(Eventually([&] { return SinkGeneration() == while_away; }));
 }

@@ -179,6 +179,44 @@ TEST_F(RayletSinkTest, GarbageBytesOnTheSocketHarmNothing) {
   EXPECT_EQ(acks[0].applied_generation(), 1u);
 }
 
+// Starts the CLI with `args`, its stdout appended to `out_file`; returns the child's pid.
+pid_t SpawnCli(const std::vector<std::string>& args, const std::string& out_file) {
+  pid_t child = fork();
+  if (child == 0) {
+    int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(fd, STDOUT_FILENO);
+    std::vector<char*> argv = {const_cast<char*>(RAYACCEL_CLI)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(RAYACCEL_CLI, argv.data());
+    _exit(127);
+  }
+  return child;
+}
+
+bool WaitForFile(const std::string& path) {
+  struct stat st {};
+  for (int i = 0; i < 1000 && stat(path.c_str(), &st) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return stat(path.c_str(), &st) == 0;
+}
+
+// Stops a child with SIGTERM; returns its exit code (-1 when it did not exit normally).
+int Stop(pid_t child) {
+  kill(child, SIGTERM);
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::vector<std::string> Lines(const std::string& file) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 // `rayaccel sink` as its own process: it serves on a 0660 socket, prints each applied update
 // as a JSON line, and stops cleanly on SIGTERM.
 TEST(SinkCommand, PrintsAppliedUpdatesAndStopsOnSigterm) {
@@ -232,6 +270,56 @@ TEST(SinkCommand, PrintsAppliedUpdatesAndStopsOnSigterm) {
                           "\", \"generation\": 2, \"resources_total\": {\"GPU\": 6}, "
                           "\"labels\": {\"ray.io/accelerator-type\": \"H100\"}}");
   unlink(out_file.c_str());
+  rmdir(dir);
+}
+
+// The README walkthrough as a test: `rayaccel serve` and `rayaccel sink` as two processes.
+// The sink is killed and restarted; the agent, never restarted, brings the new one up to date.
+// Then the agent is restarted (a new session) and the sink takes its snapshot whole.
+TEST(AgentAndSink, PublishSurvivesRestartsOfEitherSide) {
+  char dir[] = "/tmp/rayaccel-agent-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = std::string(dir) + "/sink.sock";
+  const std::string out = std::string(dir) + "/sink.jsonl";
+  const std::vector<std::string> sink_args = {"sink", "--listen", "unix:" + socket, "--json"};
+  const std::vector<std::string> serve_args = {"serve",
+                                               "--raylet",
+                                               "unix:" + socket,
+                                               "--node-id",
+                                               kNode,
+                                               "--plugin",
+                                               RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
+                                               "--config",
+                                               "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json",
+                                               "--rescan-interval",
+                                               "0"};
+  auto published = [&](size_t n) {
+    for (int i = 0; i < 2000 && Lines(out).size() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return Lines(out).size() >= n;
+  };
+
+  pid_t sink = SpawnCli(sink_args, out);
+  ASSERT_TRUE(WaitForFile(socket));
+  pid_t agent = SpawnCli(serve_args, "/dev/null");
+  ASSERT_TRUE(published(1)) << "first publish never arrived";
+  EXPECT_NE(Lines(out)[0].find("\"generation\": 1, \"resources_total\": {\"GPU\": 8"),
+            std::string::npos)
+      << Lines(out)[0];
+
+  EXPECT_EQ(Stop(sink), 0);
+  sink = SpawnCli(sink_args, out);
+  ASSERT_TRUE(published(2)) << "the agent did not republish to the restarted sink";
+  EXPECT_NE(Lines(out)[1].find("\"generation\": 1,"), std::string::npos) << Lines(out)[1];
+
+  EXPECT_EQ(Stop(agent), 0);
+  agent = SpawnCli(serve_args, "/dev/null");
+  ASSERT_TRUE(published(3)) << "the restarted agent's snapshot was not applied";
+
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_EQ(Stop(sink), 0);
+  unlink(out.c_str());
   rmdir(dir);
 }
 
