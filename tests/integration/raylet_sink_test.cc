@@ -323,5 +323,35 @@ TEST(AgentAndSink, PublishSurvivesRestartsOfEitherSide) {
   rmdir(dir);
 }
 
+// A health change in a plugin reaches the sink with no rescan asked for: the CUDA plugin on the
+// fake NVML reports XID 79 on one of four GPUs, and the sink ends with GPU: 3.
+TEST(AgentAndSink, AHealthChangeReachesTheSink) {
+  char dir[] = "/tmp/rayaccel-health-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = std::string(dir) + "/sink.sock";
+  const std::string out = std::string(dir) + "/sink.jsonl";
+  setenv("FAKE_NVML_FIXTURE", RAYACCEL_FIXTURES_DIR "/fake-nvml/xid-79.json", 1);
+  pid_t sink = SpawnCli({"sink", "--listen", "unix:" + socket, "--json"}, out);
+  ASSERT_TRUE(WaitForFile(socket));
+  pid_t agent = SpawnCli({"serve", "--raylet", "unix:" + socket, "--node-id", kNode, "--plugin",
+                          RAYACCEL_PLUGIN_DIR "/librayaccel-cuda.so", "--config",
+                          "cuda.nvml_library=" RAYACCEL_FAKE_NVML, "--rescan-interval", "0"},
+                         "/dev/null");
+  bool degraded = false;
+  for (int i = 0; i < 2000 && !degraded; ++i) {
+    std::vector<std::string> lines = Lines(out);
+    degraded = !lines.empty() && lines.back().find("\"GPU\": 3") != std::string::npos;
+    if (!degraded) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_EQ(Stop(sink), 0);
+  unsetenv("FAKE_NVML_FIXTURE");
+  std::vector<std::string> lines = Lines(out);
+  ASSERT_TRUE(degraded) << (lines.empty() ? "nothing published" : lines.back());
+  EXPECT_EQ(lines.back().find("\"generation\": 1,"), std::string::npos) << lines.back();
+  unlink(out.c_str());
+  rmdir(dir);
+}
+
 }  // namespace
 }  // namespace rayaccel::rpc
