@@ -15,7 +15,6 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -224,20 +223,11 @@ TEST(SinkCommand, PrintsAppliedUpdatesAndStopsOnSigterm) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string socket = std::string(dir) + "/sink.sock";
   const std::string out_file = std::string(dir) + "/out.jsonl";
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, STDOUT_FILENO);
-    execl(RAYACCEL_CLI, RAYACCEL_CLI, "sink", "--listen", ("unix:" + socket).c_str(), "--json",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  pid_t child = SpawnCli({"sink", "--listen", "unix:" + socket, "--json"}, out_file);
+  ASSERT_GT(child, 0);
+  ASSERT_TRUE(WaitForFile(socket)) << "the sink never listened";
   struct stat st {};
-  for (int i = 0; i < 500 && stat(socket.c_str(), &st) != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(stat(socket.c_str(), &st), 0) << "the sink never listened";
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
 
   auto stub = v1::RayletAcceleratorSink::NewStub(
@@ -255,16 +245,10 @@ TEST(SinkCommand, PrintsAppliedUpdatesAndStopsOnSigterm) {
     stream->WritesDone();
     EXPECT_TRUE(stream->Finish().ok());
   }
-  kill(child, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(Stop(child), 0);
   EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket was left behind";
 
-  std::ifstream in(out_file);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::vector<std::string> lines = Lines(out_file);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1], "{\"node_id\": \"" + kNode +
                           "\", \"generation\": 2, \"resources_total\": {\"GPU\": 6}, "
