@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -56,6 +57,7 @@ struct Nvml {
   nvmlReturn_t (*EventWait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
   nvmlReturn_t (*EventSetFree)(nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*SupportedEvents)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*FieldValues)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
 };
 
 template <typename F>
@@ -101,6 +103,7 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlEventSetWait_v2", &n->EventWait);
   Resolve(h, "nvmlEventSetFree", &n->EventSetFree);
   Resolve(h, "nvmlDeviceGetSupportedEventTypes", &n->SupportedEvents);
+  Resolve(h, "nvmlDeviceGetFieldValues", &n->FieldValues);
   if (n->Init == nullptr || n->Shutdown == nullptr || n->GetCount == nullptr ||
       n->GetHandle == nullptr || n->GetName == nullptr || n->GetUuid == nullptr ||
       n->GetPci == nullptr) {
@@ -169,6 +172,15 @@ struct Gpu {
   int32_t numa = -1;
   std::string fabric_domain;  // "<clusterUUID>.<cliqueId>" when the fabric is complete
   bool vanished = false;      // seen by an earlier scan, gone from NVML now
+  int recovery_action = -1;   // what the driver says the GPU needs; -1: it cannot say
+};
+
+// A fault learned from an NVML event. It outlives rescans and clears only on evidence that the
+// GPU was reset: the driver asked for a recovery action and no longer does, or the GPU was lost
+// and reads again.
+struct Fault {
+  std::string reason;  // "XID 94", "double-bit ECC error"
+  bool reset_pending = false;
 };
 
 // A MIG device: schedulable on its own, carved out of `parent` (an index into gpus).
@@ -193,6 +205,33 @@ std::string Uuid(const unsigned char* b) {
   return s;
 }
 
+// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, or -1 where the driver (before r570) cannot say.
+int RecoveryAction(const Nvml& n, nvmlDevice_t handle) {
+  if (n.FieldValues == nullptr || handle == nullptr) return -1;
+  nvmlFieldValue_t value{};
+  value.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+  if (n.FieldValues(handle, 1, &value) != NVML_SUCCESS || value.nvmlReturn != NVML_SUCCESS ||
+      value.valueType != NVML_VALUE_TYPE_UNSIGNED_INT) {
+    return -1;
+  }
+  return static_cast<int>(value.value.uiVal);
+}
+
+std::string RecoveryActionText(int action) {
+  switch (action) {
+    case NVML_GPU_RECOVERY_ACTION_GPU_RESET:
+      return "the driver asks for a GPU reset";
+    case NVML_GPU_RECOVERY_ACTION_NODE_REBOOT:
+      return "the driver asks for a node reboot";
+    case NVML_GPU_RECOVERY_ACTION_DRAIN_P2P:
+      return "the driver asks to drain peer-to-peer traffic";
+    case NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+      return "the driver asks to drain work and reset the GPU";
+    default:
+      return "the driver asks for recovery action " + std::to_string(action);
+  }
+}
+
 }  // namespace
 }  // namespace rayaccel::cuda
 
@@ -201,12 +240,13 @@ struct rayaccel_plugin_instance {
   std::string library;
   bool by_uuid = false;
   std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
-  // Health learned from events, by GPU index: kept across rescans (guarded by mu).
-  std::map<std::string, std::string> failed;  // by GPU UUID
-  std::mutex events_mu;  // guards the event set; never held together with mu while waiting
+  // Faults learned from events, by GPU UUID: kept across rescans (guarded by mu).
+  std::map<std::string, rayaccel::cuda::Fault> faults;
+  std::mutex events_mu;  // guards the three below; never held together with mu while waiting
   nvmlEventSet_t events = nullptr;
   std::set<nvmlDevice_t> registered;  // handles whose events go to `events`
-  std::mutex mu;                      // guards everything below
+  std::chrono::steady_clock::time_point next_probe;
+  std::mutex mu;  // guards everything below
   rayaccel::cuda::Nvml nvml;
   bool ready = false;
   std::string why_not;  // when !ready
@@ -350,6 +390,7 @@ void Scan(rayaccel_plugin_instance* self) {
     if (n.GetMinor != nullptr && n.GetMinor(g.handle, &dev_minor) == NVML_SUCCESS) {
       g.minor = dev_minor;
     }
+    g.recovery_action = RecoveryAction(n, g.handle);
     if (n.Fabric != nullptr) {
       nvmlGpuFabricInfoV_t info{};
       info.version = nvmlGpuFabricInfo_v2;
@@ -380,6 +421,33 @@ void Scan(rayaccel_plugin_instance* self) {
   for (const Gpu& g : self->gpus) {
     if (!g.vanished && g.handle != nullptr) self->seen[g.uuid] = g;
   }
+  // Settle the faults events taught against what each GPU shows now.
+  for (auto it = self->faults.begin(); it != self->faults.end();) {
+    auto g = std::find_if(self->gpus.begin(), self->gpus.end(),
+                          [&](const Gpu& x) { return x.uuid == it->first; });
+    Fault& fault = it->second;
+    bool recovering = g != self->gpus.end() && (!g->lost.empty() || g->recovery_action > 0);
+    bool recovered = g != self->gpus.end() && !recovering && fault.reset_pending;
+    fault.reset_pending = fault.reset_pending || recovering;  // the reset it needs is under way
+    if (recovered) {
+      plugin::Log(self->host, RAYACCEL_LOG_INFO,
+                  "GPU " + g->uuid + " was reset after " + fault.reason + "; healthy again");
+      it = self->faults.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// Why a GPU cannot be used, or "" when it can.
+std::string Unhealthy(const rayaccel_plugin_instance* self, const Gpu& g) {
+  if (!g.lost.empty()) return g.lost;
+  std::string reason;
+  if (auto f = self->faults.find(g.uuid); f != self->faults.end()) reason = f->second.reason;
+  if (g.recovery_action > 0) {
+    reason += (reason.empty() ? "" : "; ") + RecoveryActionText(g.recovery_action);
+  }
+  return reason;
 }
 
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
@@ -407,10 +475,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.pci_device_id = g.device_id;
       info.numa_node = g.numa;
       info.driver_version = Str(self->driver_version);
-      auto failed = self->failed.find(g.uuid);
-      const std::string& reason = !g.lost.empty()                ? g.lost
-                                  : failed != self->failed.end() ? failed->second
-                                                                 : g.lost;
+      const std::string reason = Unhealthy(self, g);
       // A vanished GPU is reported unhealthy rather than unknown: the registry counts devices
       // of unknown health for Ray, and nothing can run on a GPU the driver lost.
       info.health = reason.empty() ? RAYACCEL_HEALTH_HEALTHY : RAYACCEL_HEALTH_UNHEALTHY;
@@ -440,8 +505,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.driver_version = Str(self->driver_version);
       info.parent_id = Str(parent.uuid);
       info.partition_profile = Str(m.profile);
-      auto failed = self->failed.find(parent.uuid);
-      bool bad = failed != self->failed.end() || !parent.lost.empty();
+      bool bad = !Unhealthy(self, parent).empty();
       info.health = bad ? RAYACCEL_HEALTH_UNHEALTHY : RAYACCEL_HEALTH_HEALTHY;
       std::string reason = bad ? "the parent GPU is unhealthy" : "";
       info.health_reason = Str(reason);
@@ -525,6 +589,33 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
+// Whether a GPU that is lost, faulty or waiting for a recovery action looks different now than
+// at the last scan: a reset shows no event of its own, so it is looked for at most twice a second
+// while a GPU needs one. Called with events_mu held.
+bool ProbeRecovery(rayaccel_plugin_instance* self) {
+  auto now = std::chrono::steady_clock::now();
+  if (now < self->next_probe) return false;
+  self->next_probe = now + std::chrono::milliseconds(500);
+  std::lock_guard<std::mutex> lock(self->mu);
+  const Nvml& n = self->nvml;
+  size_t listed = 0;
+  bool vanished = false;
+  for (const Gpu& g : self->gpus) {
+    if (g.vanished) {
+      vanished = true;
+      continue;
+    }
+    ++listed;
+    if (g.handle == nullptr || Unhealthy(self, g).empty()) continue;
+    char name[96] = {};
+    bool lost_now = n.GetName(g.handle, name, sizeof(name)) != NVML_SUCCESS;
+    if (lost_now != !g.lost.empty()) return true;
+    if (!lost_now && RecoveryAction(n, g.handle) != g.recovery_action) return true;
+  }
+  unsigned count = 0;
+  return vanished && n.GetCount(&count) == NVML_SUCCESS && count > listed;
+}
+
 // Blocks for NVML events: critical XIDs (except the ignored ones) and double-bit ECC errors
 // make a GPU unhealthy, with the XID as the reason; single-bit ECC errors are corrected and
 // change nothing.
@@ -566,7 +657,9 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     }
     nvmlEventData_t event{};
     nvmlReturn_t rc = n.EventWait(self->events, &event, args->timeout_ms);
-    if (rc == NVML_ERROR_TIMEOUT) return RAYACCEL_STATUS_TIMEOUT;
+    if (rc == NVML_ERROR_TIMEOUT) {
+      return ProbeRecovery(self) ? RAYACCEL_STATUS_OK : RAYACCEL_STATUS_TIMEOUT;
+    }
     // A GPU lost while waiting is a change: the rescan that follows reports it.
     if (rc == NVML_ERROR_GPU_IS_LOST) return RAYACCEL_STATUS_OK;
     if (rc != NVML_SUCCESS) {
@@ -574,6 +667,8 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     }
     std::string reason;
     if (event.eventType == nvmlEventTypeXidCriticalError) {
+      // Not a fault: the rescan this asks for reads the new recovery action.
+      if (event.eventData == RAYACCEL_NVML_XID_RECOVERY_ACTION_CHANGED) return RAYACCEL_STATUS_OK;
       if (self->ignored_xids.count(event.eventData) > 0) return RAYACCEL_STATUS_TIMEOUT;
       reason = "XID " + std::to_string(event.eventData);
     } else if (event.eventType == nvmlEventTypeDoubleBitEccError) {
@@ -585,9 +680,9 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     std::lock_guard<std::mutex> lock(self->mu);
     for (const Gpu& g : self->gpus) {
       if (g.handle != event.device) continue;
-      auto [it, inserted] = self->failed.emplace(g.uuid, reason);
-      if (!inserted && it->second == reason) return RAYACCEL_STATUS_TIMEOUT;  // nothing new
-      it->second = reason;
+      auto [it, inserted] = self->faults.emplace(g.uuid, Fault{reason});
+      if (!inserted && it->second.reason == reason) return RAYACCEL_STATUS_TIMEOUT;  // nothing new
+      it->second.reason = reason;
       args->sink->set_health(args->sink->host_context, g.index, RAYACCEL_HEALTH_UNHEALTHY,
                              Str(reason));
       return RAYACCEL_STATUS_OK;

@@ -204,6 +204,79 @@ TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
   EXPECT_EQ(quiet->generation, next->generation);
 }
 
+std::unique_ptr<Registry> WatchedCuda(const std::string& fixture, const std::string& library) {
+  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/" + fixture).c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {CudaPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  options.config["cuda"]["nvml_library"] = library;
+  auto registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return registry.ok() ? *std::move(registry) : nullptr;
+}
+
+// The first snapshot that satisfies `done`, or the last one seen when none did in 10 s.
+template <typename Done>
+std::shared_ptr<const NodeSnapshot> WaitFor(const Registry& registry, Done done) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::shared_ptr<const NodeSnapshot> s = registry.snapshot();
+  while (!done(*s) && std::chrono::steady_clock::now() < deadline) {
+    s = registry.WaitForNewer(s->generation, std::chrono::milliseconds(200));
+  }
+  return s;
+}
+
+// gpu-reset.json: GPU 1 raises XID 94 and the driver asks for a reset, GPU 2 falls off the bus
+// (XID 79), GPU 3 starts with the driver asking to drain P2P traffic. Then the resets are done:
+// at 700 ms the driver's action for GPU 1 goes back to none (with XID 154), at 1000 ms
+// GPU 2 reads again and the drain request on GPU 3 is gone (no event: a probe must see them).
+TEST(CudaPlugin, GpusAreHealthyAgainAfterAReset) {
+  std::unique_ptr<Registry> registry = WatchedCuda("gpu-reset.json", RAYACCEL_FAKE_NVML);
+  ASSERT_NE(registry, nullptr);
+  std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
+  ASSERT_EQ(first->devices.size(), 4u);
+  // A recovery action pending at start is seen without any event (a fault from before).
+  EXPECT_EQ(first->devices[3].health, Health::kUnhealthy);
+  EXPECT_EQ(first->devices[3].health_reason, "the driver asks to drain peer-to-peer traffic");
+  EXPECT_EQ(first->ray.resources.at("GPU"), 3);
+
+  std::shared_ptr<const NodeSnapshot> broken = WaitFor(*registry, [](const NodeSnapshot& s) {
+    return s.devices[1].health == Health::kUnhealthy && s.devices[2].health == Health::kUnhealthy;
+  });
+  EXPECT_EQ(broken->devices[1].health_reason, "XID 94; the driver asks for a GPU reset");
+  EXPECT_NE(broken->devices[2].health_reason.find("GPU_IS_LOST"), std::string::npos)
+      << broken->devices[2].health_reason;
+
+  std::shared_ptr<const NodeSnapshot> healed = WaitFor(*registry, [](const NodeSnapshot& s) {
+    return s.ray.resources.count("GPU") > 0 && s.ray.resources.at("GPU") == 4;
+  });
+  for (const Device& d : healed->devices) {
+    EXPECT_EQ(d.health, Health::kHealthy) << d.index << ": " << d.health_reason;
+  }
+  EXPECT_EQ(healed->devices[2].name, "NVIDIA H100 80GB HBM3");  // read again, not a placeholder
+  EXPECT_GT(healed->generation, broken->generation);
+}
+
+// A driver before r570 cannot say a GPU was reset: the XID stays until the agent restarts
+// (as with NVIDIA's device plugin), while the GPU that fell off the bus and reads again recovers.
+TEST(CudaPlugin, WithoutRecoveryActionsAnXidStaysUntilRestart) {
+  std::unique_ptr<Registry> registry = WatchedCuda("gpu-reset.json", RAYACCEL_FAKE_NVML_OLD);
+  ASSERT_NE(registry, nullptr);
+  EXPECT_EQ(registry->snapshot()->ray.resources.at("GPU"), 4);  // the drain request is unseen
+  std::shared_ptr<const NodeSnapshot> broken = WaitFor(*registry, [](const NodeSnapshot& s) {
+    return s.devices[1].health == Health::kUnhealthy && s.devices[2].health == Health::kUnhealthy;
+  });
+  EXPECT_EQ(broken->devices[1].health_reason, "XID 94");
+  std::shared_ptr<const NodeSnapshot> after = WaitFor(
+      *registry, [](const NodeSnapshot& s) { return s.devices[2].health == Health::kHealthy; });
+  EXPECT_EQ(after->devices[2].health, Health::kHealthy);
+  EXPECT_EQ(after->devices[1].health, Health::kUnhealthy);
+  EXPECT_EQ(after->devices[1].health_reason, "XID 94");
+  EXPECT_EQ(after->ray.resources.at("GPU"), 3);
+}
+
 TEST(CudaPlugin, TopoPrintsWhatNvidiaSmiTopoShows) {
   testing::CommandResult r = testing::Run(
       {RAYACCEL_CLI, "topo", "--plugin", CudaPlugin(), "--no-host-topology", "--config",
