@@ -136,7 +136,9 @@ struct NodeSnapshot {
 // A topology-aware choice of devices (Registry::PreferredAllocation).
 struct Allocation {
   std::vector<size_t> devices;  // positions in NodeSnapshot::devices, ascending; empty: none
-  std::string reason;           // why none is possible, or what made this set best
+  std::vector<std::string> device_ids;  // the same devices' ids
+  uint64_t generation = 0;              // the snapshot the positions refer to
+  std::string reason;                   // why none is possible, or what made this set best
   // The set's score and its parts (docs/topology.md): direct-link bandwidth inside the set,
   // PCIe closeness, NUMA/NIC locality, and the connectivity of the devices left over.
   int64_t link_score = 0;

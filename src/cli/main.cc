@@ -42,10 +42,11 @@ Commands:
                    [--config KEY=VALUE] [--tier N] [--junit FILE] [--json]
                    (runs rayaccel-conformance, installed next to this command)
   sink             stand in for the raylet: accept agents' snapshots and print each applied
-                   update: sink --listen unix:PATH|tcp://127.0.0.1:PORT [--json]
-  serve            the node agent: publish this node's snapshots to a raylet sink and keep
-                   it current: serve --raylet unix:PATH|tcp://127.0.0.1:PORT --node-id ID
-                   [--rescan-interval SECONDS] (SIGHUP rescans; health changes publish at once)
+                   update: sink --listen ADDRESS [--json]
+  serve            the node agent: serve AcceleratorRegistry on --listen (default
+                   unix:/run/rayaccel/agent.sock) and, with --raylet ADDRESS --node-id ID,
+                   publish each snapshot to a raylet sink (SIGHUP rescans; health changes
+                   publish at once; SIGTERM drains)
   version          print the version
 
 Options:
@@ -64,10 +65,17 @@ Options:
                               crash or hang in vendor code fails that plugin only
                               (default: none, in this process)
   --dot                       Graphviz output (topo)
-  --listen ADDRESS            where to serve (sink): unix:PATH (mode 0660) or a loopback
-                              tcp://HOST:PORT
+  --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
+                              tcp://HOST:PORT (port 0: any free one)
+  --tls-cert FILE, --tls-key FILE
+                              serve TLS with this PEM certificate chain and key
+  --tls-client-ca FILE        and require client certificates signed by this CA
+  --token-file FILE           require "authorization: Bearer <token>" on every call
+  --allow-insecure-tcp        allow plain TCP on a non-loopback address (refused otherwise)
   --raylet ADDRESS            the sink to publish to (serve)
   --node-id ID                Ray's node id, 56 hex digits (serve)
+  --raylet-token-file FILE    the bearer token to present to the sink (serve)
+  --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   -h, --help                  this text
@@ -75,9 +83,10 @@ Options:
 
 struct Args {
   std::string command;
-  std::string listen;  // sink --listen
-  std::string raylet;  // serve --raylet
+  rpc::ServerOptions server;  // serve and sink: --listen and its security
+  std::string raylet;         // serve --raylet
   std::string node_id;
+  std::string raylet_token_file, raylet_tls_ca_file;
   long long rescan_interval_s = 60;
   bool json = false;
   bool dot = false;
@@ -156,7 +165,21 @@ int Parse(int argc, char** argv, Args* args) {
         return Usage("--rescan-interval needs a whole number of seconds");
       }
     } else if (flag == "--listen") {
-      if (!take(&args->listen) || args->listen.empty()) return Usage("--listen needs an address");
+      if (!take(&args->server.listen) || args->server.listen.empty()) {
+        return Usage("--listen needs an address");
+      }
+    } else if (flag == "--tls-cert" || flag == "--tls-key" || flag == "--tls-client-ca" ||
+               flag == "--token-file" || flag == "--raylet-token-file" ||
+               flag == "--raylet-tls-ca") {
+      std::string* out = flag == "--tls-cert"            ? &args->server.tls_cert_file
+                         : flag == "--tls-key"           ? &args->server.tls_key_file
+                         : flag == "--tls-client-ca"     ? &args->server.tls_client_ca_file
+                         : flag == "--token-file"        ? &args->server.token_file
+                         : flag == "--raylet-token-file" ? &args->raylet_token_file
+                                                         : &args->raylet_tls_ca_file;
+      if (!take(out) || out->empty()) return Usage(flag + " needs a file");
+    } else if (flag == "--allow-insecure-tcp") {
+      args->server.allow_insecure_tcp = true;
     } else if (flag == "--plugin") {
       std::string v;
       if (!take(&v) || v.empty()) return Usage("--plugin needs a name or path");
@@ -229,13 +252,15 @@ int Run(int argc, char** argv) {
     return kExitOk;
   }
   if (cmd == "sink") {
-    if (args.listen.empty()) return Usage("sink needs --listen ADDRESS");
-    return RunSink(args.listen, args.json);
+    if (args.server.listen.empty()) return Usage("sink needs --listen ADDRESS");
+    return RunSink(args.server, args.json);
   }
   if (cmd == "serve") {
-    if (args.raylet.empty()) return Usage("serve needs --raylet ADDRESS");
-    if (args.node_id.empty()) return Usage("serve needs --node-id ID");
-    return RunServe({args.options, args.raylet, args.node_id, args.rescan_interval_s});
+    if (args.raylet.empty() != args.node_id.empty()) {
+      return Usage("serve: --raylet and --node-id go together");
+    }
+    return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
+                     args.raylet_tls_ca_file, args.rescan_interval_s});
   }
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
       cmd != "topo" && cmd != "allocate") {

@@ -9,21 +9,64 @@
 
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
+#include "rpc/registry_service.h"
 #include "rpc/sink_state.h"
 #include "spdlog/spdlog.h"
 
 namespace rayaccel::cli {
+namespace {
+
+constexpr auto kDrainTime = std::chrono::seconds(1);
+
+int Fail(const std::string& what, const absl::Status& status, int code) {
+  std::fprintf(stderr, "rayaccel: %s%s\n", what.c_str(), std::string(status.message()).c_str());
+  return code;
+}
+
+// The publisher's settings from the flags, or why they do not work.
+absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
+  absl::StatusOr<rpc::ListenAddress> raylet = rpc::ParseListenAddress(args.raylet);
+  if (!raylet.ok()) return raylet.status();
+  if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) return st;
+  rpc::PublisherOptions publish;
+  publish.target = raylet->grpc_uri;
+  publish.node_id = args.node_id;
+  if (!args.raylet_token_file.empty()) {
+    absl::StatusOr<std::string> token = rpc::ReadTokenFile(args.raylet_token_file);
+    if (!token.ok()) return token.status();
+    publish.token = *std::move(token);
+  }
+  if (!args.raylet_tls_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = rpc::ReadCredentialFile(args.raylet_tls_ca_file, "TLS CA");
+    if (!ca.ok()) return ca.status();
+    publish.tls_root_certs = *std::move(ca);
+  }
+  if (raylet->unix_path.empty() && !raylet->loopback && publish.tls_root_certs.empty() &&
+      !args.server.allow_insecure_tcp) {
+    return absl::InvalidArgumentError(
+        "plain TCP to a raylet off this host is refused; use TLS or allow it explicitly");
+  }
+  return publish;
+}
+
+}  // namespace
 
 int RunServe(ServeArgs args) {
-  absl::StatusOr<rpc::ListenAddress> raylet = rpc::ParseListenAddress(args.raylet);
-  if (!raylet.ok()) {
-    std::fprintf(stderr, "rayaccel: --raylet: %s\n",
-                 std::string(raylet.status().message()).c_str());
-    return 2;
+  if (args.server.listen.empty()) args.server.listen = kDefaultAgentSocket;
+  if (absl::Status st = rpc::CheckServerOptions(args.server).status(); !st.ok()) {
+    return Fail("--listen: ", st, 2);
   }
-  if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) {
-    std::fprintf(stderr, "rayaccel: --node-id: %s\n", std::string(st.message()).c_str());
-    return 2;
+  std::unique_ptr<rpc::BearerToken> token;
+  if (!args.server.token_file.empty()) {
+    absl::StatusOr<rpc::BearerToken> read = rpc::BearerToken::FromFile(args.server.token_file);
+    if (!read.ok()) return Fail("", read.status(), 2);
+    token = std::make_unique<rpc::BearerToken>(*std::move(read));
+  }
+  rpc::PublisherOptions publish;
+  if (!args.raylet.empty()) {
+    absl::StatusOr<rpc::PublisherOptions> settings = PublisherSettings(args);
+    if (!settings.ok()) return Fail("--raylet: ", settings.status(), 2);
+    publish = *std::move(settings);
   }
   // Blocked before any thread starts, so that only sigwait below receives them.
   sigset_t signals;
@@ -33,16 +76,23 @@ int RunServe(ServeArgs args) {
 
   args.options.watch_health = true;  // a plugin's health change is published at once
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(args.options);
-  if (!registry.ok()) {
-    std::fprintf(stderr, "rayaccel: %s\n", std::string(registry.status().message()).c_str());
-    return 1;
+  if (!registry.ok()) return Fail("", registry.status(), 1);
+
+  rpc::RegistryService::Options service_options;
+  service_options.token = token.get();
+  auto service = std::make_unique<rpc::RegistryService>(registry->get(), service_options);
+  absl::StatusOr<std::unique_ptr<rpc::Server>> server =
+      rpc::Server::Start(args.server, {service.get()});
+  if (!server.ok()) return Fail("", server.status(), 1);
+  spdlog::info("serve: serving generation {} on {}", (*registry)->snapshot()->generation,
+               (*server)->target());
+
+  std::unique_ptr<rpc::Publisher> publisher;
+  if (!args.raylet.empty()) {
+    publisher = std::make_unique<rpc::Publisher>(publish, registry->get());
+    spdlog::info("serve: node {} session {}: publishing to {}", args.node_id, publisher->session(),
+                 publish.target);
   }
-  rpc::PublisherOptions publish;
-  publish.target = raylet->grpc_uri;
-  publish.node_id = args.node_id;
-  auto publisher = std::make_unique<rpc::Publisher>(publish, registry->get());
-  spdlog::info("serve: node {} session {}: generation {} published to {}", args.node_id,
-               publisher->session(), (*registry)->snapshot()->generation, raylet->grpc_uri);
 
   while (true) {
     siginfo_t info{};
@@ -64,7 +114,11 @@ int RunServe(ServeArgs args) {
                    received == SIGHUP ? "SIGHUP" : "interval", snap->generation);
     }
   }
-  publisher.reset();  // ends the stream cleanly before the registry goes
+  // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
+  // watchers are ended; then the registry (and its plugins) go.
+  publisher.reset();
+  (*server)->Shutdown(std::chrono::system_clock::now() + kDrainTime);
+  service.reset();
   return 0;
 }
 

@@ -1,18 +1,13 @@
 #include "cli/sink_command.h"
 
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "cli/render.h"
-#include "rpc/listen_address.h"
 #include "rpc/raylet_sink.h"
 #include "spdlog/spdlog.h"
 
@@ -43,12 +38,20 @@ class Printer : public rpc::RayletSink::Listener {
 
 }  // namespace
 
-int RunSink(const std::string& listen, bool json) {
-  absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(listen);
-  if (!address.ok()) {
-    std::fprintf(stderr, "rayaccel: --listen: %s\n",
-                 std::string(address.status().message()).c_str());
+int RunSink(const rpc::ServerOptions& server_options, bool json) {
+  absl::Status usable = rpc::CheckServerOptions(server_options).status();
+  if (!usable.ok()) {
+    std::fprintf(stderr, "rayaccel: --listen: %s\n", std::string(usable.message()).c_str());
     return 2;
+  }
+  std::unique_ptr<rpc::BearerToken> token;
+  if (!server_options.token_file.empty()) {
+    absl::StatusOr<rpc::BearerToken> read = rpc::BearerToken::FromFile(server_options.token_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(read.status().message()).c_str());
+      return 2;
+    }
+    token = std::make_unique<rpc::BearerToken>(*std::move(read));
   }
   // Before gRPC starts its threads, so that they inherit the mask and sigwait sees the signal.
   sigset_t stop;
@@ -57,37 +60,22 @@ int RunSink(const std::string& listen, bool json) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  if (!address->unix_path.empty()) unlink(address->unix_path.c_str());  // a stale socket
   Printer printer(json);
-  rpc::RayletSink sink(&printer);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(address->grpc_uri, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.RegisterService(&sink);
-  // The socket is born 0660 (no window in which others may connect), then chmod states it.
-  mode_t old_mask = umask(0117);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  umask(old_mask);
-  if (server == nullptr || (address->unix_path.empty() && port == 0)) {
-    std::fprintf(stderr, "rayaccel: cannot listen on %s\n", listen.c_str());
+  rpc::RayletSink sink(&printer, token.get());
+  rpc::ServerOptions options = server_options;
+  options.max_receive_message_bytes = kMaxMessageBytes;
+  absl::StatusOr<std::unique_ptr<rpc::Server>> server = rpc::Server::Start(options, {&sink});
+  if (!server.ok()) {
+    std::fprintf(stderr, "rayaccel: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  if (!address->unix_path.empty() && chmod(address->unix_path.c_str(), 0660) != 0) {
-    std::fprintf(stderr, "rayaccel: chmod %s: %s\n", address->unix_path.c_str(),
-                 std::strerror(errno));
-    server->Shutdown();
-    return 1;
-  }
-  spdlog::info("sink: listening on {}{}", address->grpc_uri,
-               address->unix_path.empty() ? " (port " + std::to_string(port) + ")" : "");
+  spdlog::info("sink: listening on {}", (*server)->target());
 
   int signal_number = 0;
   sigwait(&stop, &signal_number);
   spdlog::info("sink: {} received, stopping", strsignal(signal_number));
   // Streams in progress get a moment to finish; then they are cancelled (agents reconnect).
-  server->Shutdown(std::chrono::system_clock::now() + kDrainTime);
-  if (!address->unix_path.empty()) unlink(address->unix_path.c_str());
+  (*server)->Shutdown(std::chrono::system_clock::now() + kDrainTime);
   return 0;
 }
 

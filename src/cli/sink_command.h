@@ -3,12 +3,12 @@
 #ifndef RAYACCEL_CLI_SINK_COMMAND_H_
 #define RAYACCEL_CLI_SINK_COMMAND_H_
 
-#include <string>
+#include "rpc/server.h"
 
 namespace rayaccel::cli {
 
 // Serves until SIGINT or SIGTERM; returns the process exit code.
-int RunSink(const std::string& listen, bool json);
+int RunSink(const rpc::ServerOptions& server, bool json);
 
 }  // namespace rayaccel::cli
 

@@ -337,6 +337,7 @@ class Registry::Impl {
       }
     }
     Allocation none;
+    none.generation = snap->generation;
     for (size_t m : *must) {
       if (std::find(available->begin(), available->end(), m) == available->end()) {
         none.reason =
@@ -357,7 +358,10 @@ class Registry::Impl {
       none.reason = std::string(st.message());
     }
     if (!none.reason.empty()) return none;
-    return ChoosePreferred(*snap, *available, *must, size);
+    Allocation chosen = ChoosePreferred(*snap, *available, *must, size);
+    for (size_t p : chosen.devices) chosen.device_ids.push_back(snap->devices[p].id);
+    chosen.generation = snap->generation;
+    return chosen;
   }
 
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(

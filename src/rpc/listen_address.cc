@@ -35,11 +35,7 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text) {
       !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" needs HOST:PORT"));
   }
-  absl::string_view host = rest.substr(0, colon);
-  if (!IsLoopback(host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plain TCP on \"", host, "\" is refused: only loopback addresses are allowed"));
-  }
+  out.loopback = IsLoopback(rest.substr(0, colon));
   out.grpc_uri = std::string(rest);
   return out;
 }

@@ -1,5 +1,6 @@
 // Where a server listens, as operators write it: `unix:PATH` (or a bare absolute path) or
-// `tcp://HOST:PORT`. Plain TCP is limited to loopback: the channel carries no credentials yet.
+// `tcp://HOST:PORT`. Whether a TCP address may be used without TLS is the server's or client's
+// decision (server.h), from `loopback`.
 #ifndef RAYACCEL_RPC_LISTEN_ADDRESS_H_
 #define RAYACCEL_RPC_LISTEN_ADDRESS_H_
 
@@ -13,6 +14,7 @@ namespace rayaccel::rpc {
 struct ListenAddress {
   std::string grpc_uri;   // what grpc::ServerBuilder::AddListeningPort takes
   std::string unix_path;  // the socket file, empty for TCP
+  bool loopback = false;  // TCP on 127.0.0.0/8, ::1 or localhost
 };
 
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);

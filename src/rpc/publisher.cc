@@ -59,10 +59,14 @@ void Publisher::Run() {
 }
 
 void Publisher::PublishOnce() {
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options_.tls_root_certs.empty()
+          ? grpc::InsecureChannelCredentials()
+          : grpc::SslCredentials(grpc::SslCredentialsOptions{options_.tls_root_certs, "", ""});
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(options_.target, credentials);
   auto stub = v1::RayletAcceleratorSink::NewStub(channel);
   grpc::ClientContext context;
+  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;

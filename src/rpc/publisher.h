@@ -24,6 +24,8 @@ struct PublisherOptions {
   std::chrono::milliseconds max_backoff{10000};
   // How long an idle stream goes without a write; bounds how late a restarted sink is noticed.
   std::chrono::milliseconds heartbeat{2000};
+  std::string token;           // sent as "authorization: Bearer <token>" when set
+  std::string tls_root_certs;  // PEM: connect with TLS, trusting these CAs; empty: plain
 };
 
 // After every (re)connect it sends hello and the full current snapshot, then each newer one;

@@ -17,6 +17,12 @@ grpc::Status RayletSink::Publish(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::PublishAck, v1::PublishRequest>* stream) {
   const std::string peer = context->peer();
+  if (token_ != nullptr) {
+    if (grpc::Status st = token_->Check(*context); !st.ok()) {
+      spdlog::warn("sink: refused {}: {}", peer, st.error_message());
+      return st;
+    }
+  }
   v1::PublishRequest request;
   if (!stream->Read(&request)) return grpc::Status::OK;  // closed before saying anything
   if (request.kind_case() != v1::PublishRequest::kHello) {

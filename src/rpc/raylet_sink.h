@@ -8,6 +8,7 @@
 #include <string>
 
 #include "rayaccel/v1/sink.grpc.pb.h"
+#include "rpc/server.h"
 #include "rpc/sink_state.h"
 
 namespace rayaccel::rpc {
@@ -24,8 +25,10 @@ class RayletSink final : public v1::RayletAcceleratorSink::Service {
                                  const v1::NodeSnapshot& snapshot) = 0;
   };
 
-  // `listener` may be null; it must outlive the service.
-  explicit RayletSink(Listener* listener) : listener_(listener) {}
+  // `listener` may be null; it and `token` (required of every agent when set) must outlive
+  // the service.
+  explicit RayletSink(Listener* listener, const BearerToken* token = nullptr)
+      : listener_(listener), token_(token) {}
 
   // Protocol (sink.proto): hello first, then snapshots, each answered with an ack. Anything
   // else ends the stream with INVALID_ARGUMENT; what was applied before stands.
@@ -37,6 +40,7 @@ class RayletSink final : public v1::RayletAcceleratorSink::Service {
 
  private:
   Listener* listener_;
+  const BearerToken* token_;
   SinkState state_;
 };
 

@@ -21,9 +21,14 @@
 
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
+#include "support/child_process.h"
 
 namespace rayaccel::rpc {
 namespace {
+
+using testing::Lines;
+using testing::Stop;
+using testing::WaitForFile;
 
 const std::string kNode(56, 'c');
 
@@ -180,40 +185,7 @@ TEST_F(RayletSinkTest, GarbageBytesOnTheSocketHarmNothing) {
 
 // Starts the CLI with `args`, its stdout appended to `out_file`; returns the child's pid.
 pid_t SpawnCli(const std::vector<std::string>& args, const std::string& out_file) {
-  pid_t child = fork();
-  if (child == 0) {
-    int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    dup2(fd, STDOUT_FILENO);
-    std::vector<char*> argv = {const_cast<char*>(RAYACCEL_CLI)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(RAYACCEL_CLI, argv.data());
-    _exit(127);
-  }
-  return child;
-}
-
-bool WaitForFile(const std::string& path) {
-  struct stat st {};
-  for (int i = 0; i < 1000 && stat(path.c_str(), &st) != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return stat(path.c_str(), &st) == 0;
-}
-
-// Stops a child with SIGTERM; returns its exit code (-1 when it did not exit normally).
-int Stop(pid_t child) {
-  kill(child, SIGTERM);
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
-std::vector<std::string> Lines(const std::string& file) {
-  std::ifstream in(file);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
+  return testing::Spawn(RAYACCEL_CLI, args, out_file);
 }
 
 // `rayaccel sink` as its own process: it serves on a 0660 socket, prints each applied update
@@ -267,6 +239,8 @@ TEST(AgentAndSink, PublishSurvivesRestartsOfEitherSide) {
   const std::string out = std::string(dir) + "/sink.jsonl";
   const std::vector<std::string> sink_args = {"sink", "--listen", "unix:" + socket, "--json"};
   const std::vector<std::string> serve_args = {"serve",
+                                               "--listen",
+                                               std::string(dir) + "/agent.sock",
                                                "--raylet",
                                                "unix:" + socket,
                                                "--node-id",
@@ -317,10 +291,11 @@ TEST(AgentAndSink, AHealthChangeReachesTheSink) {
   setenv("FAKE_NVML_FIXTURE", RAYACCEL_FIXTURES_DIR "/fake-nvml/xid-79.json", 1);
   pid_t sink = SpawnCli({"sink", "--listen", "unix:" + socket, "--json"}, out);
   ASSERT_TRUE(WaitForFile(socket));
-  pid_t agent = SpawnCli({"serve", "--raylet", "unix:" + socket, "--node-id", kNode, "--plugin",
-                          RAYACCEL_PLUGIN_DIR "/librayaccel-cuda.so", "--config",
-                          "cuda.nvml_library=" RAYACCEL_FAKE_NVML, "--rescan-interval", "0"},
-                         "/dev/null");
+  pid_t agent =
+      SpawnCli({"serve", "--listen", std::string(dir) + "/agent.sock", "--raylet", "unix:" + socket,
+                "--node-id", kNode, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-cuda.so",
+                "--config", "cuda.nvml_library=" RAYACCEL_FAKE_NVML, "--rescan-interval", "0"},
+               "/dev/null");
   bool degraded = false;
   for (int i = 0; i < 2000 && !degraded; ++i) {
     std::vector<std::string> lines = Lines(out);

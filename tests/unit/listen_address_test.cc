@@ -16,15 +16,22 @@ TEST(ListenAddress, UnixSockets) {
   EXPECT_FALSE(ParseListenAddress("unix:").ok());
 }
 
-TEST(ListenAddress, TcpOnlyOnLoopback) {
+TEST(ListenAddress, TcpSaysWhetherItIsLoopback) {
   for (const char* ok : {"tcp://127.0.0.1:5000", "tcp://localhost:0", "tcp://[::1]:65535"}) {
     auto a = ParseListenAddress(ok);
     ASSERT_TRUE(a.ok()) << ok << ": " << a.status();
     EXPECT_TRUE(a->unix_path.empty());
+    EXPECT_TRUE(a->loopback) << ok;
   }
   EXPECT_EQ(ParseListenAddress("tcp://127.0.0.1:5000")->grpc_uri, "127.0.0.1:5000");
-  for (const char* bad : {"tcp://0.0.0.0:5000", "tcp://10.1.2.3:5000", "tcp://127.0.0.1",
-                          "tcp://127.0.0.1:70000", "tcp://:5000", "http://x:1", "sink.sock"}) {
+  for (const char* wide : {"tcp://0.0.0.0:5000", "tcp://10.1.2.3:5000", "tcp://[::]:1"}) {
+    auto a = ParseListenAddress(wide);
+    ASSERT_TRUE(a.ok()) << wide << ": " << a.status();
+    EXPECT_FALSE(a->loopback) << wide;
+  }
+  EXPECT_FALSE(ParseListenAddress("unix:/x.sock")->loopback);
+  for (const char* bad :
+       {"tcp://127.0.0.1", "tcp://127.0.0.1:70000", "tcp://:5000", "http://x:1", "sink.sock"}) {
     EXPECT_FALSE(ParseListenAddress(bad).ok()) << bad;
   }
 }

@@ -1,0 +1,202 @@
+#include "rpc/server.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "spdlog/spdlog.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+// Whether something accepts connections on the socket file `path`.
+bool SocketIsLive(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+// Makes room for a new socket at `path`: removes a stale socket (a server that died), refuses
+// to touch a live one or any other kind of file.
+absl::Status PrepareSocketPath(const std::string& path) {
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
+                                                   sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+  }
+  // The folder, when missing (/run/rayaccel after a reboot): one level, world-traversable.
+  std::string dir = path.substr(0, path.rfind('/'));
+  if (!dir.empty() && mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create the socket's folder ", dir, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(path, " exists and is not a socket; not removing it"));
+  }
+  if (SocketIsLive(path)) {
+    return absl::AlreadyExistsError(absl::StrCat("another server is listening on ", path));
+  }
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot remove the stale socket ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
+  if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadCredentialFile(options.tls_cert_file, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadCredentialFile(options.tls_key_file, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!options.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca =
+        ReadCredentialFile(options.tls_client_ca_file, "TLS client CA");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadCredentialFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadCredentialFile(path, "token file");
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
+    spdlog::warn("token file {} is readable by every user", path);
+  }
+  return token;
+}
+
+absl::StatusOr<BearerToken> BearerToken::FromFile(const std::string& path) {
+  absl::StatusOr<std::string> token = ReadTokenFile(path);
+  if (!token.ok()) return token.status();
+  return BearerToken(*std::move(token));
+}
+
+grpc::Status BearerToken::Check(const grpc::ServerContextBase& context) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "a bearer token is required"};
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ")) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "authorization must be \"Bearer <token>\""};
+  }
+  // Constant time in the token's content: a mismatch does not say where it is.
+  unsigned char diff = value.size() == token_.size() ? 0 : 1;
+  for (size_t i = 0; i < token_.size(); ++i) {
+    diff |= static_cast<unsigned char>(token_[i]) ^
+            static_cast<unsigned char>(i < value.size() ? value[i] : 0);
+  }
+  if (diff != 0) return {grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token"};
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options) {
+  absl::StatusOr<ListenAddress> address = ParseListenAddress(options.listen);
+  if (!address.ok()) return address.status();
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+  }
+  if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("a TLS client CA needs a server certificate and key");
+  }
+  if (address->unix_path.empty() && !address->loopback && options.tls_cert_file.empty() &&
+      !options.allow_insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plain TCP on ", address->grpc_uri,
+        " is refused: anyone on the network could call it; use TLS, a loopback address, or "
+        "allow it explicitly"));
+  }
+  return address;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
+                                                      const std::vector<grpc::Service*>& services) {
+  absl::StatusOr<ListenAddress> address = CheckServerOptions(options);
+  if (!address.ok()) return address.status();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  if (!address->unix_path.empty()) {
+    if (absl::Status st = PrepareSocketPath(address->unix_path); !st.ok()) return st;
+  }
+  std::unique_ptr<Server> out(new Server());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address->grpc_uri, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  // The socket is born 0660 (no window in which others may connect), then chmod states it.
+  mode_t old_mask = umask(0117);
+  out->server_ = builder.BuildAndStart();
+  umask(old_mask);
+  if (out->server_ == nullptr || (address->unix_path.empty() && port == 0)) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  if (!address->unix_path.empty()) {
+    out->unix_path_ = address->unix_path;
+    out->target_ = address->grpc_uri;
+    if (chmod(out->unix_path_.c_str(), 0660) != 0) {
+      std::string why = std::strerror(errno);
+      out->Shutdown(std::chrono::system_clock::now());
+      return absl::PermissionDeniedError(absl::StrCat("chmod ", out->unix_path_, ": ", why));
+    }
+  } else {
+    out->target_ =
+        absl::StrCat(address->grpc_uri.substr(0, address->grpc_uri.rfind(':')), ":", port);
+  }
+  return out;
+}
+
+void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (stopped_) return;
+  stopped_ = true;
+  server_->Shutdown(deadline);
+  server_->Wait();
+  if (!unix_path_.empty()) unlink(unix_path_.c_str());
+}
+
+Server::~Server() {
+  if (server_ != nullptr) Shutdown(std::chrono::system_clock::now());
+}
+
+}  // namespace rayaccel::rpc

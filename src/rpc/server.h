@@ -1,0 +1,80 @@
+// Starting a gRPC server the way every rayaccel endpoint does (the agent's AcceleratorRegistry,
+// the standalone sink): where it listens, how a Unix socket is created, and who may call.
+//
+// Security model (docs/cli.md "Security"): a Unix socket is the default and is guarded by its
+// file mode (0660: the agent's user and group). TCP is loopback unless TLS is configured or
+// the operator explicitly allows plain TCP elsewhere. A bearer token, when configured, is
+// required on every call, whatever the transport.
+#ifndef RAYACCEL_RPC_SERVER_H_
+#define RAYACCEL_RPC_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rpc/listen_address.h"
+
+namespace rayaccel::rpc {
+
+struct ServerOptions {
+  std::string listen;  // unix:PATH, an absolute path, or tcp://HOST:PORT
+  // TLS for TCP: the server's certificate chain and key (PEM); with a client CA, clients must
+  // present a certificate it signed (mutual TLS).
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  std::string token_file;           // a bearer token every call must carry; empty: none
+  bool allow_insecure_tcp = false;  // plain TCP on a non-loopback address
+  int max_receive_message_bytes = 4 << 20;
+};
+
+// The contents of a credentials file (a PEM certificate or key), or why it cannot be read.
+absl::StatusOr<std::string> ReadCredentialFile(const std::string& path, const char* what);
+
+// A bearer token from a file: surrounding whitespace dropped; an empty file is an error.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// A bearer token ("authorization: Bearer <token>" metadata), compared in constant time.
+class BearerToken {
+ public:
+  static absl::StatusOr<BearerToken> FromFile(const std::string& path);
+  explicit BearerToken(std::string token) : token_(std::move(token)) {}
+
+  // OK, or UNAUTHENTICATED saying what was wrong (never echoing what the client sent).
+  grpc::Status Check(const grpc::ServerContextBase& context) const;
+
+ private:
+  std::string token_;
+};
+
+// Checks that the options make sense together, before anything starts: the address parses,
+// TLS files come as a pair, and plain TCP on a non-loopback address is explicitly allowed.
+absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options);
+
+class Server {
+ public:
+  // Builds and starts a server for `services` (which must outlive it). A Unix socket is
+  // created with mode 0660; a stale socket file in its place is removed, any other file is not.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options,
+                                                       const std::vector<grpc::Service*>& services);
+  ~Server();
+
+  // The address clients use: the socket's unix: URI, or HOST:PORT with the port bound.
+  const std::string& target() const { return target_; }
+
+  // Calls in progress get until `deadline`, then are cancelled; the socket file is removed.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+
+ private:
+  Server() = default;
+  std::unique_ptr<grpc::Server> server_;
+  std::string unix_path_;
+  std::string target_;
+  bool stopped_ = false;
+};
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_SERVER_H_

@@ -1,0 +1,507 @@
+// The agent's AcceleratorRegistry: served by a real gRPC server on real sockets (Unix, TCP
+// loopback, TLS) over a real registry with the sim plugin, and by `rayaccel serve` as a process.
+#include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rayaccel/v1/agent.grpc.pb.h"
+#include "rpc/registry_service.h"
+#include "spdlog/spdlog.h"
+#include "support/child_process.h"
+
+namespace rayaccel::rpc {
+namespace {
+
+using testing::Lines;
+using testing::Stop;
+using testing::WaitForFile;
+
+std::string TempDir() {
+  char dir[] = "/tmp/rayaccel-agent-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  return dir;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::unique_ptr<Registry> SimRegistry(const std::string& spec) {
+  RegistryOptions options;
+  options.plugins = {RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so"};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR "/") + spec;
+  auto registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return *std::move(registry);
+}
+
+using Stub = v1::AcceleratorRegistry::Stub;
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { spdlog::default_logger(); }
+
+  // Starts the service over a sim registry; `tweak` adjusts the server options first.
+  void Start(ServerOptions options = {}, const std::string& spec = "dgx-h100.json",
+             RegistryService::Options service_options = {}) {
+    dir_ = TempDir();
+    if (options.listen.empty()) options.listen = "unix:" + dir_ + "/agent.sock";
+    registry_ = SimRegistry(spec);
+    service_ = std::make_unique<RegistryService>(registry_.get(), service_options);
+    auto server = Server::Start(options, {service_.get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    service_.reset();
+    rmdir(dir_.c_str());
+  }
+
+  std::unique_ptr<Stub> Connect(
+      std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
+    return v1::AcceleratorRegistry::NewStub(grpc::CreateChannel(server_->target(), credentials));
+  }
+
+  std::string dir_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<RegistryService> service_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(AgentServiceTest, GetSnapshotIsTheRegistrysOnA0660Socket) {
+  Start();
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/agent.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  auto stub = Connect();
+  grpc::ClientContext context;
+  v1::NodeSnapshot snapshot;
+  ASSERT_TRUE(stub->GetSnapshot(&context, {}, &snapshot).ok());
+  EXPECT_EQ(snapshot.generation(), registry_->snapshot()->generation);
+  EXPECT_EQ(snapshot.devices_size(), 8);
+  EXPECT_EQ(snapshot.resources_total().at("GPU"), 8);
+  EXPECT_EQ(snapshot.labels().at("ray.io/accelerator-type"), "H100");
+}
+
+TEST_F(AgentServiceTest, WatchersGetTheCurrentSnapshotAtOnceThenEachNewOne) {
+  Start();
+  auto stub = Connect();
+  grpc::ClientContext context;
+  auto reader = stub->WatchSnapshots(&context, {});
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(reader->Read(&s));
+  const uint64_t first = s.generation();
+  EXPECT_EQ(first, registry_->snapshot()->generation);
+  registry_->Rescan();
+  ASSERT_TRUE(reader->Read(&s));
+  EXPECT_EQ(s.generation(), first + 1);
+
+  // A watcher that already holds the current generation waits for the next one.
+  grpc::ClientContext later_context;
+  v1::WatchSnapshotsRequest after;
+  after.set_after_generation(first + 1);
+  auto later = stub->WatchSnapshots(&later_context, after);
+  registry_->Rescan();
+  ASSERT_TRUE(later->Read(&s));
+  EXPECT_EQ(s.generation(), first + 2);
+  context.TryCancel();
+  later_context.TryCancel();
+}
+
+// A watcher that stops reading holds up no one; when it reads again it gets strictly newer
+// generations ending with the newest, having skipped those it was too slow for.
+TEST_F(AgentServiceTest, ASlowWatcherSkipsToTheNewestAndHoldsUpNoOne) {
+  Start({}, "nvl72.json");
+  auto stub = Connect();
+  grpc::ClientContext slow_context, fast_context;
+  auto slow = stub->WatchSnapshots(&slow_context, {});
+  auto fast = stub->WatchSnapshots(&fast_context, {});
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(slow->Read(&s));
+  ASSERT_TRUE(fast->Read(&s));
+  constexpr int kRescans = 300;
+  uint64_t newest = 0;
+  for (int i = 0; i < kRescans; ++i) newest = registry_->Rescan()->generation;
+  // The fast watcher reaches the newest while the slow one has not read anything.
+  while (s.generation() < newest) ASSERT_TRUE(fast->Read(&s));
+  EXPECT_EQ(s.generation(), newest);
+
+  int received = 0;
+  uint64_t last = 0;
+  while (last < newest) {
+    ASSERT_TRUE(slow->Read(&s));
+    EXPECT_GT(s.generation(), last);
+    last = s.generation();
+    ++received;
+  }
+  EXPECT_EQ(last, newest);
+  EXPECT_LT(received, kRescans) << "nothing was skipped";
+  slow_context.TryCancel();
+  fast_context.TryCancel();
+}
+
+TEST_F(AgentServiceTest, ManyConcurrentWatchersEachGetEveryChange) {
+  Start();
+  constexpr int kWatchers = 100;
+  const uint64_t first = registry_->snapshot()->generation;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int c = 0; c < 4; ++c) {
+    channels.push_back(grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+  }
+  std::atomic<int> ready{0}, done{0};
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  for (int w = 0; w < kWatchers; ++w) contexts.push_back(std::make_unique<grpc::ClientContext>());
+  for (int w = 0; w < kWatchers; ++w) {
+    threads.emplace_back([&, w] {
+      auto stub = v1::AcceleratorRegistry::NewStub(channels[w % channels.size()]);
+      auto reader = stub->WatchSnapshots(contexts[w].get(), {});
+      v1::NodeSnapshot s;
+      if (!reader->Read(&s) || s.generation() != first) return;
+      ++ready;
+      while (reader->Read(&s) && s.generation() < first + 2) {
+      }
+      if (s.generation() == first + 2) ++done;
+    });
+  }
+  for (int i = 0; i < 1000 && ready < kWatchers; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ready, kWatchers);
+  EXPECT_EQ(service_->watcher_count(), static_cast<size_t>(kWatchers));
+  registry_->Rescan();
+  registry_->Rescan();
+  for (int i = 0; i < 1000 && done < kWatchers; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(done, kWatchers);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 500 && service_->watcher_count() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(service_->watcher_count(), 0u) << "cancelled watchers were not forgotten";
+}
+
+TEST_F(AgentServiceTest, WatchersBeyondTheLimitAreRefused) {
+  RegistryService::Options limited;
+  limited.max_watchers = 2;
+  Start({}, "dgx-h100.json", limited);
+  auto stub = Connect();
+  grpc::ClientContext a, b, c;
+  auto ra = stub->WatchSnapshots(&a, {});
+  auto rb = stub->WatchSnapshots(&b, {});
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(ra->Read(&s));
+  ASSERT_TRUE(rb->Read(&s));
+  auto rc = stub->WatchSnapshots(&c, {});
+  EXPECT_FALSE(rc->Read(&s));
+  EXPECT_EQ(rc->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  a.TryCancel();
+  b.TryCancel();
+}
+
+TEST_F(AgentServiceTest, AllocationThroughTheService) {
+  Start();
+  auto stub = Connect();
+  v1::PreferredAllocationRequest want;
+  want.set_resource("GPU");
+  want.set_count(4);
+  v1::PreferredAllocationResponse chosen;
+  {
+    grpc::ClientContext context;
+    grpc::Status st = stub->PreferredAllocation(&context, want, &chosen);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_EQ(chosen.device_ids_size(), 4) << chosen.reason();
+  EXPECT_EQ(chosen.generation(), registry_->snapshot()->generation);
+
+  v1::PrepareAllocationRequest prepare;
+  prepare.set_generation(chosen.generation());
+  *prepare.mutable_device_ids() = chosen.device_ids();
+  v1::PrepareAllocationResponse env;
+  {
+    grpc::ClientContext context;
+    grpc::Status st = stub->PrepareAllocation(&context, prepare, &env);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(env.env().count("CUDA_VISIBLE_DEVICES"), 1u);
+
+  registry_->Rescan();  // the ids now come from a stale snapshot
+  grpc::ClientContext stale_context;
+  EXPECT_EQ(stub->PrepareAllocation(&stale_context, prepare, &env).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  prepare.set_generation(0);
+  prepare.add_device_ids("no-such-device");
+  grpc::ClientContext unknown_context;
+  EXPECT_FALSE(stub->PrepareAllocation(&unknown_context, prepare, &env).ok());
+  want.set_count(0);
+  grpc::ClientContext zero_context;
+  EXPECT_EQ(stub->PreferredAllocation(&zero_context, want, &chosen).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(AgentServiceTest, PluginStatus) {
+  Start();
+  auto stub = Connect();
+  v1::GetPluginStatusResponse all;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->GetPluginStatus(&context, {}, &all).ok());
+  ASSERT_EQ(all.plugins_size(), 1);
+  EXPECT_EQ(all.plugins(0).name(), "sim");
+  EXPECT_EQ(all.plugins(0).device_count(), 8u);
+  v1::GetPluginStatusRequest missing;
+  missing.set_name("nope");
+  grpc::ClientContext missing_context;
+  EXPECT_EQ(stub->GetPluginStatus(&missing_context, missing, &all).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentServiceTest, EveryCallNeedsTheToken) {
+  const std::string dir = TempDir();
+  const std::string token_file = dir + "/token";
+  std::ofstream(token_file) << "s3cret-token\n";
+  auto token = BearerToken::FromFile(token_file);
+  ASSERT_TRUE(token.ok()) << token.status();
+  RegistryService::Options guarded;
+  guarded.token = &*token;
+  Start({}, "dgx-h100.json", guarded);
+  auto stub = Connect();
+  for (const char* sent :
+       {"", "Bearer wrong", "Bearer s3cret-tokenX", "s3cret-token", "Bearer s3cret-toke"}) {
+    grpc::ClientContext context;
+    if (*sent != '\0') context.AddMetadata("authorization", sent);
+    v1::NodeSnapshot s;
+    grpc::Status st = stub->GetSnapshot(&context, {}, &s);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << sent;
+    EXPECT_EQ(st.error_message().find("s3cret"), std::string::npos);  // never echoed
+    grpc::ClientContext watch_context;
+    if (*sent != '\0') watch_context.AddMetadata("authorization", sent);
+    auto reader = stub->WatchSnapshots(&watch_context, {});
+    EXPECT_FALSE(reader->Read(&s));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << sent;
+  }
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer s3cret-token");
+  v1::NodeSnapshot s;
+  EXPECT_TRUE(stub->GetSnapshot(&context, {}, &s).ok());
+  EXPECT_EQ(service_->watcher_count(), 0u);
+  unlink(token_file.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_F(AgentServiceTest, OversizedMessagesAndGarbageBytesHarmNothing) {
+  Start();
+  auto stub = Connect();
+  v1::PrepareAllocationRequest huge;
+  huge.add_device_ids(std::string(5 << 20, 'x'));  // over the 4 MiB limit
+  v1::PrepareAllocationResponse env;
+  grpc::ClientContext huge_context;
+  EXPECT_EQ(stub->PrepareAllocation(&huge_context, huge, &env).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  using namespace std::string_literals;  // NOLINT: keeps the embedded NULs
+  for (const std::string& junk : {"GET / HTTP/1.1\r\n\r\n"s, "\x00\x00\xff\xff\xff\x04\x00garbage"s,
+                                  "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff"s}) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", (dir_ + "/agent.sock").c_str());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    close(fd);
+  }
+  grpc::ClientContext context;
+  v1::NodeSnapshot s;
+  EXPECT_TRUE(stub->GetSnapshot(&context, {}, &s).ok());
+  EXPECT_EQ(s.devices_size(), 8);
+}
+
+TEST_F(AgentServiceTest, TlsOnTcp) {
+  ServerOptions tls;
+  tls.listen = "tcp://127.0.0.1:0";
+  tls.tls_cert_file = RAYACCEL_FIXTURES_DIR "/tls/server.pem";
+  tls.tls_key_file = RAYACCEL_FIXTURES_DIR "/tls/server.key";
+  Start(tls);
+  ASSERT_EQ(server_->target().rfind("127.0.0.1:", 0), 0u) << server_->target();
+  grpc::SslCredentialsOptions trust;
+  trust.pem_root_certs = ReadText(RAYACCEL_FIXTURES_DIR "/tls/ca.pem");
+  auto secure = Connect(grpc::SslCredentials(trust));
+  grpc::ClientContext context;
+  v1::NodeSnapshot s;
+  grpc::Status st = secure->GetSnapshot(&context, {}, &s);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(s.devices_size(), 8);
+
+  auto plain = Connect();  // no TLS: the handshake fails, nothing is served
+  grpc::ClientContext plain_context;
+  plain_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_FALSE(plain->GetSnapshot(&plain_context, {}, &s).ok());
+}
+
+TEST(ServerOptionsTest, PlainTcpOffLoopbackNeedsTlsOrExplicitPermission) {
+  ServerOptions o;
+  o.listen = "tcp://0.0.0.0:0";
+  EXPECT_FALSE(CheckServerOptions(o).ok());
+  o.allow_insecure_tcp = true;
+  EXPECT_TRUE(CheckServerOptions(o).ok());
+  o.allow_insecure_tcp = false;
+  o.tls_cert_file = "cert.pem";
+  EXPECT_FALSE(CheckServerOptions(o).ok()) << "a certificate without a key";
+  o.tls_key_file = "key.pem";
+  EXPECT_TRUE(CheckServerOptions(o).ok());
+  o.listen = "tcp://127.0.0.1:0";
+  o.tls_cert_file = o.tls_key_file = "";
+  EXPECT_TRUE(CheckServerOptions(o).ok());
+}
+
+TEST(ServerStartTest, AStaleSocketIsReplacedAnyOtherFileIsNot) {
+  spdlog::default_logger();
+  const std::string dir = TempDir();
+  const std::string path = dir + "/agent.sock";
+  {  // a socket left behind by a server that died
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    close(fd);
+  }
+  std::unique_ptr<Registry> registry = SimRegistry("dgx-h100.json");
+  RegistryService service(registry.get(), {});
+  ServerOptions options;
+  options.listen = "unix:" + path;
+  auto server = Server::Start(options, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // A second server on the live socket is refused, and the first keeps it.
+  RegistryService other(registry.get(), {});
+  auto second = Server::Start(options, {&other});
+  EXPECT_FALSE(second.ok());
+  (*server)->Shutdown(std::chrono::system_clock::now());
+  struct stat st {};
+  EXPECT_NE(stat(path.c_str(), &st), 0) << "the socket was left behind";
+
+  std::ofstream(path) << "not a socket";
+  EXPECT_FALSE(Server::Start(options, {&service}).ok());
+  EXPECT_EQ(ReadText(path), "not a socket");
+  unlink(path.c_str());
+  rmdir(dir.c_str());
+}
+
+// `rayaccel serve` as a process: serves on its socket, a SIGHUP reaches watchers, SIGTERM
+// drains (the watch ends, the socket goes, exit 0).
+TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock";
+  pid_t agent = testing::Spawn(
+      RAYACCEL_CLI,
+      {"serve", "--listen", "unix:" + socket, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
+       "--config", "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json", "--rescan-interval", "0"},
+      "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+  auto stub = v1::AcceleratorRegistry::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto reader = stub->WatchSnapshots(&context, {});
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(reader->Read(&s));
+  EXPECT_EQ(s.generation(), 1u);
+  kill(agent, SIGHUP);
+  ASSERT_TRUE(reader->Read(&s));
+  EXPECT_EQ(s.generation(), 2u);
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_FALSE(reader->Read(&s));
+  reader->Finish();
+  struct stat st {};
+  EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket was left behind";
+  rmdir(dir.c_str());
+}
+
+TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
+  const std::string dir = TempDir();
+  const std::string err = dir + "/err.txt";
+  const std::vector<std::string> base = {"serve", "--plugin",
+                                         RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
+                                         "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json"};
+  std::vector<std::string> wide = base;
+  wide.insert(wide.end(), {"--listen", "tcp://0.0.0.0:0"});
+  EXPECT_EQ(testing::WaitExit(testing::Spawn(RAYACCEL_CLI, wide, "/dev/null", err)), 2);
+  EXPECT_NE(ReadText(err).find("plain TCP on 0.0.0.0:0 is refused"), std::string::npos)
+      << ReadText(err);
+
+  // Allowed explicitly, it serves (over loopback here, the address it also listens on).
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  wide.back() = "tcp://0.0.0.0:" + std::to_string(port);
+  wide.push_back("--allow-insecure-tcp");
+  pid_t agent = testing::Spawn(RAYACCEL_CLI, wide, "/dev/null");
+  auto stub = v1::AcceleratorRegistry::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::NodeSnapshot s;
+  grpc::Status st = stub->GetSnapshot(&context, {}, &s);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(Stop(agent), 0);
+  unlink(err.c_str());
+  rmdir(dir.c_str());
+}
+
+// The agent and the sink over TCP loopback with a bearer token on the sink: a wrong token is
+// refused (nothing applied), the right one publishes.
+TEST(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
+  const std::string dir = TempDir();
+  const std::string token = dir + "/token", wrong = dir + "/wrong", out = dir + "/sink.jsonl";
+  std::ofstream(token) << "agent-token\n";
+  std::ofstream(wrong) << "not-it\n";
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
+  pid_t sink = testing::Spawn(RAYACCEL_CLI,
+                              {"sink", "--listen", address, "--token-file", token, "--json"}, out);
+  auto serve = [&](const std::string& token_file) {
+    return testing::Spawn(
+        RAYACCEL_CLI,
+        {"serve", "--listen", "unix:" + dir + "/agent.sock", "--raylet", address, "--node-id",
+         std::string(56, 'd'), "--raylet-token-file", token_file, "--plugin",
+         RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
+         "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json", "--rescan-interval", "0"},
+        "/dev/null");
+  };
+  pid_t impostor = serve(wrong);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_TRUE(Lines(out).empty()) << "an agent with the wrong token was applied";
+  EXPECT_EQ(Stop(impostor), 0);
+
+  pid_t agent = serve(token);
+  for (int i = 0; i < 1000 && Lines(out).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(Lines(out).empty()) << "the agent with the right token was not applied";
+  EXPECT_NE(Lines(out)[0].find("\"GPU\": 8"), std::string::npos) << Lines(out)[0];
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_EQ(Stop(sink), 0);
+  for (const std::string& f : {token, wrong, out}) unlink(f.c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace rayaccel::rpc
