@@ -2,9 +2,16 @@
 // RAYACCEL_SIM_SPEC through the host). A real plugin in every other respect: same ABI, same
 // loader, so tests, demos and the conformance suite exercise the host exactly as a vendor's
 // plugin would. The spec is re-read on every discovery, so editing it and rescanning shows
-// the change (e.g. a device turning unhealthy).
+// the change (e.g. a device turning unhealthy); with the host watching health, an edit is
+// itself a health event and the new snapshot follows at once.
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +38,12 @@ struct rayaccel_plugin_instance {
   bool loaded = false;  // `spec` matches the file as of loaded_size and loaded_mtime
   off_t loaded_size = 0;
   timespec loaded_mtime{};
+  // The health watch (wait_health_events): an inotify descriptor on the spec's folder and the
+  // file as last reported. Guarded by watch_mu, taken only by the watching thread.
+  std::mutex watch_mu;
+  int inotify_fd = -1;
+  bool watched = false;
+  struct stat watched_stat {};
 };
 
 namespace rayaccel::sim {
@@ -83,6 +96,7 @@ rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* error) 
   if (self == nullptr) {
     return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no instance");
   }
+  if (self->inotify_fd >= 0) close(self->inotify_fd);
   delete self;
   return RAYACCEL_STATUS_OK;
 }
@@ -203,12 +217,68 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
   });
 }
 
+// Whether the spec file differs from when it was last reported (or first seen).
+bool SpecChanged(rayaccel_plugin_instance* self) {
+  struct stat st {};
+  if (stat(self->spec_path.c_str(), &st) != 0) st = {};  // gone: a change once, then not
+  const struct stat& w = self->watched_stat;
+  bool changed = self->watched &&
+                 (st.st_ino != w.st_ino || st.st_size != w.st_size ||
+                  st.st_mtim.tv_sec != w.st_mtim.tv_sec || st.st_mtim.tv_nsec != w.st_mtim.tv_nsec);
+  self->watched = true;
+  self->watched_stat = st;
+  return changed;
+}
+
+// Waits for the spec to change. The folder is watched, not the file, so that an editor's
+// write-to-a-temporary-and-rename counts; the stat comparison filters out other files.
+rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health_wait_args* args,
+                                 rayaccel_error* error) {
+  return plugin::Guard(error, [&]() -> rayaccel_status {
+    if (self == nullptr || args == nullptr) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "NULL argument");
+    }
+    if (self->spec_path.empty()) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNSUPPORTED, "no spec to watch");
+    }
+    std::lock_guard<std::mutex> lock(self->watch_mu);
+    if (self->inotify_fd < 0) {
+      size_t slash = self->spec_path.rfind('/');
+      std::string dir = slash == std::string::npos ? "." : self->spec_path.substr(0, slash + 1);
+      int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+      if (fd < 0 || inotify_add_watch(fd, dir.c_str(),
+                                      IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE |
+                                          IN_MOVED_FROM | IN_ATTRIB) < 0) {
+        if (fd >= 0) close(fd);
+        return plugin::Fail(error, RAYACCEL_STATUS_UNAVAILABLE,
+                            "cannot watch " + dir + ": " + std::strerror(errno));
+      }
+      self->inotify_fd = fd;
+      SpecChanged(self);  // the file as the first scan read it
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args->timeout_ms);
+    while (true) {
+      if (SpecChanged(self)) return RAYACCEL_STATUS_OK;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return RAYACCEL_STATUS_TIMEOUT;
+      pollfd p{self->inotify_fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) > 0) {
+        alignas(inotify_event) char drained[4096];
+        while (read(self->inotify_fd, drained, sizeof(drained)) > 0) {
+        }
+      }
+    }
+  });
+}
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"sim", 3},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_THREAD_SAFE,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_THREAD_SAFE |
+        RAYACCEL_CAP_HEALTH_EVENTS,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -216,7 +286,7 @@ constexpr rayaccel_plugin_api kApi = {
     &GetLabels,
     &GetTopology,
     /*get_health=*/nullptr,  // health comes with each device from the spec
-    /*wait_health_events=*/nullptr,
+    &WaitHealthEvents,
     &ValidateQuantity,
     &PrepareAllocation,
     /*transport=*/nullptr,

@@ -117,6 +117,7 @@ int RunServe(ServeArgs args) {
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
   // watchers are ended; then the registry (and its plugins) go.
   publisher.reset();
+  service->EndWatches();
   (*server)->Shutdown(std::chrono::system_clock::now() + kDrainTime);
   service.reset();
   return 0;

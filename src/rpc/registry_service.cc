@@ -134,6 +134,14 @@ void RegistryService::Forget(Watcher* watcher) {
   watchers_.erase(watcher);
 }
 
+void RegistryService::EndWatches() {
+  std::lock_guard<std::mutex> lock(watchers_mu_);
+  ending_ = true;
+  for (Watcher* w : watchers_) {
+    w->End({grpc::StatusCode::UNAVAILABLE, "the agent is stopping"});
+  }
+}
+
 size_t RegistryService::watcher_count() const {
   std::lock_guard<std::mutex> lock(watchers_mu_);
   return watchers_.size();
@@ -155,6 +163,10 @@ grpc::ServerWriteReactor<v1::NodeSnapshot>* RegistryService::WatchSnapshots(
     return watcher;
   }
   std::lock_guard<std::mutex> lock(watchers_mu_);
+  if (ending_) {
+    watcher->End({grpc::StatusCode::UNAVAILABLE, "the agent is stopping"});
+    return watcher;
+  }
   if (watchers_.size() >= options_.max_watchers) {
     spdlog::warn("serve: refusing a watcher: {} are connected", watchers_.size());
     watcher->End({grpc::StatusCode::RESOURCE_EXHAUSTED,

@@ -35,15 +35,19 @@ class RegistryService final : public v1::AcceleratorRegistry::CallbackService {
   // newest snapshot when its write completes, skipping those in between, and holds up no one.
   grpc::ServerWriteReactor<v1::NodeSnapshot>* WatchSnapshots(
       grpc::CallbackServerContext* context, const v1::WatchSnapshotsRequest* request) override;
-  grpc::ServerUnaryReactor* PreferredAllocation(
-      grpc::CallbackServerContext* context, const v1::PreferredAllocationRequest* request,
-      v1::PreferredAllocationResponse* response) override;
+  grpc::ServerUnaryReactor* PreferredAllocation(grpc::CallbackServerContext* context,
+                                                const v1::PreferredAllocationRequest* request,
+                                                v1::PreferredAllocationResponse* response) override;
   grpc::ServerUnaryReactor* PrepareAllocation(grpc::CallbackServerContext* context,
                                               const v1::PrepareAllocationRequest* request,
                                               v1::PrepareAllocationResponse* response) override;
   grpc::ServerUnaryReactor* GetPluginStatus(grpc::CallbackServerContext* context,
                                             const v1::GetPluginStatusRequest* request,
                                             v1::GetPluginStatusResponse* response) override;
+
+  // Ends every watch stream with UNAVAILABLE ("the agent is stopping") and refuses new ones,
+  // so that a draining server need not wait for watchers to go away by themselves.
+  void EndWatches();
 
   size_t watcher_count() const;
 
@@ -62,6 +66,7 @@ class RegistryService final : public v1::AcceleratorRegistry::CallbackService {
   std::shared_ptr<const v1::NodeSnapshot> latest_;
   mutable std::mutex watchers_mu_;  // taken before any Watcher's own lock
   std::set<Watcher*> watchers_;
+  bool ending_ = false;  // guarded by watchers_mu_
   std::atomic<bool> stopping_{false};
   std::thread feed_;
 };

@@ -192,11 +192,10 @@ void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
   stopped_ = true;
   server_->Shutdown(deadline);
   server_->Wait();
+  server_.reset();
   if (!unix_path_.empty()) unlink(unix_path_.c_str());
 }
 
-Server::~Server() {
-  if (server_ != nullptr) Shutdown(std::chrono::system_clock::now());
-}
+Server::~Server() { Shutdown(std::chrono::system_clock::now()); }
 
 }  // namespace rayaccel::rpc

@@ -428,9 +428,46 @@ TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   EXPECT_EQ(s.generation(), 2u);
   EXPECT_EQ(Stop(agent), 0);
   EXPECT_FALSE(reader->Read(&s));
-  reader->Finish();
+  grpc::Status ended = reader->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   struct stat st {};
   EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket was left behind";
+  rmdir(dir.c_str());
+}
+
+// The sim plugin's health event is an edit of its spec: marking a GPU unhealthy (written to a
+// temporary file and renamed, as editors do) reaches a watcher with no SIGHUP or rescan timer.
+TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock", spec = dir + "/node.json";
+  std::string text = ReadText(RAYACCEL_EXAMPLES_DIR "/dgx-h100.json");
+  std::ofstream(spec) << text;
+  pid_t agent = testing::Spawn(
+      RAYACCEL_CLI,
+      {"serve", "--listen", "unix:" + socket, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
+       "--config", "sim.spec=" + spec, "--rescan-interval", "0"},
+      "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+  auto stub = v1::AcceleratorRegistry::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = stub->WatchSnapshots(&context, {});
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(reader->Read(&s));
+  EXPECT_EQ(s.resources_total().at("GPU"), 8);
+
+  size_t at = text.find("\"health\": \"healthy\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::string("\"health\": \"healthy\"").size(),
+               "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
+  std::ofstream(spec + ".tmp") << text;
+  ASSERT_EQ(rename((spec + ".tmp").c_str(), spec.c_str()), 0);
+  ASSERT_TRUE(reader->Read(&s));
+  EXPECT_EQ(s.resources_total().at("GPU"), 7);
+  EXPECT_EQ(s.devices(0).health_reason(), "XID 79");
+  EXPECT_EQ(Stop(agent), 0);
+  unlink(spec.c_str());
   rmdir(dir.c_str());
 }
 
