@@ -24,22 +24,31 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const grpc:
   return reactor;
 }
 
+// A raw method's request, parsed; a malformed one is INVALID_ARGUMENT.
+template <typename Message>
+grpc::Status Parse(const grpc::ByteBuffer& request, Message* out) {
+  grpc::ByteBuffer copy = request;  // Deserialize consumes its buffer
+  grpc::Status st = grpc::SerializationTraits<Message>::Deserialize(&copy, out);
+  if (!st.ok()) return {grpc::StatusCode::INVALID_ARGUMENT, "malformed request"};
+  return grpc::Status::OK;
+}
+
 std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
 }
 
 }  // namespace
 
-class RegistryService::Watcher final : public grpc::ServerWriteReactor<v1::NodeSnapshot> {
+class RegistryService::Watcher final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   Watcher(RegistryService* service, uint64_t after) : service_(service), after_(after) {}
 
   // Queues `snapshot` when it is newer than anything sent or queued; writes it at once unless
   // a write is in flight, in which case it replaces whatever was queued.
-  void Offer(std::shared_ptr<const v1::NodeSnapshot> snapshot) {
+  void Offer(std::shared_ptr<const Wire> snapshot) {
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t newest = next_ != nullptr ? next_->generation() : after_;
-    if (finished_ || snapshot->generation() <= newest) return;
+    uint64_t newest = next_ != nullptr ? next_->generation : after_;
+    if (finished_ || snapshot->generation <= newest) return;
     next_ = std::move(snapshot);
     if (in_flight_ == nullptr) WriteNextLocked();
   }
@@ -52,6 +61,7 @@ class RegistryService::Watcher final : public grpc::ServerWriteReactor<v1::NodeS
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.reset();
+    bytes_.Clear();
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
     } else if (next_ != nullptr) {
@@ -73,8 +83,9 @@ class RegistryService::Watcher final : public grpc::ServerWriteReactor<v1::NodeS
   void WriteNextLocked() {
     if (finished_) return;
     in_flight_ = std::move(next_);
-    after_ = in_flight_->generation();
-    StartWrite(in_flight_.get());  // in_flight_ keeps the message alive until OnWriteDone
+    after_ = in_flight_->generation;
+    bytes_ = in_flight_->bytes;  // shares the slices: no copy of the snapshot per watcher
+    StartWrite(&bytes_);
   }
 
   void FinishLocked(const grpc::Status& status) {
@@ -87,7 +98,8 @@ class RegistryService::Watcher final : public grpc::ServerWriteReactor<v1::NodeS
   RegistryService* service_;
   std::mutex mu_;
   uint64_t after_;  // the newest generation written
-  std::shared_ptr<const v1::NodeSnapshot> in_flight_, next_;
+  std::shared_ptr<const Wire> in_flight_, next_;
+  grpc::ByteBuffer bytes_;  // what is being written, alive until OnWriteDone
   bool finished_ = false;
 };
 
@@ -106,24 +118,29 @@ grpc::Status RegistryService::Authorize(const grpc::CallbackServerContext& conte
   return options_.token == nullptr ? grpc::Status::OK : options_.token->Check(context);
 }
 
-std::shared_ptr<const v1::NodeSnapshot> RegistryService::Latest() {
+std::shared_ptr<const RegistryService::Wire> RegistryService::Latest() {
   std::shared_ptr<const NodeSnapshot> snapshot = registry_->snapshot();
   std::lock_guard<std::mutex> lock(latest_mu_);
-  if (latest_ == nullptr || latest_->generation() < snapshot->generation) {
-    latest_ = std::make_shared<const v1::NodeSnapshot>(ToProto(*snapshot));
+  if (latest_ == nullptr || latest_->generation < snapshot->generation) {
+    auto wire = std::make_shared<Wire>();
+    wire->generation = snapshot->generation;
+    wire->proto = ToProto(*snapshot);
+    bool own_buffer = false;
+    grpc::SerializationTraits<v1::NodeSnapshot>::Serialize(wire->proto, &wire->bytes, &own_buffer);
+    latest_ = std::move(wire);
   }
   return latest_;
 }
 
 void RegistryService::Feed() {
-  uint64_t sent = Latest()->generation();
+  uint64_t sent = Latest()->generation;
   while (!stopping_) {
     // Bounded, so that stopping is noticed; a new generation wakes this at once.
     if (registry_->WaitForNewer(sent, std::chrono::milliseconds(200))->generation <= sent) {
       continue;
     }
-    std::shared_ptr<const v1::NodeSnapshot> latest = Latest();
-    sent = latest->generation();
+    std::shared_ptr<const Wire> latest = Latest();
+    sent = latest->generation;
     std::lock_guard<std::mutex> lock(watchers_mu_);
     for (Watcher* w : watchers_) w->Offer(latest);
   }
@@ -148,17 +165,22 @@ size_t RegistryService::watcher_count() const {
 }
 
 grpc::ServerUnaryReactor* RegistryService::GetSnapshot(grpc::CallbackServerContext* context,
-                                                       const v1::GetSnapshotRequest* /*request*/,
-                                                       v1::NodeSnapshot* response) {
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
   if (grpc::Status st = Authorize(*context); !st.ok()) return Done(context, st);
-  *response = *Latest();
+  v1::GetSnapshotRequest parsed;
+  if (grpc::Status st = Parse(*request, &parsed); !st.ok()) return Done(context, st);
+  *response = Latest()->bytes;
   return Done(context, grpc::Status::OK);
 }
 
-grpc::ServerWriteReactor<v1::NodeSnapshot>* RegistryService::WatchSnapshots(
-    grpc::CallbackServerContext* context, const v1::WatchSnapshotsRequest* request) {
-  auto* watcher = new Watcher(this, request->after_generation());
-  if (grpc::Status st = Authorize(*context); !st.ok()) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RegistryService::WatchSnapshots(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  v1::WatchSnapshotsRequest parsed;
+  grpc::Status st = Parse(*request, &parsed);
+  auto* watcher = new Watcher(this, parsed.after_generation());
+  if (st.ok()) st = Authorize(*context);
+  if (!st.ok()) {
     watcher->End(st);
     return watcher;
   }
@@ -224,8 +246,8 @@ grpc::ServerUnaryReactor* RegistryService::GetPluginStatus(
     grpc::CallbackServerContext* context, const v1::GetPluginStatusRequest* request,
     v1::GetPluginStatusResponse* response) {
   if (grpc::Status st = Authorize(*context); !st.ok()) return Done(context, st);
-  std::shared_ptr<const v1::NodeSnapshot> latest = Latest();
-  for (const v1::PluginStatus& p : latest->plugins()) {
+  std::shared_ptr<const Wire> latest = Latest();
+  for (const v1::PluginStatus& p : latest->proto.plugins()) {
     if (request->name().empty() || p.name() == request->name()) *response->add_plugins() = p;
   }
   if (!request->name().empty() && response->plugins_size() == 0) {

@@ -1,6 +1,7 @@
 // The agent's AcceleratorRegistry service (proto/rayaccel/v1/agent.proto) over a Registry,
 // on gRPC's callback API: no thread per call, so a hundred watchers cost a hundred small
-// reactors, not a hundred threads.
+// reactors, not a hundred threads. Snapshots are serialised once per generation and the same
+// reference-counted bytes go to every caller and watcher (the two methods are "raw").
 #ifndef RAYACCEL_RPC_REGISTRY_SERVICE_H_
 #define RAYACCEL_RPC_REGISTRY_SERVICE_H_
 
@@ -16,7 +17,15 @@
 
 namespace rayaccel::rpc {
 
-class RegistryService final : public v1::AcceleratorRegistry::CallbackService {
+namespace internal {
+using R = v1::AcceleratorRegistry;
+using RegistryServiceBase =
+    R::WithRawCallbackMethod_GetSnapshot<R::WithRawCallbackMethod_WatchSnapshots<
+        R::WithCallbackMethod_PreferredAllocation<R::WithCallbackMethod_PrepareAllocation<
+            R::WithCallbackMethod_GetPluginStatus<R::Service>>>>>;
+}  // namespace internal
+
+class RegistryService final : public internal::RegistryServiceBase {
  public:
   struct Options {
     const BearerToken* token = nullptr;  // required on every call when set; must outlive this
@@ -27,14 +36,16 @@ class RegistryService final : public v1::AcceleratorRegistry::CallbackService {
   RegistryService(Registry* registry, Options options);
   ~RegistryService() override;
 
+  // GetSnapshotRequest in, NodeSnapshot out.
   grpc::ServerUnaryReactor* GetSnapshot(grpc::CallbackServerContext* context,
-                                        const v1::GetSnapshotRequest* request,
-                                        v1::NodeSnapshot* response) override;
-  // The current snapshot at once (when newer than after_generation), then each newer one.
-  // Each watcher has at most one write in flight; a watcher that reads slowly is sent the
-  // newest snapshot when its write completes, skipping those in between, and holds up no one.
-  grpc::ServerWriteReactor<v1::NodeSnapshot>* WatchSnapshots(
-      grpc::CallbackServerContext* context, const v1::WatchSnapshotsRequest* request) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  // WatchSnapshotsRequest in; the current snapshot at once (when newer than after_generation),
+  // then each newer one. Each watcher has at most one write in flight; a watcher that reads
+  // slowly is sent the newest snapshot when its write completes, skipping those in between,
+  // and holds up no one.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchSnapshots(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* PreferredAllocation(grpc::CallbackServerContext* context,
                                                 const v1::PreferredAllocationRequest* request,
                                                 v1::PreferredAllocationResponse* response) override;
@@ -53,17 +64,23 @@ class RegistryService final : public v1::AcceleratorRegistry::CallbackService {
 
  private:
   class Watcher;
+  // One generation in wire form, built once and shared by every reply and watcher.
+  struct Wire {
+    uint64_t generation = 0;
+    v1::NodeSnapshot proto;
+    grpc::ByteBuffer bytes;  // proto, serialised; copies share its slices
+  };
 
   grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
-  // The registry's current snapshot in wire form, converted once per generation and shared.
-  std::shared_ptr<const v1::NodeSnapshot> Latest();
+  // The registry's current snapshot in wire form.
+  std::shared_ptr<const Wire> Latest();
   void Feed();  // hands each new generation to every watcher
   void Forget(Watcher* watcher);
 
   Registry* registry_;
   Options options_;
   std::mutex latest_mu_;
-  std::shared_ptr<const v1::NodeSnapshot> latest_;
+  std::shared_ptr<const Wire> latest_;
   mutable std::mutex watchers_mu_;  // taken before any Watcher's own lock
   std::set<Watcher*> watchers_;
   bool ending_ = false;  // guarded by watchers_mu_
