@@ -49,6 +49,8 @@ tsan: deps
 bench: build
 	$(BUILD_DIR)/bin/rayaccel_bench_discovery
 	$(BUILD_DIR)/bin/rayaccel_bench_allocation
+	$(BUILD_DIR)/bin/rayaccel_bench_agent
+	bench/agent_rss.sh $(BUILD_DIR)
 	bench/compare_lstopo.sh $(BUILD_DIR)
 
 format:
