@@ -502,9 +502,12 @@ TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
   rmdir(dir.c_str());
 }
 
-// The agent and the sink over TCP loopback with a bearer token on the sink: a wrong token is
-// refused (nothing applied), the right one publishes.
-TEST(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
+// The agent and the sink over TCP loopback, plain and with TLS, with a bearer token on the
+// sink: a wrong token is refused (nothing applied), the right one publishes.
+class AgentAndSinkOverTcp : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
+  const bool tls = GetParam();
   const std::string dir = TempDir();
   const std::string token = dir + "/token", wrong = dir + "/wrong", out = dir + "/sink.jsonl";
   std::ofstream(token) << "agent-token\n";
@@ -512,16 +515,31 @@ TEST(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
   const int port = testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
   const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
-  pid_t sink = testing::Spawn(RAYACCEL_CLI,
-                              {"sink", "--listen", address, "--token-file", token, "--json"}, out);
+  std::vector<std::string> sink_args = {"sink",         "--listen", address,
+                                        "--token-file", token,      "--json"};
+  if (tls) {
+    sink_args.insert(sink_args.end(), {"--tls-cert", RAYACCEL_FIXTURES_DIR "/tls/server.pem",
+                                       "--tls-key", RAYACCEL_FIXTURES_DIR "/tls/server.key"});
+  }
+  pid_t sink = testing::Spawn(RAYACCEL_CLI, sink_args, out);
   auto serve = [&](const std::string& token_file) {
-    return testing::Spawn(
-        RAYACCEL_CLI,
-        {"serve", "--listen", "unix:" + dir + "/agent.sock", "--raylet", address, "--node-id",
-         std::string(56, 'd'), "--raylet-token-file", token_file, "--plugin",
-         RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
-         "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json", "--rescan-interval", "0"},
-        "/dev/null");
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "unix:" + dir + "/agent.sock",
+                                     "--raylet",
+                                     address,
+                                     "--node-id",
+                                     std::string(56, 'd'),
+                                     "--raylet-token-file",
+                                     token_file,
+                                     "--plugin",
+                                     RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
+                                     "--config",
+                                     "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json",
+                                     "--rescan-interval",
+                                     "0"};
+    if (tls) args.insert(args.end(), {"--raylet-tls-ca", RAYACCEL_FIXTURES_DIR "/tls/ca.pem"});
+    return testing::Spawn(RAYACCEL_CLI, args, "/dev/null");
   };
   pid_t impostor = serve(wrong);
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
@@ -537,6 +555,74 @@ TEST(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
   EXPECT_EQ(Stop(agent), 0);
   EXPECT_EQ(Stop(sink), 0);
   for (const std::string& f : {token, wrong, out}) unlink(f.c_str());
+  rmdir(dir.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndTls, AgentAndSinkOverTcp, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("tls") : std::string("plain");
+                         });
+
+// `rayaccel serve` as a process facing hostile and numerous clients: calls without the token,
+// garbage bytes and an oversized request are refused, and 100 watchers then all see a rescan.
+TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock", token = dir + "/token";
+  std::ofstream(token) << "t0ken\n";
+  pid_t agent =
+      testing::Spawn(RAYACCEL_CLI,
+                     {"serve", "--listen", "unix:" + socket, "--token-file", token, "--plugin",
+                      RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
+                      "sim.spec=" RAYACCEL_EXAMPLES_DIR "/nvl72.json", "--rescan-interval", "0"},
+                     "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = v1::AcceleratorRegistry::NewStub(channel);
+  v1::NodeSnapshot s;
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer t0ken-not");
+    EXPECT_EQ(stub->GetSnapshot(&context, {}, &s).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer t0ken");
+    v1::PrepareAllocationRequest huge;
+    huge.add_device_ids(std::string(5 << 20, 'x'));
+    v1::PrepareAllocationResponse env;
+    EXPECT_EQ(stub->PrepareAllocation(&context, huge, &env).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket.c_str());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const char junk[] = "\x00\x00\xff\xff\xff\x04\x00garbage";
+    EXPECT_GT(write(fd, junk, sizeof(junk)), 0);
+    close(fd);
+  }
+
+  constexpr int kWatchers = 100;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::NodeSnapshot>>> readers;
+  for (int i = 0; i < kWatchers; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->AddMetadata("authorization", "Bearer t0ken");
+    readers.push_back(stub->WatchSnapshots(contexts.back().get(), {}));
+  }
+  for (auto& r : readers) {
+    ASSERT_TRUE(r->Read(&s));
+    EXPECT_EQ(s.generation(), 1u);
+  }
+  kill(agent, SIGHUP);
+  int updated = 0;
+  for (auto& r : readers) updated += r->Read(&s) && s.generation() == 2 && s.devices_size() == 72;
+  EXPECT_EQ(updated, kWatchers);
+  EXPECT_EQ(Stop(agent), 0);
+  for (auto& r : readers) r->Finish();
+  unlink(token.c_str());
   rmdir(dir.c_str());
 }
 
