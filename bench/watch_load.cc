@@ -24,10 +24,12 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   auto stub = rayaccel::v1::AcceleratorRegistry::NewStub(channel);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  contexts.reserve(watchers);
   for (int i = 0; i < watchers; ++i) contexts.push_back(std::make_unique<grpc::ClientContext>());
   std::atomic<long> received{0};
   std::atomic<int> connected{0};
   std::vector<std::thread> threads;
+  threads.reserve(watchers);
   for (int i = 0; i < watchers; ++i) {
     threads.emplace_back([&, i] {
       auto reader = stub->WatchSnapshots(contexts[i].get(), {});

@@ -28,6 +28,11 @@ using testing::Lines;
 using testing::Stop;
 using testing::WaitForFile;
 
+const std::string kSimPlugin = std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so";
+const std::string kDgxSpec = std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/dgx-h100.json";
+const std::string kTlsDir = std::string(RAYACCEL_FIXTURES_DIR) + "/tls";
+const std::string kNvl72Spec = std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/nvl72.json";
+
 std::string TempDir() {
   char dir[] = "/tmp/rayaccel-agent-XXXXXX";
   EXPECT_NE(mkdtemp(dir), nullptr);
@@ -41,10 +46,10 @@ std::string ReadText(const std::string& path) {
 
 std::unique_ptr<Registry> SimRegistry(const std::string& spec) {
   RegistryOptions options;
-  options.plugins = {RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so"};
+  options.plugins = {kSimPlugin};
   options.use_environment = false;
   options.host_topology = false;
-  options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR "/") + spec;
+  options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR) + "/" + spec;
   auto registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
   return *std::move(registry);
@@ -73,8 +78,8 @@ class AgentServiceTest : public ::testing::Test {
     rmdir(dir_.c_str());
   }
 
-  std::unique_ptr<Stub> Connect(
-      std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
+  std::unique_ptr<Stub> Connect(const std::shared_ptr<grpc::ChannelCredentials>& credentials =
+                                    grpc::InsecureChannelCredentials()) {
     return v1::AcceleratorRegistry::NewStub(grpc::CreateChannel(server_->target(), credentials));
   }
 
@@ -161,12 +166,15 @@ TEST_F(AgentServiceTest, ManyConcurrentWatchersEachGetEveryChange) {
   constexpr int kWatchers = 100;
   const uint64_t first = registry_->snapshot()->generation;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
+  channels.reserve(4);
   for (int c = 0; c < 4; ++c) {
     channels.push_back(grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
   }
   std::atomic<int> ready{0}, done{0};
   std::vector<std::thread> threads;
+  threads.reserve(kWatchers);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  contexts.reserve(kWatchers);
   for (int w = 0; w < kWatchers; ++w) contexts.push_back(std::make_unique<grpc::ClientContext>());
   for (int w = 0; w < kWatchers; ++w) {
     threads.emplace_back([&, w] {
@@ -337,12 +345,12 @@ TEST_F(AgentServiceTest, OversizedMessagesAndGarbageBytesHarmNothing) {
 TEST_F(AgentServiceTest, TlsOnTcp) {
   ServerOptions tls;
   tls.listen = "tcp://127.0.0.1:0";
-  tls.tls_cert_file = RAYACCEL_FIXTURES_DIR "/tls/server.pem";
-  tls.tls_key_file = RAYACCEL_FIXTURES_DIR "/tls/server.key";
+  tls.tls_cert_file = kTlsDir + "/server.pem";
+  tls.tls_key_file = kTlsDir + "/server.key";
   Start(tls);
   ASSERT_EQ(server_->target().rfind("127.0.0.1:", 0), 0u) << server_->target();
   grpc::SslCredentialsOptions trust;
-  trust.pem_root_certs = ReadText(RAYACCEL_FIXTURES_DIR "/tls/ca.pem");
+  trust.pem_root_certs = ReadText(kTlsDir + "/ca.pem");
   auto secure = Connect(grpc::SslCredentials(trust));
   grpc::ClientContext context;
   v1::NodeSnapshot s;
@@ -410,11 +418,10 @@ TEST(ServerStartTest, AStaleSocketIsReplacedAnyOtherFileIsNot) {
 TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   const std::string dir = TempDir();
   const std::string socket = dir + "/agent.sock";
-  pid_t agent = testing::Spawn(
-      RAYACCEL_CLI,
-      {"serve", "--listen", "unix:" + socket, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
-       "--config", "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json", "--rescan-interval", "0"},
-      "/dev/null");
+  pid_t agent = testing::Spawn(RAYACCEL_CLI,
+                               {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin,
+                                "--config", kDgxSpec, "--rescan-interval", "0"},
+                               "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto stub = v1::AcceleratorRegistry::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
@@ -440,13 +447,12 @@ TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
 TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
   const std::string dir = TempDir();
   const std::string socket = dir + "/agent.sock", spec = dir + "/node.json";
-  std::string text = ReadText(RAYACCEL_EXAMPLES_DIR "/dgx-h100.json");
+  std::string text = ReadText(std::string(RAYACCEL_EXAMPLES_DIR) + "/dgx-h100.json");
   std::ofstream(spec) << text;
-  pid_t agent = testing::Spawn(
-      RAYACCEL_CLI,
-      {"serve", "--listen", "unix:" + socket, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
-       "--config", "sim.spec=" + spec, "--rescan-interval", "0"},
-      "/dev/null");
+  pid_t agent = testing::Spawn(RAYACCEL_CLI,
+                               {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin,
+                                "--config", "sim.spec=" + spec, "--rescan-interval", "0"},
+                               "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto stub = v1::AcceleratorRegistry::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
@@ -474,9 +480,7 @@ TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
 TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
   const std::string dir = TempDir();
   const std::string err = dir + "/err.txt";
-  const std::vector<std::string> base = {"serve", "--plugin",
-                                         RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
-                                         "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json"};
+  const std::vector<std::string> base = {"serve", "--plugin", kSimPlugin, "--config", kDgxSpec};
   std::vector<std::string> wide = base;
   wide.insert(wide.end(), {"--listen", "tcp://0.0.0.0:0"});
   EXPECT_EQ(testing::WaitExit(testing::Spawn(RAYACCEL_CLI, wide, "/dev/null", err)), 2);
@@ -518,8 +522,8 @@ TEST_P(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
   std::vector<std::string> sink_args = {"sink",         "--listen", address,
                                         "--token-file", token,      "--json"};
   if (tls) {
-    sink_args.insert(sink_args.end(), {"--tls-cert", RAYACCEL_FIXTURES_DIR "/tls/server.pem",
-                                       "--tls-key", RAYACCEL_FIXTURES_DIR "/tls/server.key"});
+    sink_args.insert(sink_args.end(),
+                     {"--tls-cert", kTlsDir + "/server.pem", "--tls-key", kTlsDir + "/server.key"});
   }
   pid_t sink = testing::Spawn(RAYACCEL_CLI, sink_args, out);
   auto serve = [&](const std::string& token_file) {
@@ -533,12 +537,12 @@ TEST_P(AgentAndSinkOverTcp, TheSinkRequiresTheAgentsToken) {
                                      "--raylet-token-file",
                                      token_file,
                                      "--plugin",
-                                     RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
+                                     kSimPlugin,
                                      "--config",
-                                     "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json",
+                                     kDgxSpec,
                                      "--rescan-interval",
                                      "0"};
-    if (tls) args.insert(args.end(), {"--raylet-tls-ca", RAYACCEL_FIXTURES_DIR "/tls/ca.pem"});
+    if (tls) args.insert(args.end(), {"--raylet-tls-ca", kTlsDir + "/ca.pem"});
     return testing::Spawn(RAYACCEL_CLI, args, "/dev/null");
   };
   pid_t impostor = serve(wrong);
@@ -572,8 +576,7 @@ TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
   pid_t agent =
       testing::Spawn(RAYACCEL_CLI,
                      {"serve", "--listen", "unix:" + socket, "--token-file", token, "--plugin",
-                      RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so", "--config",
-                      "sim.spec=" RAYACCEL_EXAMPLES_DIR "/nvl72.json", "--rescan-interval", "0"},
+                      kSimPlugin, "--config", kNvl72Spec, "--rescan-interval", "0"},
                      "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());

@@ -238,19 +238,20 @@ TEST(AgentAndSink, PublishSurvivesRestartsOfEitherSide) {
   const std::string socket = std::string(dir) + "/sink.sock";
   const std::string out = std::string(dir) + "/sink.jsonl";
   const std::vector<std::string> sink_args = {"sink", "--listen", "unix:" + socket, "--json"};
-  const std::vector<std::string> serve_args = {"serve",
-                                               "--listen",
-                                               std::string(dir) + "/agent.sock",
-                                               "--raylet",
-                                               "unix:" + socket,
-                                               "--node-id",
-                                               kNode,
-                                               "--plugin",
-                                               RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so",
-                                               "--config",
-                                               "sim.spec=" RAYACCEL_EXAMPLES_DIR "/dgx-h100.json",
-                                               "--rescan-interval",
-                                               "0"};
+  const std::vector<std::string> serve_args = {
+      "serve",
+      "--listen",
+      std::string(dir) + "/agent.sock",
+      "--raylet",
+      "unix:" + socket,
+      "--node-id",
+      kNode,
+      "--plugin",
+      std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
+      "--config",
+      std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/dgx-h100.json",
+      "--rescan-interval",
+      "0"};
   auto published = [&](size_t n) {
     for (int i = 0; i < 2000 && Lines(out).size() < n; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -293,8 +294,9 @@ TEST(AgentAndSink, AHealthChangeReachesTheSink) {
   ASSERT_TRUE(WaitForFile(socket));
   pid_t agent =
       SpawnCli({"serve", "--listen", std::string(dir) + "/agent.sock", "--raylet", "unix:" + socket,
-                "--node-id", kNode, "--plugin", RAYACCEL_PLUGIN_DIR "/librayaccel-cuda.so",
-                "--config", "cuda.nvml_library=" RAYACCEL_FAKE_NVML, "--rescan-interval", "0"},
+                "--node-id", kNode, "--plugin",
+                std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-cuda.so", "--config",
+                std::string("cuda.nvml_library=") + RAYACCEL_FAKE_NVML, "--rescan-interval", "0"},
                "/dev/null");
   bool degraded = false;
   for (int i = 0; i < 2000 && !degraded; ++i) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +19,9 @@ pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
             const std::string& out_file, const std::string& err_file) {
   pid_t child = fork();
   if (child == 0) {
+    // A failed ASSERT returns before Stop: the child must not outlive the test (and keep
+    // ctest waiting on its output).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(out, STDOUT_FILENO);
     if (!err_file.empty()) {

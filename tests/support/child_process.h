@@ -11,7 +11,8 @@
 namespace rayaccel::testing {
 
 // Starts `binary` with `args`, its stdout appended to `out_file` and its stderr to
-// `err_file` (empty: inherited); returns the child's pid.
+// `err_file` (empty: inherited); returns the child's pid. The child is killed if the test
+// process dies first.
 pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
             const std::string& out_file, const std::string& err_file = "");
 
