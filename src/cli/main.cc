@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "cli/agent_client.h"
 #include "cli/render.h"
 #include "cli/serve_command.h"
 #include "cli/sink_command.h"
@@ -72,6 +73,10 @@ Options:
   --tls-client-ca FILE        and require client certificates signed by this CA
   --token-file FILE           require "authorization: Bearer <token>" on every call
   --allow-insecure-tcp        allow plain TCP on a non-loopback address (refused otherwise)
+  --agent ADDRESS             ask a running agent (rayaccel serve) for its snapshot instead
+                              of discovering here (discover, plugins, resources,
+                              ray-start-args, topo); --token-file is then sent to it
+  --tls-ca FILE               with --agent: connect with TLS, trusting this CA
   --raylet ADDRESS            the sink to publish to (serve)
   --node-id ID                Ray's node id, 56 hex digits (serve)
   --raylet-token-file FILE    the bearer token to present to the sink (serve)
@@ -87,6 +92,7 @@ struct Args {
   std::string raylet;         // serve --raylet
   std::string node_id;
   std::string raylet_token_file, raylet_tls_ca_file;
+  std::string agent, tls_ca_file;  // --agent, --tls-ca
   long long rescan_interval_s = 60;
   bool json = false;
   bool dot = false;
@@ -170,14 +176,17 @@ int Parse(int argc, char** argv, Args* args) {
       }
     } else if (flag == "--tls-cert" || flag == "--tls-key" || flag == "--tls-client-ca" ||
                flag == "--token-file" || flag == "--raylet-token-file" ||
-               flag == "--raylet-tls-ca") {
+               flag == "--raylet-tls-ca" || flag == "--tls-ca") {
       std::string* out = flag == "--tls-cert"            ? &args->server.tls_cert_file
                          : flag == "--tls-key"           ? &args->server.tls_key_file
                          : flag == "--tls-client-ca"     ? &args->server.tls_client_ca_file
                          : flag == "--token-file"        ? &args->server.token_file
                          : flag == "--raylet-token-file" ? &args->raylet_token_file
+                         : flag == "--tls-ca"            ? &args->tls_ca_file
                                                          : &args->raylet_tls_ca_file;
       if (!take(out) || out->empty()) return Usage(flag + " needs a file");
+    } else if (flag == "--agent") {
+      if (!take(&args->agent) || args->agent.empty()) return Usage("--agent needs an address");
     } else if (flag == "--allow-insecure-tcp") {
       args->server.allow_insecure_tcp = true;
     } else if (flag == "--plugin") {
@@ -267,13 +276,27 @@ int Run(int argc, char** argv) {
     return Usage("unknown command \"" + cmd + "\"");
   }
   if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
-  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(args.options);
-  if (!registry.ok()) {
-    std::fprintf(stderr, "rayaccel: %s\n", std::string(registry.status().message()).c_str());
-    return registry.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                          : kExitFailure;
+  if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
+  std::shared_ptr<const NodeSnapshot> snap;
+  absl::StatusOr<std::unique_ptr<Registry>> registry;
+  if (!args.agent.empty()) {
+    absl::StatusOr<std::shared_ptr<const NodeSnapshot>> fetched =
+        FetchSnapshot({args.agent, args.server.token_file, args.tls_ca_file});
+    if (!fetched.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(fetched.status().message()).c_str());
+      return fetched.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitFailure;
+    }
+    snap = *std::move(fetched);
+  } else {
+    registry = Registry::Create(args.options);
+    if (!registry.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(registry.status().message()).c_str());
+      return registry.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                            : kExitFailure;
+    }
+    snap = (*registry)->snapshot();
   }
-  std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
   std::string out;
   if (cmd == "discover") {
     out = args.json ? DiscoverJson(*snap) : DiscoverText(*snap);

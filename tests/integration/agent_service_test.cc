@@ -567,6 +567,45 @@ INSTANTIATE_TEST_SUITE_P(PlainAndTls, AgentAndSinkOverTcp, ::testing::Bool(),
                            return info.param ? std::string("tls") : std::string("plain");
                          });
 
+// `rayaccel discover --agent` shows what the running agent holds, byte for byte what a local
+// discovery prints; it sends the token the agent requires.
+TEST(ServeCommand, TheCliReadsARunningAgent) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock", token = dir + "/token";
+  std::ofstream(token) << "t0ken\n";
+  const std::vector<std::string> plugin = {"--no-host-topology", "--plugin", kSimPlugin, "--config",
+                                           kDgxSpec};
+  std::vector<std::string> serve = {
+      "serve", "--listen", "unix:" + socket, "--token-file", token, "--rescan-interval", "0"};
+  serve.insert(serve.end(), plugin.begin(), plugin.end());
+  pid_t agent = testing::Spawn(RAYACCEL_CLI, serve, "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+
+  auto cli = [&](std::vector<std::string> args, const std::string& name, int* code) {
+    const std::string out = dir + "/" + name;
+    *code = testing::WaitExit(testing::Spawn(RAYACCEL_CLI, args, out, "/dev/null"));
+    std::string text = ReadText(out);
+    unlink(out.c_str());
+    return text;
+  };
+  int code = 0;
+  std::vector<std::string> local = {"discover", "--json"};
+  local.insert(local.end(), plugin.begin(), plugin.end());
+  const std::string expected = cli(local, "local.json", &code);
+  ASSERT_EQ(code, 0);
+  const std::string via_agent =
+      cli({"discover", "--json", "--agent", "unix:" + socket, "--token-file", token}, "via.json",
+          &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(via_agent, expected);
+  EXPECT_NE(via_agent.find("\"GPU\": 8"), std::string::npos);
+  cli({"discover", "--agent", "unix:" + socket}, "refused.txt", &code);
+  EXPECT_EQ(code, 1) << "no token, yet the agent answered";
+  EXPECT_EQ(Stop(agent), 0);
+  unlink(token.c_str());
+  rmdir(dir.c_str());
+}
+
 // `rayaccel serve` as a process facing hostile and numerous clients: calls without the token,
 // garbage bytes and an oversized request are refused, and 100 watchers then all see a rescan.
 TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {

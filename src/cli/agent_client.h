@@ -1,0 +1,26 @@
+// The CLI as a client of a running agent (`--agent ADDRESS`): what `rayaccel serve` holds,
+// rather than a fresh discovery, so an operator sees exactly what the raylet is told.
+#ifndef RAYACCEL_CLI_AGENT_CLIENT_H_
+#define RAYACCEL_CLI_AGENT_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rayaccel/registry.h"
+
+namespace rayaccel::cli {
+
+struct AgentClientOptions {
+  std::string address;      // unix:PATH, an absolute path, or tcp://HOST:PORT
+  std::string token_file;   // a bearer token to send; empty: none
+  std::string tls_ca_file;  // connect with TLS, trusting this CA; empty: plain
+};
+
+// The agent's current snapshot (GetSnapshot, 10 s deadline), checked as any peer's message is.
+absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
+    const AgentClientOptions& options);
+
+}  // namespace rayaccel::cli
+
+#endif  // RAYACCEL_CLI_AGENT_CLIENT_H_
