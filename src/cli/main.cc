@@ -13,13 +13,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/agent_client.h"
+#include "cli/log_format.h"
 #include "cli/render.h"
 #include "cli/serve_command.h"
 #include "cli/sink_command.h"
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 #include "registry/config.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace rayaccel::cli {
@@ -83,6 +83,7 @@ Options:
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
   --log-level LEVEL           trace, debug, info, warn (default), error, off
+  --log-format text|json      log lines as text (default) or one JSON object each
   -h, --help                  this text
 )";
 
@@ -102,6 +103,7 @@ struct Args {
   std::string resource;
   RegistryOptions options;
   std::string log_level = "warn";
+  std::string log_format = "text";
 };
 
 int Usage(const std::string& problem) {
@@ -207,6 +209,10 @@ int Parse(int argc, char** argv, Args* args) {
       }
     } else if (flag == "--config-file") {
       if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
+    } else if (flag == "--log-format") {
+      if (!take(&args->log_format) || (args->log_format != "text" && args->log_format != "json")) {
+        return Usage("--log-format is text or json");
+      }
     } else if (flag == "--log-level") {
       if (!take(&args->log_level)) return Usage("--log-level needs a level");
       if (spdlog::level::from_str(args->log_level) == spdlog::level::off &&
@@ -250,9 +256,7 @@ int Run(int argc, char** argv) {
   Args args;
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 
-  auto logger = spdlog::stderr_color_mt("rayaccel");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(args.log_level));
+  SetUpLogging(args.log_format, args.log_level);
 
   const std::string& cmd = args.command;
   if (cmd == "version") {

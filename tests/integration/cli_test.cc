@@ -1,4 +1,5 @@
 // The rayaccel binary as an operator runs it: real process, real plugins, real spec files.
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "support/test_support.h"
 #include "util/json.h"
@@ -162,6 +163,30 @@ TEST(Cli, UsageErrorsExitTwo) {
   CommandResult help = Cli({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("ray-start-args"), std::string::npos);
+}
+
+// --log-format json: every stderr line is one JSON object, even when the message carries
+// quotes and control characters from a plugin (here, in a spec path).
+TEST(Cli, JsonLogLinesParseWhateverTheMessage) {
+  CommandResult r =
+      Cli({"discover", "--log-format", "json", "--log-level", "info", "--no-host-topology",
+           "--config", "sim.spec=/no/such \"spec\"\t.json", "--plugin", "sim"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  size_t lines = 0;
+  bool saw_failure = false;
+  for (absl::string_view line : absl::StrSplit(r.err, '\n', absl::SkipEmpty())) {
+    json::ParseError error;
+    std::optional<json::Value> v = json::Parse(std::string_view(line.data(), line.size()), &error);
+    ASSERT_TRUE(v.has_value()) << line;
+    ASSERT_NE(v->Find("level"), nullptr);
+    ASSERT_NE(v->Find("ts"), nullptr);
+    const std::string& msg = v->Find("msg")->string();
+    saw_failure = saw_failure || msg.find("/no/such \"spec\"\t.json") != std::string::npos;
+    ++lines;
+  }
+  EXPECT_GT(lines, 0u);
+  EXPECT_TRUE(saw_failure) << r.err;
+  EXPECT_EQ(Cli({"discover", "--log-format", "xml"}).exit_code, 2);
 }
 
 }  // namespace
