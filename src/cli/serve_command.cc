@@ -73,6 +73,7 @@ int RunServe(ServeArgs args) {
   sigemptyset(&signals);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  rpc::HoldGrpcUntilExit();  // after the mask: its threads inherit it
 
   args.options.watch_health = true;  // a plugin's health change is published at once
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(args.options);

@@ -59,6 +59,7 @@ int RunSink(const rpc::ServerOptions& server_options, bool json) {
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  rpc::HoldGrpcUntilExit();  // after the mask: its threads inherit it
 
   Printer printer(json);
   rpc::RayletSink sink(&printer, token.get());

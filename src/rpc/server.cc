@@ -1,6 +1,7 @@
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <grpc/grpc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -79,6 +80,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
 }
 
 }  // namespace
+
+void HoldGrpcUntilExit() { grpc_init(); }  // never paired with grpc_shutdown, by design
 
 absl::StatusOr<std::string> ReadCredentialFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);

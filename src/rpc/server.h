@@ -53,6 +53,11 @@ class BearerToken {
 // TLS files come as a pair, and plain TCP on a non-loopback address is explicitly allowed.
 absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options);
 
+// Keeps the gRPC library initialised until the process exits. A server process calls it once:
+// otherwise the last gRPC object's destructor shuts the library down on the way out, which can
+// wait up to ~10 s for gRPC's executor thread to leave its poll.
+void HoldGrpcUntilExit();
+
 class Server {
  public:
   // Builds and starts a server for `services` (which must outlive it). A Unix socket is
