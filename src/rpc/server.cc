@@ -40,7 +40,8 @@ absl::Status PrepareSocketPath(const std::string& path) {
                                                    sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
   }
   // The folder, when missing (/run/rayaccel after a reboot): one level, world-traversable.
-  std::string dir = path.substr(0, path.rfind('/'));
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
   if (!dir.empty() && mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create the socket's folder ", dir, ": ", std::strerror(errno)));

@@ -364,6 +364,29 @@ TEST_F(AgentServiceTest, TlsOnTcp) {
   EXPECT_FALSE(plain->GetSnapshot(&plain_context, {}, &s).ok());
 }
 
+// --tls-client-ca: only clients with a certificate that CA signed are served.
+TEST_F(AgentServiceTest, MutualTlsRequiresAClientCertificate) {
+  ServerOptions tls;
+  tls.listen = "tcp://127.0.0.1:0";
+  tls.tls_cert_file = kTlsDir + "/server.pem";
+  tls.tls_key_file = kTlsDir + "/server.key";
+  tls.tls_client_ca_file = kTlsDir + "/ca.pem";
+  Start(tls);
+  grpc::SslCredentialsOptions with_cert;
+  with_cert.pem_root_certs = ReadText(kTlsDir + "/ca.pem");
+  grpc::SslCredentialsOptions without_cert = with_cert;
+  with_cert.pem_private_key = ReadText(kTlsDir + "/client.key");
+  with_cert.pem_cert_chain = ReadText(kTlsDir + "/client.pem");
+  v1::NodeSnapshot s;
+  grpc::ClientContext context;
+  grpc::Status st = Connect(grpc::SslCredentials(with_cert))->GetSnapshot(&context, {}, &s);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  grpc::ClientContext refused_context;
+  refused_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_FALSE(
+      Connect(grpc::SslCredentials(without_cert))->GetSnapshot(&refused_context, {}, &s).ok());
+}
+
 TEST(ServerOptionsTest, PlainTcpOffLoopbackNeedsTlsOrExplicitPermission) {
   ServerOptions o;
   o.listen = "tcp://0.0.0.0:0";
