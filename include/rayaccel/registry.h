@@ -220,9 +220,11 @@ class Registry {
                                                  const std::string& resource = "") const;
 
   // The environment a worker needs to use exactly these devices (ids or snapshot positions
-  // as decimal strings). All devices must come from one plugin.
+  // as decimal strings). All devices must come from one plugin. With `generation` set, the
+  // call fails with FailedPrecondition unless that is still the current snapshot (checked
+  // while no rescan can run).
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
-      const std::vector<std::string>& devices) const;
+      const std::vector<std::string>& devices, uint64_t generation = 0) const;
 
  private:
   class Impl;

@@ -170,9 +170,10 @@ struct Gpu {
   uint32_t vendor_id = 0, device_id = 0, minor = 0;
   uint64_t memory = 0;
   int32_t numa = -1;
-  std::string fabric_domain;  // "<clusterUUID>.<cliqueId>" when the fabric is complete
-  bool vanished = false;      // seen by an earlier scan, gone from NVML now
-  int recovery_action = -1;   // what the driver says the GPU needs; -1: it cannot say
+  std::string fabric_domain;   // "<clusterUUID>.<cliqueId>" when the fabric is complete
+  bool vanished = false;       // seen by an earlier scan, gone from NVML now
+  int recovery_action = -1;    // what the driver says the GPU needs; -1: it cannot say
+  bool name_readable = false;  // nvmlDeviceGetName answered: what the recovery probe compares
 };
 
 // A fault learned from an NVML event. It outlives rescans and clears only on evidence that the
@@ -366,7 +367,8 @@ void Scan(rayaccel_plugin_instance* self) {
       g.vendor_id = pci.pciDeviceId & 0xFFFF;
       g.device_id = pci.pciDeviceId >> 16;
     }
-    g.name = ok(n.GetName(g.handle, text, sizeof(text))) ? text : "NVIDIA GPU";
+    g.name_readable = ok(n.GetName(g.handle, text, sizeof(text)));
+    g.name = g.name_readable ? text : "NVIDIA GPU";
     if (!g.lost.empty()) {
       g.name = "NVIDIA GPU (lost)";
       self->gpus.push_back(g);
@@ -607,10 +609,13 @@ bool ProbeRecovery(rayaccel_plugin_instance* self) {
     }
     ++listed;
     if (g.handle == nullptr || Unhealthy(self, g).empty()) continue;
+    // The same questions the scan asked, so that an answer that stays put never reads as news.
     char name[96] = {};
-    bool lost_now = n.GetName(g.handle, name, sizeof(name)) != NVML_SUCCESS;
-    if (lost_now != !g.lost.empty()) return true;
-    if (!lost_now && RecoveryAction(n, g.handle) != g.recovery_action) return true;
+    bool readable = n.GetName(g.handle, name, sizeof(name)) == NVML_SUCCESS;
+    if (readable != g.name_readable) return true;
+    if (readable && g.lost.empty() && RecoveryAction(n, g.handle) != g.recovery_action) {
+      return true;
+    }
   }
   unsigned count = 0;
   return vanished && n.GetCount(&count) == NVML_SUCCESS && count > listed;
@@ -681,8 +686,9 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     for (const Gpu& g : self->gpus) {
       if (g.handle != event.device) continue;
       auto [it, inserted] = self->faults.emplace(g.uuid, Fault{reason});
-      if (!inserted && it->second.reason == reason) return RAYACCEL_STATUS_TIMEOUT;  // nothing new
-      it->second.reason = reason;
+      bool news = inserted || it->second.reason != reason || it->second.reset_pending;
+      it->second = Fault{reason};  // a new fault: a reset seen before it does not clear it
+      if (!news) return RAYACCEL_STATUS_TIMEOUT;  // the same fault again
       args->sink->set_health(args->sink->host_context, g.index, RAYACCEL_HEALTH_UNHEALTHY,
                              Str(reason));
       return RAYACCEL_STATUS_OK;

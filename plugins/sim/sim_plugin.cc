@@ -254,7 +254,14 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
                             "cannot watch " + dir + ": " + std::strerror(errno));
       }
       self->inotify_fd = fd;
-      SpecChanged(self);  // the file as the first scan read it
+      // The baseline is the file as the last scan read it, so an edit made between that scan
+      // and this first wait is still news.
+      SpecChanged(self);
+      std::lock_guard<std::mutex> spec_lock(self->mu);
+      if (self->loaded) {
+        self->watched_stat.st_size = self->loaded_size;
+        self->watched_stat.st_mtim = self->loaded_mtime;
+      }
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args->timeout_ms);
     while (true) {

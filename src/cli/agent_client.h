@@ -12,9 +12,10 @@
 namespace rayaccel::cli {
 
 struct AgentClientOptions {
-  std::string address;      // unix:PATH, an absolute path, or tcp://HOST:PORT
-  std::string token_file;   // a bearer token to send; empty: none
-  std::string tls_ca_file;  // connect with TLS, trusting this CA; empty: plain
+  std::string address;              // unix:PATH, an absolute path, or tcp://HOST:PORT
+  std::string token_file;           // a bearer token to send; empty: none
+  std::string tls_ca_file;          // connect with TLS, trusting this CA; empty: plain
+  bool allow_insecure_tcp = false;  // plain TCP to a non-loopback agent (refused otherwise)
 };
 
 // The agent's current snapshot (GetSnapshot, 10 s deadline), checked as any peer's message is.

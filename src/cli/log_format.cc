@@ -10,13 +10,45 @@
 namespace rayaccel::cli {
 namespace {
 
+// Length of the well-formed UTF-8 sequence at s[0..n), or 0 when it is not one.
+size_t Utf8Length(const unsigned char* s, size_t n) {
+  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < n && s[i] >= lo && s[i] <= hi;
+  };
+  unsigned char c = s[0];
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    bool second = c == 0xE0 ? cont(1, 0xA0) : c == 0xED ? cont(1, 0x80, 0x9F) : cont(1);
+    return second && cont(2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    bool second = c == 0xF0 ? cont(1, 0x90) : c == 0xF4 ? cont(1, 0x80, 0x8F) : cont(1);
+    return second && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
 // The message as the body of a JSON string: quotes, backslashes and control characters
-// escaped (plugin and peer text can contain anything).
+// escaped, bytes that are not UTF-8 replaced by U+FFFD (plugin and peer text can contain
+// anything).
 class JsonEscapedMessage : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm& /*tm*/,
               spdlog::memory_buf_t& dest) override {
-    for (char c : msg.payload) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(msg.payload.data());
+    const size_t size = msg.payload.size();
+    for (size_t i = 0; i < size; ++i) {
+      const char c = static_cast<char>(bytes[i]);
+      if (bytes[i] >= 0x80) {
+        size_t length = Utf8Length(bytes + i, size - i);
+        if (length == 0) {
+          dest.append(std::string_view("\\ufffd"));
+        } else {
+          dest.append(std::string_view(msg.payload.data() + i, length));
+          i += length - 1;
+        }
+        continue;
+      }
       switch (c) {
         case '"':
           dest.append(std::string_view("\\\""));

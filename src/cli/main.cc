@@ -284,8 +284,8 @@ int Run(int argc, char** argv) {
   std::shared_ptr<const NodeSnapshot> snap;
   absl::StatusOr<std::unique_ptr<Registry>> registry;
   if (!args.agent.empty()) {
-    absl::StatusOr<std::shared_ptr<const NodeSnapshot>> fetched =
-        FetchSnapshot({args.agent, args.server.token_file, args.tls_ca_file});
+    absl::StatusOr<std::shared_ptr<const NodeSnapshot>> fetched = FetchSnapshot(
+        {args.agent, args.server.token_file, args.tls_ca_file, args.server.allow_insecure_tcp});
     if (!fetched.ok()) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(fetched.status().message()).c_str());
       return fetched.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage

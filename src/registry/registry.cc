@@ -365,10 +365,14 @@ class Registry::Impl {
   }
 
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
-      const std::vector<std::string>& requested) const {
+      const std::vector<std::string>& requested, uint64_t generation) const {
     // Hold the plugins first: no rescan can then move the indices resolved below.
     std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
+    if (generation != 0 && generation != snap->generation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "snapshot ", generation, " is stale: the current one is ", snap->generation));
+    }
     if (requested.empty()) return absl::InvalidArgumentError("no devices given");
     absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, requested);
     if (!positions.ok()) return positions.status();
@@ -669,8 +673,8 @@ absl::StatusOr<Allocation> Registry::PreferredAllocation(
 }
 
 absl::StatusOr<std::map<std::string, std::string>> Registry::PrepareAllocation(
-    const std::vector<std::string>& devices) const {
-  return impl_->PrepareAllocation(devices);
+    const std::vector<std::string>& devices, uint64_t generation) const {
+  return impl_->PrepareAllocation(devices, generation);
 }
 
 }  // namespace rayaccel

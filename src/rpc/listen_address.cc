@@ -1,5 +1,7 @@
 #include "rpc/listen_address.h"
 
+#include <arpa/inet.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -8,8 +10,11 @@
 namespace rayaccel::rpc {
 namespace {
 
+// Numeric 127.0.0.0/8 or [::1], or the name localhost; not a name that merely starts "127.".
 bool IsLoopback(absl::string_view host) {
-  return host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+  if (host == "localhost" || host == "[::1]") return true;
+  in_addr v4{};
+  return inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 }  // namespace

@@ -229,14 +229,8 @@ grpc::ServerUnaryReactor* RegistryService::PrepareAllocation(
   if (request->device_ids_size() > kMaxRequestIds) {
     return Done(context, {grpc::StatusCode::INVALID_ARGUMENT, "too many device ids"});
   }
-  uint64_t current = registry_->snapshot()->generation;
-  if (request->generation() != 0 && request->generation() != current) {
-    return Done(context, {grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("snapshot ", request->generation(),
-                                       " is stale: the current one is ", current)});
-  }
   absl::StatusOr<std::map<std::string, std::string>> env =
-      registry_->PrepareAllocation(Ids(request->device_ids()));
+      registry_->PrepareAllocation(Ids(request->device_ids()), request->generation());
   if (!env.ok()) return Done(context, ToGrpc(env.status()));
   response->mutable_env()->insert(env->begin(), env->end());
   return Done(context, grpc::Status::OK);

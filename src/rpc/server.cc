@@ -20,16 +20,18 @@
 namespace rayaccel::rpc {
 namespace {
 
-// Whether something accepts connections on the socket file `path`.
-bool SocketIsLive(const std::string& path) {
+// Whether the socket file `path` was left by a server that died: nothing listens on it
+// (ECONNREFUSED). Any other outcome (accepted, or not ours to try) counts as not stale.
+bool SocketIsStale(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  bool refused =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == ECONNREFUSED;
   close(fd);
-  return live;
+  return refused;
 }
 
 // Makes room for a new socket at `path`: removes a stale socket (a server that died), refuses
@@ -52,8 +54,9 @@ absl::Status PrepareSocketPath(const std::string& path) {
     return absl::AlreadyExistsError(
         absl::StrCat(path, " exists and is not a socket; not removing it"));
   }
-  if (SocketIsLive(path)) {
-    return absl::AlreadyExistsError(absl::StrCat("another server is listening on ", path));
+  if (!SocketIsStale(path)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(path, " is in use (or cannot be checked); not removing it"));
   }
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
     return absl::PermissionDeniedError(
@@ -169,7 +172,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.AddListeningPort(address->grpc_uri, *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
-  // The socket is born 0660 (no window in which others may connect), then chmod states it.
+  // The socket is born 0660: no window in which others may connect. (umask is per process;
+  // nothing else here creates files during these few calls.)
   mode_t old_mask = umask(0117);
   out->server_ = builder.BuildAndStart();
   umask(old_mask);
@@ -179,10 +183,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (!address->unix_path.empty()) {
     out->unix_path_ = address->unix_path;
     out->target_ = address->grpc_uri;
-    if (chmod(out->unix_path_.c_str(), 0660) != 0) {
-      std::string why = std::strerror(errno);
+    // Verified, not chmod-ed: chmod would follow a symlink swapped in by whoever can write the
+    // folder.
+    struct stat st {};
+    if (lstat(out->unix_path_.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) ||
+        (st.st_mode & 0777) != 0660) {
       out->Shutdown(std::chrono::system_clock::now());
-      return absl::PermissionDeniedError(absl::StrCat("chmod ", out->unix_path_, ": ", why));
+      return absl::PermissionDeniedError(
+          absl::StrCat(out->unix_path_, " is not the 0660 socket just created"));
     }
   } else {
     out->target_ =
@@ -192,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 }
 
 void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
-  if (stopped_) return;
+  if (stopped_ || server_ == nullptr) return;  // never started (cannot listen), or stopped
   stopped_ = true;
   server_->Shutdown(deadline);
   server_->Wait();

@@ -1,6 +1,7 @@
 // The agent's AcceleratorRegistry: served by a real gRPC server on real sockets (Unix, TCP
 // loopback, TLS) over a real registry with the sim plugin, and by `rayaccel serve` as a process.
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -434,6 +435,30 @@ TEST(ServerStartTest, AStaleSocketIsReplacedAnyOtherFileIsNot) {
   EXPECT_EQ(ReadText(path), "not a socket");
   unlink(path.c_str());
   rmdir(dir.c_str());
+}
+
+// A port already taken: Start says so (no crash), and `rayaccel sink` exits 1.
+TEST(ServerStartTest, APortInUseIsAnErrorNotACrash) {
+  spdlog::default_logger();
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<Registry> registry = SimRegistry("dgx-h100.json");
+  RegistryService service(registry.get(), {});
+  ServerOptions options;
+  options.listen = address;
+  EXPECT_FALSE(Server::Start(options, {&service}).ok());
+  EXPECT_EQ(testing::WaitExit(testing::Spawn(RAYACCEL_CLI, {"sink", "--listen", address},
+                                             "/dev/null", "/dev/null")),
+            1);
+  close(taken);
 }
 
 // `rayaccel serve` as a process: serves on its socket, a SIGHUP reaches watchers, SIGTERM

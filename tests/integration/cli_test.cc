@@ -166,11 +166,10 @@ TEST(Cli, UsageErrorsExitTwo) {
 }
 
 // --log-format json: every stderr line is one JSON object, even when the message carries
-// quotes and control characters from a plugin (here, in a spec path).
+// quotes, control characters and bytes that are not UTF-8 (here, in a plugin path).
 TEST(Cli, JsonLogLinesParseWhateverTheMessage) {
-  CommandResult r =
-      Cli({"discover", "--log-format", "json", "--log-level", "info", "--no-host-topology",
-           "--config", "sim.spec=/no/such \"spec\"\t.json", "--plugin", "sim"});
+  CommandResult r = Cli({"discover", "--log-format", "json", "--log-level", "info",
+                         "--no-host-topology", "--plugin", "/no/such \"plugin\"\t\xff.so"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   size_t lines = 0;
   bool saw_failure = false;
@@ -181,7 +180,9 @@ TEST(Cli, JsonLogLinesParseWhateverTheMessage) {
     ASSERT_NE(v->Find("level"), nullptr);
     ASSERT_NE(v->Find("ts"), nullptr);
     const std::string& msg = v->Find("msg")->string();
-    saw_failure = saw_failure || msg.find("/no/such \"spec\"\t.json") != std::string::npos;
+    // The byte that is not UTF-8 arrives as U+FFFD.
+    saw_failure =
+        saw_failure || msg.find("/no/such \"plugin\"\t\xEF\xBF\xBD.so") != std::string::npos;
     ++lines;
   }
   EXPECT_GT(lines, 0u);

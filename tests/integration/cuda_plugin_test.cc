@@ -232,6 +232,8 @@ std::shared_ptr<const NodeSnapshot> WaitFor(const Registry& registry, Done done)
 // (XID 79), GPU 3 starts with the driver asking to drain P2P traffic. Then the resets are done:
 // at 700 ms the driver's action for GPU 1 goes back to none (with XID 154), at 1000 ms
 // GPU 2 reads again and the drain request on GPU 3 is gone (no event: a probe must see them).
+// GPU 0 raises XID 94 too, but at 600 ms, as its reset completes, XID 48 arrives: a new fault,
+// which that reset does not clear.
 TEST(CudaPlugin, GpusAreHealthyAgainAfterAReset) {
   std::unique_ptr<Registry> registry = WatchedCuda("gpu-reset.json", RAYACCEL_FAKE_NVML);
   ASSERT_NE(registry, nullptr);
@@ -243,19 +245,25 @@ TEST(CudaPlugin, GpusAreHealthyAgainAfterAReset) {
   EXPECT_EQ(first->ray.resources.at("GPU"), 3);
 
   std::shared_ptr<const NodeSnapshot> broken = WaitFor(*registry, [](const NodeSnapshot& s) {
-    return s.devices[1].health == Health::kUnhealthy && s.devices[2].health == Health::kUnhealthy;
+    return s.devices[1].health_reason == "XID 94; the driver asks for a GPU reset" &&
+           s.devices[2].health == Health::kUnhealthy;
   });
   EXPECT_EQ(broken->devices[1].health_reason, "XID 94; the driver asks for a GPU reset");
   EXPECT_NE(broken->devices[2].health_reason.find("GPU_IS_LOST"), std::string::npos)
       << broken->devices[2].health_reason;
 
   std::shared_ptr<const NodeSnapshot> healed = WaitFor(*registry, [](const NodeSnapshot& s) {
-    return s.ray.resources.count("GPU") > 0 && s.ray.resources.at("GPU") == 4;
+    return s.devices[1].health == Health::kHealthy && s.devices[2].health == Health::kHealthy &&
+           s.devices[3].health == Health::kHealthy;
   });
-  for (const Device& d : healed->devices) {
-    EXPECT_EQ(d.health, Health::kHealthy) << d.index << ": " << d.health_reason;
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(healed->devices[i].health, Health::kHealthy)
+        << i << ": " << healed->devices[i].health_reason;
   }
   EXPECT_EQ(healed->devices[2].name, "NVIDIA H100 80GB HBM3");  // read again, not a placeholder
+  EXPECT_EQ(healed->devices[0].health, Health::kUnhealthy);
+  EXPECT_EQ(healed->devices[0].health_reason, "XID 48");
+  EXPECT_EQ(healed->ray.resources.at("GPU"), 3);
   EXPECT_GT(healed->generation, broken->generation);
 }
 
@@ -274,7 +282,8 @@ TEST(CudaPlugin, WithoutRecoveryActionsAnXidStaysUntilRestart) {
   EXPECT_EQ(after->devices[2].health, Health::kHealthy);
   EXPECT_EQ(after->devices[1].health, Health::kUnhealthy);
   EXPECT_EQ(after->devices[1].health_reason, "XID 94");
-  EXPECT_EQ(after->ray.resources.at("GPU"), 3);
+  EXPECT_EQ(after->devices[0].health_reason, "XID 48");  // the newer fault replaces the older
+  EXPECT_EQ(after->ray.resources.at("GPU"), 2);
 }
 
 TEST(CudaPlugin, TopoPrintsWhatNvidiaSmiTopoShows) {

@@ -24,7 +24,8 @@ TEST(ListenAddress, TcpSaysWhetherItIsLoopback) {
     EXPECT_TRUE(a->loopback) << ok;
   }
   EXPECT_EQ(ParseListenAddress("tcp://127.0.0.1:5000")->grpc_uri, "127.0.0.1:5000");
-  for (const char* wide : {"tcp://0.0.0.0:5000", "tcp://10.1.2.3:5000", "tcp://[::]:1"}) {
+  for (const char* wide : {"tcp://0.0.0.0:5000", "tcp://10.1.2.3:5000", "tcp://[::]:1",
+                           "tcp://127.example.com:5000", "tcp://127.0.0.1.nip.io:1"}) {
     auto a = ParseListenAddress(wide);
     ASSERT_TRUE(a.ok()) << wide << ": " << a.status();
     EXPECT_FALSE(a->loopback) << wide;
