@@ -181,8 +181,9 @@ struct RegistryOptions {
   uint32_t restart_backoff_ms = 1000;
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
 
-  // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS (in-process ones) from
-  // a thread each: a reported change triggers a rescan, so a new snapshot follows at once.
+  // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS from a thread each
+  // (isolated ones through their host): a reported change triggers a rescan, so a new snapshot
+  // follows at once; so does an isolated plugin's death during the watch.
   bool watch_health = false;
 };
 

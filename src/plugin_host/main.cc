@@ -128,6 +128,15 @@ int Serve(const std::string& path) {
         w.EndArray();
         reply = Ok(w);
       }
+    } else if (op->string() == "wait_health_events") {
+      // Blocks this (single-threaded) host for at most the timeout; the registry bounds it.
+      const json::Value* t = request->Find("timeout_ms");
+      uint64_t timeout = t != nullptr ? t->as_uint64().value_or(0) : 0;
+      PluginReport report;
+      absl::Status st = plugin->WaitHealthEvents(
+          static_cast<uint32_t>(std::min<uint64_t>(timeout, 10000)), &report);
+      json::Writer w = Begin();
+      reply = st.ok() ? Ok(w) : Error(st);
     } else if (op->string() == "shutdown") {
       plugin.reset();
       json::Writer w = Begin();

@@ -86,7 +86,8 @@ bool IsResourceName(absl::string_view name) {
 
 // A plugin slot: the loaded plugin (null when refused) and its status.
 struct Slot {
-  std::unique_ptr<PluginHandle> plugin;
+  // Shared with the slot's health watch, which keeps a handle alive through a restart.
+  std::shared_ptr<PluginHandle> plugin;
   PluginStatus status;  // static part: name, path, properties; state before any rescan
   PluginConfig file_config;
   // Isolated plugins: a process that died is started again after a backoff.
@@ -110,25 +111,45 @@ class Registry::Impl {
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
   ~Impl() { StopWatching(); }
 
-  // One thread per plugin that offers health events; a change triggers a rescan.
+  // One thread per plugin that offers health events; a change triggers a rescan. An isolated
+  // plugin is watched through its host; after a crash the watch waits for the restart.
   void StartWatching() {
-    if (!options_.watch_health || options_.isolation != RegistryOptions::Isolation::kInProcess) {
-      return;
-    }
-    for (Slot& slot : slots_) {
-      if (slot.plugin == nullptr || slot.status.state == PluginStatus::State::kFailed ||
+    if (!options_.watch_health) return;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& slot = slots_[i];
+      if (slot.plugin == nullptr ||
+          (slot.status.state == PluginStatus::State::kFailed && !slot.restartable) ||
           (slot.plugin->capabilities() & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
         continue;
       }
-      PluginHandle* plugin = slot.plugin.get();
       std::string name = slot.status.name;
-      watchers_.emplace_back([this, plugin, name] {
+      watchers_.emplace_back([this, i, name] {
+        auto pause = [this] {
+          for (int k = 0; k < 10 && !stopping_; ++k) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        };
         while (!stopping_) {
+          std::shared_ptr<PluginHandle> plugin;
+          {
+            std::lock_guard<std::mutex> lock(plugins_mu_);
+            plugin = slots_[i].plugin;
+          }
+          if (plugin == nullptr || !plugin->alive()) {
+            pause();  // crashed: the next rescan restarts it after its backoff
+            continue;
+          }
           try {
             PluginReport report;
             absl::Status st = plugin->WaitHealthEvents(200, &report);
             if (stopping_) break;
-            if (st.ok()) {
+            if (!plugin->alive()) {
+              // The plugin's process died while waiting: publish that (the rescan marks it
+              // failed); a later rescan restarts it after its backoff.
+              spdlog::warn("plugin {}: died during its health watch: {}", name,
+                           std::string(st.message()));
+              Rescan();
+            } else if (st.ok()) {
               spdlog::info("plugin {}: health changed; rescanning", name);
               Rescan();
             } else if (st.code() == absl::StatusCode::kUnimplemented) {
@@ -137,9 +158,7 @@ class Registry::Impl {
             } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
               // A transient failure: try again shortly rather than stop watching for good.
               spdlog::warn("plugin {}: health watch: {}", name, std::string(st.message()));
-              for (int i = 0; i < 10 && !stopping_; ++i) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-              }
+              pause();
             }
           } catch (const std::exception& e) {
             spdlog::error("plugin {}: health watch: {}", name, e.what());

@@ -143,9 +143,11 @@ RemotePlugin::~RemotePlugin() {
   if (fd_ >= 0) close(fd_);
 }
 
-absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const char* what) const {
+absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const char* what,
+                                               std::chrono::milliseconds extra) const {
+  std::lock_guard<std::mutex> lock(call_mu_);
   if (pid_ <= 0) return absl::UnavailableError("the plugin host is down");
-  auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+  auto deadline = std::chrono::steady_clock::now() + options_.call_timeout + extra;
   absl::Status st = wire::WriteFrame(fd_, request);
   absl::StatusOr<std::string> frame =
       st.ok() ? wire::ReadFrame(fd_, deadline) : absl::StatusOr<std::string>(st);
@@ -223,6 +225,18 @@ absl::Status RemotePlugin::Query(PluginReport* report) {
   std::string discover_error = Field(*reply, "discover_error");
   if (!discover_error.empty()) return absl::InternalError(discover_error);
   return absl::OkStatus();
+}
+
+absl::Status RemotePlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* /*report*/) {
+  if ((capabilities_ & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
+    return absl::UnimplementedError("the plugin offers no health events");
+  }
+  json::Writer w = Request("wait_health_events");
+  w.Key("timeout_ms").Uint(timeout_ms);
+  // The host answers after the plugin's wait: the call's deadline grows by that much.
+  absl::StatusOr<json::Value> reply =
+      Call(Done(w), "wait_health_events", std::chrono::milliseconds(timeout_ms));
+  return reply.ok() ? ReplyStatus(*reply) : reply.status();
 }
 
 absl::Status RemotePlugin::ValidateQuantity(uint32_t quantity) const {

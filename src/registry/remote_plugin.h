@@ -6,8 +6,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "registry/plugin_handle.h"
@@ -39,18 +41,23 @@ class RemotePlugin : public PluginHandle {
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override { return zero_devices_reason_; }
+  // The health watch's thread calls this while others may query: calls take turns on the one
+  // channel, so a query may wait up to `timeout_ms` for a wait in progress.
+  absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
 
   // False once the host process died or was killed; every call then fails.
-  bool alive() const override { return pid_ > 0; }
+  bool alive() const override { return pid_.load() > 0; }
 
  private:
   RemotePlugin() = default;
   // Sends one request and waits for the answer; a dead or silent host is killed, reaped and
   // described ("crashed with signal 11 (Segmentation fault) during query").
-  absl::StatusOr<json::Value> Call(const std::string& request, const char* what) const;
+  absl::StatusOr<json::Value> Call(const std::string& request, const char* what,
+                                   std::chrono::milliseconds extra = {}) const;
 
   RemoteOptions options_;
-  mutable pid_t pid_ = -1;
+  mutable std::mutex call_mu_;  // one request on the channel at a time
+  mutable std::atomic<pid_t> pid_{-1};
   mutable int fd_ = -1;
   std::string name_;
   std::string abi_version_;

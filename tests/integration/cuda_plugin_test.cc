@@ -204,6 +204,30 @@ TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
   EXPECT_EQ(quiet->generation, next->generation);
 }
 
+// The same through the plugin host: the health watch crosses the process boundary.
+TEST(CudaPlugin, XidEventsReachAnIsolatedRegistryToo) {
+  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/xid-79.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {CudaPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  options.isolation = RegistryOptions::Isolation::kChildProcess;
+  options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  std::shared_ptr<const NodeSnapshot> s = (*registry)->snapshot();
+  EXPECT_EQ(s->ray.resources.at("GPU"), 4);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s->ray.resources.at("GPU") == 4 && std::chrono::steady_clock::now() < deadline) {
+    s = (*registry)->WaitForNewer(s->generation, std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(s->ray.resources.at("GPU"), 3);
+  EXPECT_EQ(s->devices[1].health_reason, "XID 79");
+  EXPECT_EQ(StatusOf(*s, "cuda").state, PluginStatus::State::kActive);
+}
+
 std::unique_ptr<Registry> WatchedCuda(const std::string& fixture, const std::string& library) {
   setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/" + fixture).c_str(), 1);
   RegistryOptions options;
