@@ -214,6 +214,7 @@ TEST(CudaPlugin, XidEventsReachAnIsolatedRegistryToo) {
   options.watch_health = true;
   options.isolation = RegistryOptions::Isolation::kChildProcess;
   options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  options.plugin_memory_limit_bytes = 0;  // sanitizers' shadow memory does not fit a limit
   options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
   auto registry = Registry::Create(options);
   ASSERT_TRUE(registry.ok()) << registry.status();
