@@ -16,11 +16,10 @@ absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
     const AgentClientOptions& options) {
   absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(options.address);
   if (!address.ok()) return address.status();
-  if (address->unix_path.empty() && !address->loopback && options.tls_ca_file.empty() &&
-      !options.allow_insecure_tcp) {
-    return absl::InvalidArgumentError(
-        "plain TCP to an agent off this host is refused (the token and snapshot would cross "
-        "the network in clear); use --tls-ca or allow it explicitly");
+  if (absl::Status st =
+          rpc::CheckPlainTcp(*address, !options.tls_ca_file.empty(), options.allow_insecure_tcp);
+      !st.ok()) {
+    return st;
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty()) {

@@ -41,10 +41,10 @@ absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
     if (!ca.ok()) return ca.status();
     publish.tls_root_certs = *std::move(ca);
   }
-  if (raylet->unix_path.empty() && !raylet->loopback && publish.tls_root_certs.empty() &&
-      !args.server.allow_insecure_tcp) {
-    return absl::InvalidArgumentError(
-        "plain TCP to a raylet off this host is refused; use TLS or allow it explicitly");
+  if (absl::Status st = rpc::CheckPlainTcp(*raylet, !publish.tls_root_certs.empty(),
+                                           args.server.allow_insecure_tcp);
+      !st.ok()) {
+    return st;
   }
   return publish;
 }

@@ -45,4 +45,14 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text) {
   return out;
 }
 
+absl::Status CheckPlainTcp(const ListenAddress& address, bool tls, bool allow_insecure_tcp) {
+  if (!address.unix_path.empty() || address.loopback || tls || allow_insecure_tcp) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "plain TCP on ", address.grpc_uri,
+      " is refused: anyone on the network could call it or read what it carries; use TLS, a "
+      "loopback address, or allow it explicitly"));
+}
+
 }  // namespace rayaccel::rpc

@@ -19,6 +19,10 @@ struct ListenAddress {
 
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
 
+// The one rule for every endpoint, served or dialled: a Unix socket or a loopback address may
+// be plain; any other TCP address needs TLS, or the operator's explicit permission.
+absl::Status CheckPlainTcp(const ListenAddress& address, bool tls, bool allow_insecure_tcp);
+
 }  // namespace rayaccel::rpc
 
 #endif  // RAYACCEL_RPC_LISTEN_ADDRESS_H_

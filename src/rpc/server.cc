@@ -147,12 +147,10 @@ absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options) {
   if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("a TLS client CA needs a server certificate and key");
   }
-  if (address->unix_path.empty() && !address->loopback && options.tls_cert_file.empty() &&
-      !options.allow_insecure_tcp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plain TCP on ", address->grpc_uri,
-        " is refused: anyone on the network could call it; use TLS, a loopback address, or "
-        "allow it explicitly"));
+  if (absl::Status st =
+          CheckPlainTcp(*address, !options.tls_cert_file.empty(), options.allow_insecure_tcp);
+      !st.ok()) {
+    return st;
   }
   return address;
 }

@@ -21,6 +21,7 @@
 #include "rpc/registry_service.h"
 #include "spdlog/spdlog.h"
 #include "support/child_process.h"
+#include "support/test_support.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -29,16 +30,12 @@ using testing::Lines;
 using testing::Stop;
 using testing::WaitForFile;
 
-const std::string kSimPlugin = std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so";
-const std::string kDgxSpec = std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/dgx-h100.json";
-const std::string kTlsDir = std::string(RAYACCEL_FIXTURES_DIR) + "/tls";
-const std::string kNvl72Spec = std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/nvl72.json";
+const std::string kSimPlugin = testing::SimPlugin();
+const std::string kDgxSpec = "sim.spec=" + testing::Example("dgx-h100.json");
+const std::string kTlsDir = testing::Fixture("tls");
+const std::string kNvl72Spec = "sim.spec=" + testing::Example("nvl72.json");
 
-std::string TempDir() {
-  char dir[] = "/tmp/rayaccel-agent-XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  return dir;
-}
+std::string TempDir() { return testing::MakeTempDir("agent"); }
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -50,7 +47,7 @@ std::unique_ptr<Registry> SimRegistry(const std::string& spec) {
   options.plugins = {kSimPlugin};
   options.use_environment = false;
   options.host_topology = false;
-  options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR) + "/" + spec;
+  options.config["sim"]["spec"] = testing::Example(spec);
   auto registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
   return *std::move(registry);
@@ -325,17 +322,8 @@ TEST_F(AgentServiceTest, OversizedMessagesAndGarbageBytesHarmNothing) {
   EXPECT_EQ(stub->PrepareAllocation(&huge_context, huge, &env).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
 
-  using namespace std::string_literals;  // NOLINT: keeps the embedded NULs
-  for (const std::string& junk : {"GET / HTTP/1.1\r\n\r\n"s, "\x00\x00\xff\xff\xff\x04\x00garbage"s,
-                                  "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff"s}) {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", (dir_ + "/agent.sock").c_str());
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
-    close(fd);
+  for (const std::string& junk : testing::GarbageForGrpc()) {
+    ASSERT_TRUE(testing::SendRawBytes(dir_ + "/agent.sock", junk));
   }
   grpc::ClientContext context;
   v1::NodeSnapshot s;
@@ -629,26 +617,17 @@ TEST(ServeCommand, TheCliReadsARunningAgent) {
   pid_t agent = testing::Spawn(RAYACCEL_CLI, serve, "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
 
-  auto cli = [&](std::vector<std::string> args, const std::string& name, int* code) {
-    const std::string out = dir + "/" + name;
-    *code = testing::WaitExit(testing::Spawn(RAYACCEL_CLI, args, out, "/dev/null"));
-    std::string text = ReadText(out);
-    unlink(out.c_str());
-    return text;
-  };
-  int code = 0;
-  std::vector<std::string> local = {"discover", "--json"};
+  std::vector<std::string> local = {RAYACCEL_CLI, "discover", "--json"};
   local.insert(local.end(), plugin.begin(), plugin.end());
-  const std::string expected = cli(local, "local.json", &code);
-  ASSERT_EQ(code, 0);
-  const std::string via_agent =
-      cli({"discover", "--json", "--agent", "unix:" + socket, "--token-file", token}, "via.json",
-          &code);
-  EXPECT_EQ(code, 0);
-  EXPECT_EQ(via_agent, expected);
-  EXPECT_NE(via_agent.find("\"GPU\": 8"), std::string::npos);
-  cli({"discover", "--agent", "unix:" + socket}, "refused.txt", &code);
-  EXPECT_EQ(code, 1) << "no token, yet the agent answered";
+  testing::CommandResult expected = testing::Run(local);
+  ASSERT_EQ(expected.exit_code, 0) << expected.err;
+  testing::CommandResult via_agent = testing::Run(
+      {RAYACCEL_CLI, "discover", "--json", "--agent", "unix:" + socket, "--token-file", token});
+  EXPECT_EQ(via_agent.exit_code, 0) << via_agent.err;
+  EXPECT_EQ(via_agent.out, expected.out);
+  EXPECT_NE(via_agent.out.find("\"GPU\": 8"), std::string::npos);
+  EXPECT_EQ(testing::Run({RAYACCEL_CLI, "discover", "--agent", "unix:" + socket}).exit_code, 1)
+      << "no token, yet the agent answered";
   EXPECT_EQ(Stop(agent), 0);
   unlink(token.c_str());
   rmdir(dir.c_str());
@@ -683,15 +662,8 @@ TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
     EXPECT_EQ(stub->PrepareAllocation(&context, huge, &env).error_code(),
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
-  {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket.c_str());
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    const char junk[] = "\x00\x00\xff\xff\xff\x04\x00garbage";
-    EXPECT_GT(write(fd, junk, sizeof(junk)), 0);
-    close(fd);
+  for (const std::string& junk : testing::GarbageForGrpc()) {
+    ASSERT_TRUE(testing::SendRawBytes(socket, junk));
   }
 
   constexpr int kWatchers = 100;

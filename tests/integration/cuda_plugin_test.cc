@@ -178,58 +178,11 @@ TEST(CudaPlugin, MigDevicesAreScheduledInsteadOfTheirGpu) {
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), mig.id);  // CUDA takes MIG devices by UUID
 }
 
-TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
-  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/xid-79.json").c_str(), 1);
-  RegistryOptions options;
-  options.plugins = {CudaPlugin()};
-  options.use_environment = false;
-  options.host_topology = false;
-  options.watch_health = true;
-  options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
-  auto registry = Registry::Create(options);
-  ASSERT_TRUE(registry.ok()) << registry.status();
-  std::shared_ptr<const NodeSnapshot> first = (*registry)->snapshot();
-  EXPECT_EQ(first->ray.resources.at("GPU"), 4);
-  // XID 13 (an application fault) is ignored; XID 79 (fell off the bus) is not.
-  std::shared_ptr<const NodeSnapshot> next =
-      (*registry)->WaitForNewer(first->generation, std::chrono::seconds(10));
-  ASSERT_GT(next->generation, first->generation);
-  EXPECT_EQ(next->devices[1].health, Health::kUnhealthy);
-  EXPECT_EQ(next->devices[1].health_reason, "XID 79");
-  EXPECT_EQ(next->devices[0].health, Health::kHealthy);
-  EXPECT_EQ(next->ray.resources.at("GPU"), 3);
-  // Nothing else happens: waiting again times out with the same snapshot.
-  std::shared_ptr<const NodeSnapshot> quiet =
-      (*registry)->WaitForNewer(next->generation, std::chrono::milliseconds(300));
-  EXPECT_EQ(quiet->generation, next->generation);
-}
-
-// The same through the plugin host: the health watch crosses the process boundary.
-TEST(CudaPlugin, XidEventsReachAnIsolatedRegistryToo) {
-  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/xid-79.json").c_str(), 1);
-  RegistryOptions options;
-  options.plugins = {CudaPlugin()};
-  options.use_environment = false;
-  options.host_topology = false;
-  options.watch_health = true;
-  options.isolation = RegistryOptions::Isolation::kChildProcess;
-  options.plugin_host = RAYACCEL_PLUGIN_HOST;
-  options.plugin_memory_limit_bytes = 0;  // sanitizers' shadow memory does not fit a limit
-  options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
-  auto registry = Registry::Create(options);
-  ASSERT_TRUE(registry.ok()) << registry.status();
-  std::shared_ptr<const NodeSnapshot> s = (*registry)->snapshot();
-  EXPECT_EQ(s->ray.resources.at("GPU"), 4);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (s->ray.resources.at("GPU") == 4 && std::chrono::steady_clock::now() < deadline) {
-    s = (*registry)->WaitForNewer(s->generation, std::chrono::milliseconds(200));
-  }
-  EXPECT_EQ(s->ray.resources.at("GPU"), 3);
-  EXPECT_EQ(s->devices[1].health_reason, "XID 79");
-  EXPECT_EQ(StatusOf(*s, "cuda").state, PluginStatus::State::kActive);
-}
-
-std::unique_ptr<Registry> WatchedCuda(const std::string& fixture, const std::string& library) {
+// The CUDA plugin on `fixture` with its health watched, in this process or in a plugin host
+// (without a memory limit: sanitizers' shadow memory does not fit one).
+std::unique_ptr<Registry> WatchedCuda(const std::string& fixture,
+                                      const std::string& library = RAYACCEL_FAKE_NVML,
+                                      bool isolated = false) {
   setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/" + fixture).c_str(), 1);
   RegistryOptions options;
   options.plugins = {CudaPlugin()};
@@ -237,6 +190,11 @@ std::unique_ptr<Registry> WatchedCuda(const std::string& fixture, const std::str
   options.host_topology = false;
   options.watch_health = true;
   options.config["cuda"]["nvml_library"] = library;
+  if (isolated) {
+    options.isolation = RegistryOptions::Isolation::kChildProcess;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    options.plugin_memory_limit_bytes = 0;
+  }
   auto registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
   return registry.ok() ? *std::move(registry) : nullptr;
@@ -253,6 +211,37 @@ std::shared_ptr<const NodeSnapshot> WaitFor(const Registry& registry, Done done)
   return s;
 }
 
+TEST(CudaPlugin, XidEventsMakeANewSnapshotAtOnce) {
+  std::unique_ptr<Registry> registry = WatchedCuda("xid-79.json");
+  ASSERT_NE(registry, nullptr);
+  std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
+  EXPECT_EQ(first->ray.resources.at("GPU"), 4);
+  // XID 13 (an application fault) is ignored; XID 79 (fell off the bus) is not.
+  std::shared_ptr<const NodeSnapshot> next =
+      registry->WaitForNewer(first->generation, std::chrono::seconds(10));
+  ASSERT_GT(next->generation, first->generation);
+  EXPECT_EQ(next->devices[1].health, Health::kUnhealthy);
+  EXPECT_EQ(next->devices[1].health_reason, "XID 79");
+  EXPECT_EQ(next->devices[0].health, Health::kHealthy);
+  EXPECT_EQ(next->ray.resources.at("GPU"), 3);
+  // Nothing else happens: waiting again times out with the same snapshot.
+  std::shared_ptr<const NodeSnapshot> quiet =
+      registry->WaitForNewer(next->generation, std::chrono::milliseconds(300));
+  EXPECT_EQ(quiet->generation, next->generation);
+}
+
+// The same through the plugin host: the health watch crosses the process boundary.
+TEST(CudaPlugin, XidEventsReachAnIsolatedRegistryToo) {
+  std::unique_ptr<Registry> registry = WatchedCuda("xid-79.json", RAYACCEL_FAKE_NVML, true);
+  ASSERT_NE(registry, nullptr);
+  EXPECT_EQ(registry->snapshot()->ray.resources.at("GPU"), 4);
+  std::shared_ptr<const NodeSnapshot> s =
+      WaitFor(*registry, [](const NodeSnapshot& n) { return n.ray.resources.at("GPU") != 4; });
+  EXPECT_EQ(s->ray.resources.at("GPU"), 3);
+  EXPECT_EQ(s->devices[1].health_reason, "XID 79");
+  EXPECT_EQ(StatusOf(*s, "cuda").state, PluginStatus::State::kActive);
+}
+
 // gpu-reset.json: GPU 1 raises XID 94 and the driver asks for a reset, GPU 2 falls off the bus
 // (XID 79), GPU 3 starts with the driver asking to drain P2P traffic. Then the resets are done:
 // at 700 ms the driver's action for GPU 1 goes back to none (with XID 154), at 1000 ms
@@ -260,7 +249,7 @@ std::shared_ptr<const NodeSnapshot> WaitFor(const Registry& registry, Done done)
 // GPU 0 raises XID 94 too, but at 600 ms, as its reset completes, XID 48 arrives: a new fault,
 // which that reset does not clear.
 TEST(CudaPlugin, GpusAreHealthyAgainAfterAReset) {
-  std::unique_ptr<Registry> registry = WatchedCuda("gpu-reset.json", RAYACCEL_FAKE_NVML);
+  std::unique_ptr<Registry> registry = WatchedCuda("gpu-reset.json");
   ASSERT_NE(registry, nullptr);
   std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
   ASSERT_EQ(first->devices.size(), 4u);

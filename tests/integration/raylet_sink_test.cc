@@ -1,18 +1,12 @@
 // The sink served by a real gRPC server on a real Unix socket, spoken to by a real client.
 #include "rpc/raylet_sink.h"
 
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
 #include "support/child_process.h"
+#include "support/test_support.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -163,18 +158,8 @@ TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
 }
 
 TEST_F(RayletSinkTest, GarbageBytesOnTheSocketHarmNothing) {
-  using namespace std::string_literals;  // NOLINT: keeps the embedded NULs
-  for (const std::string& junk : {"GET / HTTP/1.1\r\n\r\n"s, "\x00\x00\xff\xff\xff\x04\x00garbage"s,
-                                  "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff"s}) {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const std::string path = dir_ + "/sink.sock";
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
-    close(fd);
+  for (const std::string& junk : testing::GarbageForGrpc()) {
+    ASSERT_TRUE(testing::SendRawBytes(dir_ + "/sink.sock", junk));
   }
   std::vector<v1::PublishAck> acks;
   grpc::Status st = Exchange({Hello(kNode, "s1"), Snapshot(1, 8)}, &acks);

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +103,24 @@ void CopyFile(const std::string& from, const std::string& to) {
 
 std::string TestPlugin(const std::string& name) {
   return std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/librayaccel-" + name + ".so";
+}
+
+bool SendRawBytes(const std::string& path, const std::string& bytes) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  bool sent = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+              write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  close(fd);
+  return sent;
+}
+
+std::vector<std::string> GarbageForGrpc() {
+  using namespace std::string_literals;  // NOLINT: keeps the embedded NULs
+  return {"GET / HTTP/1.1\r\n\r\n"s, "\x00\x00\xff\xff\xff\x04\x00garbage"s,
+          "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff"s};
 }
 
 std::string SimPlugin() { return std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so"; }

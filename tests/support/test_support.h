@@ -34,6 +34,14 @@ std::string Example(const std::string& name);
 // tests/fixtures/<relative>
 std::string Fixture(const std::string& relative);
 
+// Connects to the Unix socket at `path`, writes `bytes` as they are (a hostile client) and
+// closes; false when it cannot connect or write.
+bool SendRawBytes(const std::string& path, const std::string& bytes);
+
+// What a hostile or confused client sends a gRPC server: HTTP/1, bytes that are no protocol,
+// and a valid HTTP/2 preface followed by garbage.
+std::vector<std::string> GarbageForGrpc();
+
 // The status of plugin `name` in `snapshot`; fails the test when absent.
 const PluginStatus& StatusOf(const NodeSnapshot& snapshot, const std::string& name);
 
