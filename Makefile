@@ -11,7 +11,8 @@ JOBS ?= $(shell nproc)
 
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgtest-dev \
                 libgmock-dev libbenchmark-dev libhwloc-dev libhwloc-plugins hwloc-nox \
-                libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+                libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
+                libucx-dev ucx-utils iproute2
 
 .PHONY: all deps configure build run test asan tsan bench clean format
 

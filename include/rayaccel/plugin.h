@@ -47,7 +47,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 0
+#define RAYACCEL_ABI_VERSION_MINOR 1
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -85,7 +85,9 @@ typedef enum rayaccel_status {
   RAYACCEL_STATUS_TIMEOUT = 7,             /* a wait ended without an event; not an error */
   RAYACCEL_STATUS_INCOMPATIBLE = 8,        /* ABI or struct version cannot be served */
   RAYACCEL_STATUS_INTERNAL = 9,            /* a bug or an unexpected vendor error */
-  RAYACCEL_STATUS_ABORTED = 10             /* the sink asked the plugin to stop */
+  RAYACCEL_STATUS_ABORTED = 10,            /* the sink asked the plugin to stop */
+  RAYACCEL_STATUS_PEER_LOST = 11,          /* transport: the peer went away (since 1.1) */
+  RAYACCEL_STATUS_STALE = 12               /* transport: the peer invalidated it (since 1.1) */
 } rayaccel_status;
 
 /* Where a failing hook explains itself. Provided by the caller (always the host); the plugin
@@ -315,77 +317,156 @@ typedef struct rayaccel_health_wait_args {
 } rayaccel_health_wait_args;
 
 /* ---------------------------------------------------------------------------------------- */
-/* Transport (experimental in 1.0): direct device-to-device data movement, UCX/NIXL style.   */
+/* Transport: direct device-to-device data movement (stable since 1.1)                       */
 /* ---------------------------------------------------------------------------------------- */
+
+/* The model (docs/transport.md): a process opens an *endpoint*; memory registered on it is a
+ * *region*; a region packs into a *descriptor* (the "tensor reference" Ray carries in object
+ * metadata); a peer *connects* to the endpoint's address and issues one-sided READs (pull) or
+ * WRITEs against the descriptor; every operation in flight is a *request*, polled until it
+ * completes. A *notification* is a small message that reaches the peer after every transfer
+ * issued before it on the connection has landed.
+ *
+ * Since 1.1. The 1.0 table under this name was experimental and had another shape: a 1.1 host
+ * uses `transport` only when the negotiated minor version is at least 1.
+ *
+ * Threads: every hook may be called from any thread, concurrently, except that a handle must
+ * not be used during or after the hook that closes it (close_endpoint, deregister_memory,
+ * close, and a poll that reports completion). A handle belongs to the endpoint it came from.
+ *
+ * Blocking: no hook blocks for longer than the endpoint's peer_timeout_ms; `wait` blocks up to
+ * its own timeout. Everything else returns at once (a transfer that cannot start yet is queued
+ * and reported by its request). */
 
 typedef struct rayaccel_transport_endpoint rayaccel_transport_endpoint; /* plugin-owned */
 typedef struct rayaccel_memory_region rayaccel_memory_region;           /* plugin-owned */
 typedef struct rayaccel_connection rayaccel_connection;                 /* plugin-owned */
 typedef struct rayaccel_request rayaccel_request;                       /* plugin-owned */
 
-/* Opaque bytes the host carries between nodes (Ray passes them in object metadata). */
+/* Opaque bytes the host carries between processes and nodes. Lifetime: the call. */
 typedef struct rayaccel_blob {
   const uint8_t *data;
   size_t size;
 } rayaccel_blob;
 
-/* Receives a blob from the plugin; copies it before returning. */
+/* Receives blobs from the plugin; `put` copies the blob before returning. Host-owned, valid
+ * for the call it is passed to, called only on the thread running that call. */
 typedef struct rayaccel_blob_sink {
   size_t struct_size;
   void *host_context;
   rayaccel_status (*put)(void *host_context, rayaccel_blob blob);
 } rayaccel_blob_sink;
 
+/* Pinned values. */
 typedef enum rayaccel_memory_kind {
-  RAYACCEL_MEMORY_HOST = 0,
-  RAYACCEL_MEMORY_DEVICE = 1
+  RAYACCEL_MEMORY_HOST = 0,  /* ordinary process memory */
+  RAYACCEL_MEMORY_DEVICE = 1 /* memory of one of this plugin's devices (device_index) */
 } rayaccel_memory_kind;
 
 typedef enum rayaccel_transfer_op {
-  RAYACCEL_TRANSFER_READ = 0, /* remote -> local */
-  RAYACCEL_TRANSFER_WRITE = 1 /* local -> remote */
+  RAYACCEL_TRANSFER_READ = 0, /* remote region -> local region (a pull, what Ray's RDT does) */
+  RAYACCEL_TRANSFER_WRITE = 1 /* local region -> remote region */
 } rayaccel_transfer_op;
+
+/* Limits both sides rely on: a descriptor or address larger than this is malformed, and a
+ * notification larger than this is refused. */
+#define RAYACCEL_TRANSPORT_MAX_BLOB ((size_t)4096)
+#define RAYACCEL_TRANSPORT_MAX_NOTIFICATION ((size_t)1024)
+
+typedef struct rayaccel_endpoint_args {
+  size_t struct_size;
+  rayaccel_plugin_instance *instance;
+  /* Receives the endpoint's address once, before open_endpoint returns: what a peer passes to
+   * `connect`. At most RAYACCEL_TRANSPORT_MAX_BLOB bytes. */
+  const rayaccel_blob_sink *address;
+  /* How long a peer may stay silent before it counts as lost: requests on its connection then
+   * fail with RAYACCEL_STATUS_PEER_LOST. Also bounds `connect`. 0 = the plugin's default. */
+  uint32_t peer_timeout_ms;
+  rayaccel_transport_endpoint *endpoint; /* out */
+} rayaccel_endpoint_args;
+
+typedef struct rayaccel_register_args {
+  size_t struct_size;
+  rayaccel_transport_endpoint *endpoint;
+  void *address; /* [address, address + length), owned by the caller until deregistered */
+  uint64_t length;
+  rayaccel_memory_kind kind;
+  uint32_t device_index;          /* for RAYACCEL_MEMORY_DEVICE; ignored for host memory */
+  rayaccel_memory_region *region; /* out */
+} rayaccel_register_args;
 
 typedef struct rayaccel_transfer_args {
   size_t struct_size;
   rayaccel_connection *connection;
   rayaccel_transfer_op op;
-  rayaccel_memory_region *local; /* registered on this endpoint */
+  rayaccel_memory_region *local; /* registered on the connection's endpoint */
   uint64_t local_offset;
-  rayaccel_blob remote_descriptor; /* from the peer's pack_descriptor; valid for the call */
+  /* The peer's pack_descriptor output, as the host received it; valid for the call. The
+   * plugin must check it before use: malformed -> INVALID_ARGUMENT, a region the peer has
+   * deregistered -> STALE, a region of another peer -> INVALID_ARGUMENT. */
+  rayaccel_blob remote_descriptor;
   uint64_t remote_offset;
-  uint64_t length;
-  rayaccel_request *request; /* out: poll it until complete */
+  uint64_t length;            /* > 0; both ranges lie inside their regions (host-checked) */
+  rayaccel_request *request; /* out: poll it until it completes */
 } rayaccel_transfer_args;
 
-/* All hooks of the transport table are thread-safe for distinct connections. Handles are
- * valid until their own close/deregister hook. Since 1.0, experimental. */
+typedef struct rayaccel_notify_args {
+  size_t struct_size;
+  rayaccel_connection *connection;
+  rayaccel_blob message;     /* 1..RAYACCEL_TRANSPORT_MAX_NOTIFICATION bytes, copied */
+  rayaccel_request *request; /* out: completes when the message is sent */
+} rayaccel_notify_args;
+
 typedef struct rayaccel_transport_api {
   size_t struct_size;
-  /* Opens a local endpoint; its address is reported through `address`. */
-  rayaccel_status (*open_endpoint)(rayaccel_plugin_instance *instance,
-                                   const rayaccel_blob_sink *address,
-                                   rayaccel_transport_endpoint **endpoint, rayaccel_error *error);
+  /* Opens an endpoint of `args->instance` and reports its address. Since 1.1. */
+  rayaccel_status (*open_endpoint)(rayaccel_endpoint_args *args, rayaccel_error *error);
+  /* Closes every connection of the endpoint, releases every region, abandons requests in
+   * flight, and frees the endpoint. Since 1.1. */
   rayaccel_status (*close_endpoint)(rayaccel_transport_endpoint *endpoint, rayaccel_error *error);
-  /* Registers [address, address+length) for remote access. device_index is ignored for host
-   * memory. */
-  rayaccel_status (*register_memory)(rayaccel_transport_endpoint *endpoint, void *address,
-                                     uint64_t length, rayaccel_memory_kind kind,
-                                     uint32_t device_index, rayaccel_memory_region **region,
-                                     rayaccel_error *error);
-  /* Invalidates a region: later remote accesses through its descriptors fail. */
+  /* Registers memory for transfers. UNSUPPORTED (with the reason) for a memory kind the
+   * fabric cannot reach. Since 1.1. */
+  rayaccel_status (*register_memory)(rayaccel_register_args *args, rayaccel_error *error);
+  /* Invalidates a region and frees its handle. Once it returns, a connected peer's transfer
+   * that names one of its descriptors fails with STALE instead of touching the memory; the
+   * caller may then free the memory. Since 1.1. */
   rayaccel_status (*deregister_memory)(rayaccel_memory_region *region, rayaccel_error *error);
-  /* Packs a descriptor ("tensor reference") for a peer: a versioned opaque blob. */
+  /* Packs the region's descriptor (at most RAYACCEL_TRANSPORT_MAX_BLOB bytes). Since 1.1. */
   rayaccel_status (*pack_descriptor)(rayaccel_memory_region *region,
                                      const rayaccel_blob_sink *descriptor, rayaccel_error *error);
+  /* Connects to the endpoint whose address is `peer_address`. INVALID_ARGUMENT for a
+   * malformed address, PEER_LOST when the peer does not answer within peer_timeout_ms. Since
+   * 1.1. */
   rayaccel_status (*connect)(rayaccel_transport_endpoint *endpoint, rayaccel_blob peer_address,
                              rayaccel_connection **connection, rayaccel_error *error);
+  /* Starts a one-sided transfer and returns its request. Since 1.1. */
   rayaccel_status (*transfer)(rayaccel_transfer_args *args, rayaccel_error *error);
-  /* OK when the request completed (and is then released), TIMEOUT while it is in flight,
-   * any other status when it failed (and is released). */
+  /* Sends a notification, delivered to the peer's get_notifications after every transfer
+   * issued before it on this connection has landed. Since 1.1. */
+  rayaccel_status (*notify)(rayaccel_notify_args *args, rayaccel_error *error);
+  /* Starts completing every transfer issued on the connection so far; the request completes
+   * when they have landed at the peer. Since 1.1. */
+  rayaccel_status (*flush)(rayaccel_connection *connection, rayaccel_request **request,
+                           rayaccel_error *error);
+  /* Never blocks. TIMEOUT while the request is in flight. OK when it completed; any other
+   * status when it failed (PEER_LOST, STALE, ...). Either way the request is released and its
+   * handle invalid once a status other than TIMEOUT is returned. Since 1.1. */
   rayaccel_status (*poll)(rayaccel_request *request, rayaccel_error *error);
-  /* Completes every transfer issued on the connection before the call. */
-  rayaccel_status (*flush)(rayaccel_connection *connection, rayaccel_error *error);
+  /* Gives up on a request in flight: the plugin releases it whenever it ends, and the host
+   * never sees it again. The memory involved stays in use until the connection or endpoint is
+   * closed. Since 1.1. */
+  rayaccel_status (*abandon)(rayaccel_request *request, rayaccel_error *error);
+  /* Makes progress on the endpoint and blocks up to timeout_ms until something may have
+   * happened (a request ended, a notification arrived). OK or TIMEOUT; the host polls after
+   * either. Since 1.1. */
+  rayaccel_status (*wait)(rayaccel_transport_endpoint *endpoint, uint32_t timeout_ms,
+                          rayaccel_error *error);
+  /* Hands every notification received since the last call to `sink`, oldest first. Since
+   * 1.1. */
+  rayaccel_status (*get_notifications)(rayaccel_transport_endpoint *endpoint,
+                                       const rayaccel_blob_sink *sink, rayaccel_error *error);
+  /* Closes a connection: requests in flight on it fail with PEER_LOST when polled. Since
+   * 1.1. */
   rayaccel_status (*close)(rayaccel_connection *connection, rayaccel_error *error);
 } rayaccel_transport_api;
 
@@ -398,7 +479,7 @@ typedef struct rayaccel_transport_api {
 #define RAYACCEL_CAP_TOPOLOGY ((uint64_t)1 << 0)      /* get_topology is meaningful */
 #define RAYACCEL_CAP_HEALTH_EVENTS ((uint64_t)1 << 1) /* wait_health_events blocks for changes */
 #define RAYACCEL_CAP_ALLOCATION ((uint64_t)1 << 2)    /* validate_quantity, prepare_allocation */
-#define RAYACCEL_CAP_TRANSPORT ((uint64_t)1 << 3)     /* `transport` is set (experimental) */
+#define RAYACCEL_CAP_TRANSPORT ((uint64_t)1 << 3)     /* `transport` is set (since 1.1) */
 #define RAYACCEL_CAP_THREAD_SAFE ((uint64_t)1 << 4)   /* query hooks may run concurrently */
 
 /* Static, const, and valid until the library is unloaded. Hooks marked "required" are never
@@ -461,8 +542,9 @@ typedef struct rayaccel_plugin_api {
   rayaccel_status (*prepare_allocation)(rayaccel_plugin_instance *instance,
                                         rayaccel_allocation_args *args, rayaccel_error *error);
 
-  /* Direct device-to-device transport; NULL unless RAYACCEL_CAP_TRANSPORT. Since 1.0,
-   * experimental. */
+  /* Direct device-to-device transport; NULL unless RAYACCEL_CAP_TRANSPORT. Used by a host
+   * only when the negotiated minor version is at least 1 (the 1.0 table was experimental).
+   * Since 1.1. */
   const rayaccel_transport_api *transport;
 } rayaccel_plugin_api;
 
@@ -505,6 +587,12 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, set_env) == sizeof(rayaccel_si
               "rayaccel_sink: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, min_bandwidth_mbps) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) ==
+                  sizeof(rayaccel_transport_api),
+              "rayaccel_transport_api: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==
+                  sizeof(rayaccel_transfer_args),
+              "rayaccel_transfer_args: append fields only, and update this check");
 #endif
 #endif /* __cplusplus */
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/plugin_util.h"
+#include "common/ucx_transport.h"
 #include "common/sysfs.h"
 #include "cuda/nvml.h"
 
@@ -722,12 +723,18 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
   });
 }
 
+// Transfers go through the shared UCX helper; GPU memory registers where UCX was built with
+// CUDA support (UNSUPPORTED otherwise), host memory always.
+const rayaccel_transport_api kTransport =
+    plugin::ucx::Table(&plugin::ucx::OpenEndpointFor<plugin::ucx::DeviceMemory::kCuda>);
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"cuda", 4},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS |
+        RAYACCEL_CAP_TRANSPORT,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -738,7 +745,7 @@ constexpr rayaccel_plugin_api kApi = {
     &WaitHealthEvents,
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
-    /*transport=*/nullptr,
+    &kTransport,
 };
 
 }  // namespace

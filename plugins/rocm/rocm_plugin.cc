@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/plugin_util.h"
+#include "common/ucx_transport.h"
 #include "common/sysfs.h"
 #include "rocm/kfd_topology.h"
 
@@ -199,12 +200,17 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
   });
 }
 
+// Transfers go through the shared UCX helper; GPU memory registers where UCX was built with
+// ROCm support (UNSUPPORTED otherwise), host memory always.
+const rayaccel_transport_api kTransport =
+    plugin::ucx::Table(&plugin::ucx::OpenEndpointFor<plugin::ucx::DeviceMemory::kRocm>);
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"rocm", 4},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_TRANSPORT,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -215,7 +221,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*wait_health_events=*/nullptr,
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
-    /*transport=*/nullptr,
+    &kTransport,
 };
 
 }  // namespace

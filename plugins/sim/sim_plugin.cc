@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/plugin_util.h"
+#include "common/ucx_transport.h"
 #include "sim/sim_spec.h"
 
 namespace rayaccel::sim {
@@ -279,13 +280,18 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
   });
 }
 
+// Transfers go through the shared UCX helper; simulated devices have no memory of their own, so
+// only host memory registers.
+const rayaccel_transport_api kTransport =
+    plugin::ucx::Table(&plugin::ucx::OpenEndpointFor<plugin::ucx::DeviceMemory::kNone>);
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"sim", 3},
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_THREAD_SAFE |
-        RAYACCEL_CAP_HEALTH_EVENTS,
+        RAYACCEL_CAP_HEALTH_EVENTS | RAYACCEL_CAP_TRANSPORT,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -296,7 +302,7 @@ constexpr rayaccel_plugin_api kApi = {
     &WaitHealthEvents,
     &ValidateQuantity,
     &PrepareAllocation,
-    /*transport=*/nullptr,
+    &kTransport,
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "cli/render.h"
 #include "cli/serve_command.h"
 #include "cli/sink_command.h"
+#include "cli/transfer_command.h"
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 #include "registry/config.h"
@@ -48,6 +49,9 @@ Commands:
                    unix:/run/rayaccel/agent.sock) and, with --raylet ADDRESS --node-id ID,
                    publish each snapshot to a raylet sink (SIGHUP rescans; health changes
                    publish at once; SIGTERM drains)
+  transfer         move bytes between two processes or nodes through a plugin's transport
+                   and verify them: transfer --serve | --connect TOKEN [--size 64MiB]
+                   [--op read|write] [--iters N] (rayaccel transfer --help)
   version          print the version
 
 Options:
@@ -253,6 +257,10 @@ int Conformance(int argc, char** argv) {
 
 int Run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "conformance") return Conformance(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "transfer") {
+    SetUpLogging("text", "warn");
+    return RunTransfer(argc, argv);
+  }
   Args args;
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 

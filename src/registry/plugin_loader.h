@@ -77,6 +77,7 @@ class LoadedPlugin : public PluginHandle {
   const std::string& name() const override { return name_; }
   const std::string& path() const { return path_; }
   std::string abi_version() const override;
+  uint32_t chosen_minor() const { return chosen_minor_; }  // the negotiated 1.x
   uint64_t capabilities() const override { return api_.capabilities; }
   bool has_prepare_allocation() const override { return api_.prepare_allocation != nullptr; }
   // The plugin's table, copied into a full-size, zero-padded host struct: every hook the

@@ -1,0 +1,163 @@
+// rayaccel/transport.h: moving bytes directly between devices (or host memory) of two
+// processes, through the transport table of the plugin that owns the memory.
+//
+// The model (docs/transport.md): a Transport is one endpoint of one plugin in this process.
+// Memory registered on it is a region; Describe() packs a region into a descriptor, the
+// "tensor reference" that travels through Ray's object metadata. A peer connects to this
+// endpoint's address() and pulls with Read() (or pushes with Write()) against the descriptor;
+// Notify() tells the other side that what was issued before it has landed.
+//
+// Errors say whose fault it was:
+//   Unavailable         the peer went away (IsPeerLost)
+//   FailedPrecondition  the descriptor names a region that was deregistered (IsStale)
+//   InvalidArgument     a malformed request, or a descriptor or address that is not valid
+//   DataLoss            a descriptor whose checksum does not match (corrupted in transit)
+//   DeadlineExceeded    a wait ran out; the request is still in flight
+//   Unimplemented       the plugin or the host cannot do it (no UCX, no device memory support)
+//   Internal, ResourceExhausted  a local fault
+//
+// Thread-safety: every method may be called from any thread. A Request belongs to one
+// thread at a time and must end (Wait until done, or be destroyed) before its Transport.
+#ifndef RAYACCEL_TRANSPORT_H_
+#define RAYACCEL_TRANSPORT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+struct rayaccel_request;
+
+namespace rayaccel {
+
+class Transport;
+
+enum class MemoryKind { kHost = 0, kDevice = 1 };
+
+struct TransportOptions {
+  std::string plugin;                         // a name ("sim") or a path to the .so
+  std::map<std::string, std::string> config;  // the plugin's initialize configuration
+  std::vector<std::string> search_path;       // empty: DefaultSearchPath()
+  bool check_permissions = true;              // refuse plugin files others can write
+  // How long a silent peer may stay silent before it counts as lost; bounds Connect too.
+  absl::Duration peer_timeout = absl::Seconds(10);
+};
+
+// What a descriptor says about the region it names, read without trusting it: Inspect()
+// checks the envelope (size, magic, version, checksum) first.
+struct DescriptorInfo {
+  std::string plugin;     // the plugin whose endpoint registered it
+  uint64_t endpoint = 0;  // the owning endpoint's random id
+  uint64_t region = 0;    // the region's id on that endpoint
+  uint64_t length = 0;    // the region's size in bytes
+  MemoryKind kind = MemoryKind::kHost;
+  uint32_t device = 0;
+};
+
+// One operation in flight. Move-only; destroying one that has not completed abandons it (the
+// plugin releases it when it ends).
+class Request {
+ public:
+  Request() = default;
+  Request(Request&& other) noexcept;
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  // Blocks until the request completes or `deadline` passes. OK once it completed; its error
+  // once it failed; DeadlineExceeded while still in flight (Wait may be called again).
+  absl::Status Wait(absl::Time deadline);
+  // Never blocks: Wait with a deadline in the past.
+  absl::Status Test() { return Wait(absl::InfinitePast()); }
+  bool done() const { return handle_ == nullptr; }
+
+ private:
+  friend class Transport;
+  Request(const Transport* transport, rayaccel_request* handle)
+      : transport_(transport), handle_(handle) {}
+  const Transport* transport_ = nullptr;
+  rayaccel_request* handle_ = nullptr;
+  absl::Status result_;
+};
+
+class Transport {
+ public:
+  using RegionId = uint64_t;
+  using ConnectionId = uint64_t;
+
+  // Loads the plugin in this process (transport needs the memory in the caller's address
+  // space, so it never runs in the isolation host), initializes it and opens an endpoint.
+  static absl::StatusOr<std::unique_ptr<Transport>> Open(const TransportOptions& options);
+  // Closes every connection, releases every region, abandons requests, unloads the plugin.
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // This endpoint's address: opaque bytes a peer passes to Connect().
+  const std::string& address() const { return address_; }
+  const std::string& plugin_name() const { return plugin_name_; }
+
+  // Registers [address, address + length) for transfers. The memory must stay valid until
+  // Deregister returns.
+  absl::StatusOr<RegionId> Register(void* address, uint64_t length,
+                                    MemoryKind kind = MemoryKind::kHost, uint32_t device = 0);
+  // Invalidates the region: once this returns, a connected peer's transfer with one of its
+  // descriptors fails with FailedPrecondition, and the memory may be freed.
+  absl::Status Deregister(RegionId region);
+  // The region's descriptor (at most kMaxDescriptorBytes): opaque bytes for a peer's Read or
+  // Write. Layout in docs/transport.md.
+  absl::StatusOr<std::string> Describe(RegionId region) const;
+  static absl::StatusOr<DescriptorInfo> Inspect(absl::string_view descriptor);
+
+  absl::StatusOr<ConnectionId> Connect(absl::string_view peer_address);
+  // Requests still in flight on the connection then fail with Unavailable.
+  absl::Status Close(ConnectionId connection);
+
+  // One-sided transfers between a local region and the region a peer's descriptor names.
+  // The ranges are checked against both regions before anything moves.
+  absl::StatusOr<Request> Read(ConnectionId connection, RegionId local, uint64_t local_offset,
+                               absl::string_view descriptor, uint64_t remote_offset,
+                               uint64_t length);
+  absl::StatusOr<Request> Write(ConnectionId connection, RegionId local, uint64_t local_offset,
+                                absl::string_view descriptor, uint64_t remote_offset,
+                                uint64_t length);
+  // A message (1..1024 bytes) the peer receives after everything issued before it on this
+  // connection has landed.
+  absl::StatusOr<Request> Notify(ConnectionId connection, absl::string_view message);
+  // Completes when every transfer issued on the connection so far has landed at the peer.
+  absl::StatusOr<Request> Flush(ConnectionId connection);
+
+  // Notifications received so far, oldest first; waits until at least `min_count` arrived or
+  // the deadline passes (then returns what there is).
+  absl::StatusOr<std::vector<std::string>> TakeNotifications(size_t min_count = 0,
+                                                             absl::Time deadline =
+                                                                 absl::InfinitePast());
+
+  static constexpr size_t kMaxDescriptorBytes = 4096;
+
+ private:
+  struct Impl;
+  explicit Transport(std::unique_ptr<Impl> impl);
+  absl::StatusOr<Request> Transfer(int op, ConnectionId connection, RegionId local,
+                                   uint64_t local_offset, absl::string_view descriptor,
+                                   uint64_t remote_offset, uint64_t length);
+  friend class Request;
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+  std::string plugin_name_;
+};
+
+// Status helpers for callers that react to the cause.
+inline bool IsPeerLost(const absl::Status& s) { return absl::IsUnavailable(s); }
+inline bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_TRANSPORT_H_

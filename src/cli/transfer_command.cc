@@ -1,0 +1,347 @@
+#include "cli/transfer_command.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "rayaccel/transport.h"
+
+namespace rayaccel::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitPeerLost = 3;
+
+constexpr char kUsage[] = R"(usage: rayaccel transfer --serve [options]
+       rayaccel transfer --connect TOKEN [options]
+
+Moves bytes between two processes through a plugin's transport (UCX for the in-tree plugins)
+and verifies them. --serve registers a buffer to read from and one to write to, prints a
+token (or writes it to --token-file) and serves until SIGINT or SIGTERM, checking each write
+its notification announces. --connect reads or writes --size bytes --iters times and prints
+bandwidth and per-transfer latency.
+
+Options:
+  --plugin NAME|PATH       the plugin whose transport to use (default: sim)
+  --plugin-path DIR[:DIR]  where to look for it
+  --config KEY=VALUE       the plugin's configuration (repeatable)
+  --size BYTES             bytes per transfer: 8, 4KiB, 64MiB, 1GiB (default 1MiB); the
+                           server's buffers have this size, a client's transfers at most it
+  --op read|write          a client's operation (default read: a pull, as Ray's RDT does)
+  --iters N                timed transfers (default 100), after --warmup N (default 10)
+  --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
+  --token-file FILE        the server writes its token here; the client may read it from here
+  --json                   one JSON object as the client's result
+  UCX_TLS, UCX_NET_DEVICES and UCX's other variables choose the fabric, as for any UCX tool.
+)";
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+struct Options {
+  bool serve = false;
+  std::string token, token_file;
+  TransportOptions transport;
+  uint64_t size = 1 << 20;
+  bool write = false;
+  int iters = 100, warmup = 10;
+  bool json = false;
+};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "rayaccel transfer: %s\n\n%s", problem.c_str(), kUsage);
+  return kExitUsage;
+}
+
+// "64MiB" -> 67108864; also K/M/G (powers of 1000), KiB/MiB/GiB and plain bytes.
+bool ParseSize(absl::string_view text, uint64_t* out) {
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"K", 1000},
+      {"M", 1000000},      {"G", 1000000000},   {"B", 1}};
+  uint64_t unit = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (absl::EndsWith(text, suffix)) {
+      text.remove_suffix(std::strlen(suffix));
+      unit = factor;
+      break;
+    }
+  }
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n) || n == 0 || n > (uint64_t{1} << 40) / unit) return false;
+  *out = n * unit;
+  return true;
+}
+
+int Parse(int argc, char** argv, Options* o) {
+  o->transport.plugin = "sim";
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    size_t eq = flag.find('=');
+    bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) value = flag.substr(eq + 1), flag.resize(eq);
+    auto take = [&]() {
+      if (inline_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (flag == "--serve") {
+      o->serve = true;
+    } else if (flag == "--json") {
+      o->json = true;
+    } else if (flag == "--connect") {
+      if (!take() || value.empty()) return Usage("--connect needs a token");
+      o->token = value;
+    } else if (flag == "--token-file") {
+      if (!take() || value.empty()) return Usage("--token-file needs a file");
+      o->token_file = value;
+    } else if (flag == "--plugin") {
+      if (!take() || value.empty()) return Usage("--plugin needs a name or path");
+      o->transport.plugin = value;
+    } else if (flag == "--plugin-path") {
+      if (!take()) return Usage("--plugin-path needs folders");
+      for (absl::string_view dir : absl::StrSplit(value, ':', absl::SkipEmpty())) {
+        o->transport.search_path.emplace_back(dir);
+      }
+    } else if (flag == "--config") {
+      if (!take() || value.find('=') == std::string::npos) return Usage("--config needs KEY=VALUE");
+      o->transport.config[value.substr(0, value.find('='))] = value.substr(value.find('=') + 1);
+    } else if (flag == "--size") {
+      if (!take() || !ParseSize(value, &o->size)) {
+        return Usage("--size needs a size such as 8, 4KiB or 64MiB (at most 1 TiB)");
+      }
+    } else if (flag == "--op") {
+      if (!take() || (value != "read" && value != "write")) return Usage("--op is read or write");
+      o->write = value == "write";
+    } else if (flag == "--iters" || flag == "--warmup") {
+      int n = 0;
+      if (!take() || !absl::SimpleAtoi(value, &n) || n < (flag == "--iters" ? 1 : 0)) {
+        return Usage(flag + " needs a whole number");
+      }
+      (flag == "--iters" ? o->iters : o->warmup) = n;
+    } else if (flag == "--peer-timeout-ms") {
+      int ms = 0;
+      if (!take() || !absl::SimpleAtoi(value, &ms) || ms <= 0) {
+        return Usage("--peer-timeout-ms needs a positive whole number");
+      }
+      o->transport.peer_timeout = absl::Milliseconds(ms);
+    } else {
+      return Usage("unknown argument " + std::string(argv[i]));
+    }
+  }
+  if (o->serve && !o->token.empty()) return Usage("--serve and --connect exclude each other");
+  if (!o->serve && o->token.empty() && o->token_file.empty()) {
+    return Usage("give --serve, or --connect TOKEN (or --token-file FILE)");
+  }
+  return -1;
+}
+
+// The bytes a server's read buffer holds, and what a client writes: distinct patterns, so a
+// write that never landed cannot pass for one that did. `offset` is where `p` starts.
+void Fill(char* p, uint64_t size, uint64_t seed, uint64_t offset = 0) {
+  for (uint64_t i = 0; i < size; i += 8) {
+    uint64_t v = (((offset + i) / 8) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    std::memcpy(p + i, &v, std::min<uint64_t>(8, size - i));
+  }
+}
+
+// The first offset at which `p` differs from the pattern, or size when it matches.
+uint64_t FirstMismatch(const char* p, uint64_t size, uint64_t seed) {
+  std::vector<char> want(std::min<uint64_t>(size, 1 << 20));
+  for (uint64_t at = 0; at < size; at += want.size()) {
+    uint64_t n = std::min<uint64_t>(want.size(), size - at);
+    Fill(want.data(), n, seed, at);
+    if (std::memcmp(p + at, want.data(), n) == 0) continue;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (p[at + i] != want[i]) return at + i;
+    }
+  }
+  return size;
+}
+
+constexpr uint64_t kReadSeed = 0x5241594143434531ull;   // the server's read buffer
+constexpr uint64_t kWriteSeed = 0x7772697465737631ull;  // what a client writes
+
+std::string Token(const Transport& t, const std::string& read_desc, const std::string& write_desc) {
+  return absl::StrCat("rxt1.", absl::WebSafeBase64Escape(t.address()), ".",
+                      absl::WebSafeBase64Escape(read_desc), ".",
+                      absl::WebSafeBase64Escape(write_desc));
+}
+
+bool ParseToken(const std::string& token, std::string* address, std::string* read_desc,
+                std::string* write_desc) {
+  std::vector<std::string> parts = absl::StrSplit(token, '.');
+  return parts.size() == 4 && parts[0] == "rxt1" &&
+         absl::WebSafeBase64Unescape(parts[1], address) &&
+         absl::WebSafeBase64Unescape(parts[2], read_desc) &&
+         absl::WebSafeBase64Unescape(parts[3], write_desc);
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "rayaccel transfer: %s\n", std::string(s.message()).c_str());
+  return IsPeerLost(s) ? kExitPeerLost : kExitFailure;
+}
+
+int Serve(const Options& o) {
+  absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
+  if (!t.ok()) return Fail(t.status());
+  std::vector<char> read_buf(o.size), write_buf(o.size);
+  Fill(read_buf.data(), o.size, kReadSeed);
+  absl::StatusOr<Transport::RegionId> r = (*t)->Register(read_buf.data(), o.size);
+  if (!r.ok()) return Fail(r.status());
+  absl::StatusOr<Transport::RegionId> w = (*t)->Register(write_buf.data(), o.size);
+  if (!w.ok()) return Fail(w.status());
+  std::string token = Token(**t, *(*t)->Describe(*r), *(*t)->Describe(*w));
+  if (!o.token_file.empty()) {
+    std::string tmp = o.token_file + ".tmp";
+    std::ofstream(tmp) << token << "\n";
+    if (std::rename(tmp.c_str(), o.token_file.c_str()) != 0) {
+      return Fail(absl::InternalError("cannot write " + o.token_file));
+    }
+  }
+  std::printf("%s\n", token.c_str());
+  std::fflush(stdout);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  int bad = 0;
+  while (!g_stop) {
+    absl::StatusOr<std::vector<std::string>> got =
+        (*t)->TakeNotifications(1, absl::Now() + absl::Milliseconds(200));
+    if (!got.ok()) return Fail(got.status());
+    for (const std::string& n : *got) {
+      // "write LENGTH": the client wrote its pattern to [0, LENGTH) of the write buffer.
+      uint64_t length = 0;
+      if (n.rfind("write ", 0) != 0 || !absl::SimpleAtoi(n.substr(6), &length) ||
+          length > o.size) {
+        std::printf("{\"notification\": %zu, \"verified\": false}\n", n.size());
+        ++bad;
+        continue;
+      }
+      uint64_t at = FirstMismatch(write_buf.data(), length, kWriteSeed);
+      std::printf("{\"write\": %llu, \"verified\": %s}\n", static_cast<unsigned long long>(length),
+                  at == length ? "true" : "false");
+      if (at != length) ++bad;
+      std::memset(write_buf.data(), 0, length);  // the next write must land again
+    }
+    std::fflush(stdout);
+  }
+  return bad == 0 ? kExitOk : kExitFailure;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+int Connect(const Options& o) {
+  std::string token = o.token;
+  if (token.empty()) {
+    std::ifstream in(o.token_file);
+    std::getline(in, token);
+  }
+  std::string address, read_desc, write_desc;
+  if (!ParseToken(token, &address, &read_desc, &write_desc)) {
+    return Usage("not a transfer token (rxt1.ADDRESS.READ.WRITE, as --serve prints)");
+  }
+  absl::StatusOr<DescriptorInfo> remote = Transport::Inspect(read_desc);
+  if (!remote.ok()) return Fail(remote.status());
+  uint64_t size = std::min(o.size, remote->length);
+  absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
+  if (!t.ok()) return Fail(t.status());
+  Transport& tr = **t;
+  std::vector<char> buf(size), check(size);
+  if (o.write) Fill(buf.data(), size, kWriteSeed);
+  absl::StatusOr<Transport::RegionId> local = tr.Register(buf.data(), size);
+  if (!local.ok()) return Fail(local.status());
+  absl::StatusOr<Transport::RegionId> check_region = tr.Register(check.data(), size);
+  if (!check_region.ok()) return Fail(check_region.status());
+  absl::StatusOr<Transport::ConnectionId> conn = tr.Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  const std::string& target = o.write ? write_desc : read_desc;
+
+  auto once = [&]() -> absl::Status {
+    absl::StatusOr<Request> r = o.write ? tr.Write(*conn, *local, 0, target, 0, size)
+                                        : tr.Read(*conn, *local, 0, target, 0, size);
+    if (!r.ok()) return r.status();
+    return r->Wait(absl::InfiniteFuture());
+  };
+  for (int i = 0; i < o.warmup; ++i) {
+    if (absl::Status s = once(); !s.ok()) return Fail(s);
+  }
+  std::vector<double> latencies;
+  latencies.reserve(static_cast<size_t>(o.iters));
+  absl::Time start = absl::Now();
+  for (int i = 0; i < o.iters; ++i) {
+    absl::Time t0 = absl::Now();
+    if (absl::Status s = once(); !s.ok()) return Fail(s);
+    latencies.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+  }
+  if (o.write) {
+    absl::StatusOr<Request> f = tr.Flush(*conn);
+    if (!f.ok()) return Fail(f.status());
+    if (absl::Status s = f->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+  }
+  double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  // Verify: a read must hold the server's pattern; a write is read back, and announced to
+  // the server, which checks its own copy when the notification arrives.
+  uint64_t mismatch = size;
+  if (o.write) {
+    absl::StatusOr<Request> back = tr.Read(*conn, *check_region, 0, write_desc, 0, size);
+    if (!back.ok()) return Fail(back.status());
+    if (absl::Status s = back->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+    mismatch = FirstMismatch(check.data(), size, kWriteSeed);
+    absl::StatusOr<Request> n = tr.Notify(*conn, absl::StrCat("write ", size));
+    if (!n.ok()) return Fail(n.status());
+    if (absl::Status s = n->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+  } else {
+    mismatch = FirstMismatch(buf.data(), size, kReadSeed);
+  }
+  double bandwidth = static_cast<double>(size) * o.iters / seconds;
+  double p50 = Percentile(latencies, 0.5), p99 = Percentile(latencies, 0.99);
+  bool verified = mismatch == size;
+  if (o.json) {
+    std::printf(
+        "{\"op\": \"%s\", \"bytes\": %llu, \"iters\": %d, \"bandwidth_bytes_per_s\": %.0f, "
+        "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"verified\": %s}\n",
+        o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters, bandwidth, p50,
+        p99, verified ? "true" : "false");
+  } else {
+    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s\n",
+                o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters,
+                bandwidth / 1e9, p50, p99,
+                verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str());
+  }
+  std::fflush(stdout);
+  tr.Close(*conn).IgnoreError();
+  return verified ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int RunTransfer(int argc, char** argv) {
+  Options o;
+  if (int code = Parse(argc, argv, &o); code >= 0) return code;
+  return o.serve ? Serve(o) : Connect(o);
+}
+
+}  // namespace rayaccel::cli

@@ -1,0 +1,465 @@
+#include "rayaccel/transport.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "registry/plugin_loader.h"
+#include "transport/descriptor.h"
+#include "transport/table.h"
+
+namespace rayaccel {
+namespace transport {
+
+absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin) {
+  const rayaccel_plugin_api& api = plugin.api();
+  if ((api.capabilities & RAYACCEL_CAP_TRANSPORT) == 0 || api.transport == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("plugin ", plugin.name(), " offers no transport (RAYACCEL_CAP_TRANSPORT)"));
+  }
+  if (plugin.chosen_minor() < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "plugin ", plugin.name(),
+        " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.1"));
+  }
+  const rayaccel_transport_api* t = api.transport;
+  rayaccel_transport_api copy{};
+  if (t->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plugin ", plugin.name(), ": transport table of ", t->struct_size,
+                     " bytes, smaller than ABI 1.1's ", sizeof(rayaccel_transport_api)));
+  }
+  std::memcpy(&copy, t, std::min(t->struct_size, sizeof(copy)));
+  copy.struct_size = sizeof(copy);
+  std::vector<std::string> missing;
+#define RAYACCEL_REQUIRE_HOOK(h) \
+  if (copy.h == nullptr) missing.push_back(#h);
+  RAYACCEL_REQUIRE_HOOK(open_endpoint)
+  RAYACCEL_REQUIRE_HOOK(close_endpoint)
+  RAYACCEL_REQUIRE_HOOK(register_memory)
+  RAYACCEL_REQUIRE_HOOK(deregister_memory)
+  RAYACCEL_REQUIRE_HOOK(pack_descriptor)
+  RAYACCEL_REQUIRE_HOOK(connect)
+  RAYACCEL_REQUIRE_HOOK(transfer)
+  RAYACCEL_REQUIRE_HOOK(notify)
+  RAYACCEL_REQUIRE_HOOK(flush)
+  RAYACCEL_REQUIRE_HOOK(poll)
+  RAYACCEL_REQUIRE_HOOK(abandon)
+  RAYACCEL_REQUIRE_HOOK(wait)
+  RAYACCEL_REQUIRE_HOOK(get_notifications)
+  RAYACCEL_REQUIRE_HOOK(close)
+#undef RAYACCEL_REQUIRE_HOOK
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("plugin ", plugin.name(),
+                                                   ": transport hooks left NULL: ",
+                                                   absl::StrJoin(missing, ", ")));
+  }
+  return copy;
+}
+
+}  // namespace transport
+
+namespace {
+
+// A transport hook's status, classified by cause (see transport.h).
+absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string_view what) {
+  std::string text = absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)");
+  switch (code) {
+    case RAYACCEL_STATUS_OK:
+      return absl::OkStatus();
+    case RAYACCEL_STATUS_PEER_LOST:
+      return absl::UnavailableError(absl::StrCat("peer lost: ", text));
+    case RAYACCEL_STATUS_STALE:
+      return absl::FailedPreconditionError(absl::StrCat("stale descriptor: ", text));
+    case RAYACCEL_STATUS_INVALID_ARGUMENT:
+    case RAYACCEL_STATUS_NOT_FOUND:
+      return absl::InvalidArgumentError(text);
+    case RAYACCEL_STATUS_UNSUPPORTED:
+    case RAYACCEL_STATUS_UNAVAILABLE:
+      return absl::UnimplementedError(text);
+    case RAYACCEL_STATUS_RESOURCE_EXHAUSTED:
+      return absl::ResourceExhaustedError(text);
+    case RAYACCEL_STATUS_TIMEOUT:
+      return absl::DeadlineExceededError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+uint32_t Millis(absl::Duration d) {
+  int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
+  return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
+}
+
+// A blob sink that appends each blob to a vector of strings.
+struct Collect {
+  std::vector<std::string> blobs;
+  rayaccel_blob_sink sink{sizeof(rayaccel_blob_sink), this, &Put};
+  static rayaccel_status Put(void* self, rayaccel_blob b) {
+    if (b.size > 0 && b.data == nullptr) return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    static_cast<Collect*>(self)->blobs.emplace_back(reinterpret_cast<const char*>(b.data), b.size);
+    return RAYACCEL_STATUS_OK;
+  }
+};
+
+}  // namespace
+
+struct Transport::Impl {
+  std::unique_ptr<LoadedPlugin> plugin;
+  rayaccel_transport_api api{};
+  rayaccel_transport_endpoint* endpoint = nullptr;
+  uint64_t endpoint_id = 0;
+
+  struct Region {
+    rayaccel_memory_region* handle;
+    uint64_t length;
+    MemoryKind kind;
+    uint32_t device;
+    std::string descriptor;
+  };
+  // Guards the maps. Hooks on a handle run under the shared lock; removing a handle takes the
+  // exclusive lock, so no hook still uses it when it is closed.
+  mutable std::shared_mutex mu;
+  std::map<RegionId, Region> regions;
+  RegionId next_region = 1;
+  std::map<ConnectionId, rayaccel_connection*> connections;
+  ConnectionId next_connection = 1;
+
+  template <typename Hook>
+  absl::Status Call(absl::string_view what, Hook&& hook) const {
+    ErrorBuffer err;
+    rayaccel_status s = CallPlugin(&err, hook);
+    return ToStatus(s, err, what);
+  }
+};
+
+// --- Request
+
+Request::Request(Request&& other) noexcept
+    : transport_(other.transport_),
+      handle_(std::exchange(other.handle_, nullptr)),
+      result_(std::move(other.result_)) {}
+
+Request& Request::operator=(Request&& other) noexcept {
+  if (this != &other) {
+    this->~Request();
+    transport_ = other.transport_;
+    handle_ = std::exchange(other.handle_, nullptr);
+    result_ = std::move(other.result_);
+  }
+  return *this;
+}
+
+Request::~Request() {
+  if (handle_ == nullptr) return;
+  const Transport::Impl& impl = *transport_->impl_;
+  impl.Call("abandon", [&](rayaccel_error* e) { return impl.api.abandon(handle_, e); })
+      .IgnoreError();
+  handle_ = nullptr;
+}
+
+absl::Status Request::Wait(absl::Time deadline) {
+  if (handle_ == nullptr) return result_;
+  const Transport::Impl& impl = *transport_->impl_;
+  while (true) {
+    ErrorBuffer err;
+    rayaccel_status s = CallPlugin(&err, [&](rayaccel_error* e) { return impl.api.poll(handle_, e); });
+    if (s != RAYACCEL_STATUS_TIMEOUT) {
+      handle_ = nullptr;  // released by the plugin
+      result_ = ToStatus(s, err, "transfer");
+      return result_;
+    }
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("the request is still in flight");
+    }
+    impl.Call("wait", [&](rayaccel_error* e) {
+          return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 100), e);
+        })
+        .IgnoreError();  // the poll above tells the outcome
+  }
+}
+
+// --- Transport
+
+Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Transport::~Transport() {
+  if (impl_ != nullptr && impl_->endpoint != nullptr) {
+    impl_->Call("close_endpoint", [&](rayaccel_error* e) {
+           return impl_->api.close_endpoint(impl_->endpoint, e);
+         })
+        .IgnoreError();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOptions& options) {
+  std::vector<std::string> path =
+      options.search_path.empty() ? DefaultSearchPath() : options.search_path;
+  std::vector<PluginFile> files = FindPluginFiles(path, {options.plugin});
+  if (files.empty() || files[0].path.empty()) {
+    return absl::NotFoundError(absl::StrCat("plugin ", options.plugin, " not found on ",
+                                            absl::StrJoin(path, ":")));
+  }
+  if (options.check_permissions) {
+    absl::Status ok = CheckPermissions(files[0].path);
+    if (!ok.ok()) return ok;
+  }
+  auto impl = std::make_unique<Impl>();
+  absl::StatusOr<std::unique_ptr<LoadedPlugin>> plugin = LoadedPlugin::Open(files[0].path);
+  if (!plugin.ok()) return plugin.status();
+  impl->plugin = std::move(*plugin);
+  absl::Status init = impl->plugin->Initialize(options.config);
+  if (!init.ok()) return init;
+  absl::StatusOr<rayaccel_transport_api> table = transport::TransportTable(*impl->plugin);
+  if (!table.ok()) return table.status();
+  impl->api = *table;
+  impl->endpoint_id = absl::Uniform<uint64_t>(absl::BitGen(), 1, UINT64_MAX);
+
+  Collect address;
+  rayaccel_endpoint_args args{};
+  args.struct_size = sizeof(args);
+  args.instance = impl->plugin->instance();
+  args.address = &address.sink;
+  args.peer_timeout_ms = Millis(options.peer_timeout);
+  absl::Status opened = impl->Call(
+      "open_endpoint", [&](rayaccel_error* e) { return impl->api.open_endpoint(&args, e); });
+  if (!opened.ok()) return opened;
+  impl->endpoint = args.endpoint;
+  std::unique_ptr<Transport> t(new Transport(std::move(impl)));
+  t->plugin_name_ = t->impl_->plugin->name();
+  if (t->impl_->endpoint == nullptr || address.blobs.size() != 1 || address.blobs[0].empty() ||
+      address.blobs[0].size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
+    return absl::InternalError(absl::StrCat("plugin ", t->plugin_name_,
+                                            ": open_endpoint must give one endpoint and one "
+                                            "address of 1 to 4096 bytes"));
+  }
+  t->address_ = std::move(address.blobs[0]);
+  return t;
+}
+
+absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t length,
+                                                        MemoryKind kind, uint32_t device) {
+  if (address == nullptr || length == 0) {
+    return absl::InvalidArgumentError("Register needs memory: a non-null address and a length");
+  }
+  rayaccel_register_args args{};
+  args.struct_size = sizeof(args);
+  args.endpoint = impl_->endpoint;
+  args.address = address;
+  args.length = length;
+  args.kind = kind == MemoryKind::kDevice ? RAYACCEL_MEMORY_DEVICE : RAYACCEL_MEMORY_HOST;
+  args.device_index = device;
+  absl::Status s = impl_->Call("register_memory", [&](rayaccel_error* e) {
+    return impl_->api.register_memory(&args, e);
+  });
+  if (!s.ok()) return s;
+  Collect packed;
+  s = impl_->Call("pack_descriptor", [&](rayaccel_error* e) {
+    return impl_->api.pack_descriptor(args.region, &packed.sink, e);
+  });
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  RegionId id = impl_->next_region++;
+  absl::StatusOr<std::string> descriptor = absl::InternalError("pack_descriptor gave no blob");
+  if (!s.ok()) {
+    descriptor = s;
+  } else if (packed.blobs.size() == 1) {
+    descriptor = transport::Encode({plugin_name_, impl_->endpoint_id, id, length, kind, device},
+                                   packed.blobs[0]);
+  }
+  if (!descriptor.ok()) {
+    lock.unlock();
+    impl_->Call("deregister_memory", [&](rayaccel_error* e) {
+           return impl_->api.deregister_memory(args.region, e);
+         })
+        .IgnoreError();
+    return descriptor.status();
+  }
+  impl_->regions[id] = {args.region, length, kind, device, std::move(*descriptor)};
+  return id;
+}
+
+absl::Status Transport::Deregister(RegionId region) {
+  rayaccel_memory_region* handle = nullptr;
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->mu);
+    auto it = impl_->regions.find(region);
+    if (it == impl_->regions.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("no region ", region));
+    }
+    handle = it->second.handle;
+    impl_->regions.erase(it);
+  }
+  return impl_->Call("deregister_memory",
+                     [&](rayaccel_error* e) { return impl_->api.deregister_memory(handle, e); });
+}
+
+absl::StatusOr<std::string> Transport::Describe(RegionId region) const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto it = impl_->regions.find(region);
+  if (it == impl_->regions.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no region ", region));
+  }
+  return it->second.descriptor;
+}
+
+absl::StatusOr<DescriptorInfo> Transport::Inspect(absl::string_view descriptor) {
+  absl::StatusOr<transport::Envelope> e = transport::Decode(descriptor);
+  if (!e.ok()) return e.status();
+  return e->info;
+}
+
+absl::StatusOr<Transport::ConnectionId> Transport::Connect(absl::string_view peer_address) {
+  if (peer_address.empty() || peer_address.size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
+    return absl::InvalidArgumentError(absl::StrCat("a peer address of ", peer_address.size(),
+                                                   " bytes: must be 1 to 4096"));
+  }
+  rayaccel_connection* handle = nullptr;
+  rayaccel_blob blob{reinterpret_cast<const uint8_t*>(peer_address.data()), peer_address.size()};
+  absl::Status s = impl_->Call("connect", [&](rayaccel_error* e) {
+    return impl_->api.connect(impl_->endpoint, blob, &handle, e);
+  });
+  if (!s.ok()) return s;
+  if (handle == nullptr) return absl::InternalError("connect succeeded without a connection");
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  ConnectionId id = impl_->next_connection++;
+  impl_->connections[id] = handle;
+  return id;
+}
+
+absl::Status Transport::Close(ConnectionId connection) {
+  rayaccel_connection* handle = nullptr;
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->mu);
+    auto it = impl_->connections.find(connection);
+    if (it == impl_->connections.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+    }
+    handle = it->second;
+    impl_->connections.erase(it);
+  }
+  return impl_->Call("close", [&](rayaccel_error* e) { return impl_->api.close(handle, e); });
+}
+
+absl::StatusOr<Request> Transport::Read(ConnectionId connection, RegionId local,
+                                        uint64_t local_offset, absl::string_view descriptor,
+                                        uint64_t remote_offset, uint64_t length) {
+  return Transfer(RAYACCEL_TRANSFER_READ, connection, local, local_offset, descriptor,
+                  remote_offset, length);
+}
+
+absl::StatusOr<Request> Transport::Write(ConnectionId connection, RegionId local,
+                                         uint64_t local_offset, absl::string_view descriptor,
+                                         uint64_t remote_offset, uint64_t length) {
+  return Transfer(RAYACCEL_TRANSFER_WRITE, connection, local, local_offset, descriptor,
+                  remote_offset, length);
+}
+
+absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, RegionId local,
+                                            uint64_t local_offset, absl::string_view descriptor,
+                                            uint64_t remote_offset, uint64_t length) {
+  if (length == 0) return absl::InvalidArgumentError("a transfer of 0 bytes");
+  absl::StatusOr<transport::Envelope> remote = transport::Decode(descriptor);
+  if (!remote.ok()) return remote.status();
+  if (remote->info.plugin != plugin_name_) {
+    return absl::InvalidArgumentError(absl::StrCat("the descriptor is plugin ",
+                                                   remote->info.plugin, "'s; this transport is ",
+                                                   plugin_name_, "'s"));
+  }
+  if (remote_offset > remote->info.length || length > remote->info.length - remote_offset) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", remote_offset, ", +", length,
+                                                   ") lie outside the remote region of ",
+                                                   remote->info.length, " bytes"));
+  }
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  if (remote->info.endpoint == impl_->endpoint_id &&
+      impl_->regions.count(remote->info.region) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stale descriptor: region ", remote->info.region, " was deregistered on this endpoint"));
+  }
+  auto region = impl_->regions.find(local);
+  if (region == impl_->regions.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no local region ", local));
+  }
+  if (local_offset > region->second.length || length > region->second.length - local_offset) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", local_offset, ", +", length,
+                                                   ") lie outside local region ", local, " of ",
+                                                   region->second.length, " bytes"));
+  }
+  auto conn = impl_->connections.find(connection);
+  if (conn == impl_->connections.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+  }
+  rayaccel_transfer_args args{};
+  args.struct_size = sizeof(args);
+  args.connection = conn->second;
+  args.op = static_cast<rayaccel_transfer_op>(op);
+  args.local = region->second.handle;
+  args.local_offset = local_offset;
+  args.remote_descriptor = {reinterpret_cast<const uint8_t*>(remote->payload.data()),
+                            remote->payload.size()};
+  args.remote_offset = remote_offset;
+  args.length = length;
+  absl::Status s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
+                               [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
+  if (!s.ok()) return s;
+  return Request(this, args.request);
+}
+
+absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_view message) {
+  if (message.empty() || message.size() > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
+    return absl::InvalidArgumentError(absl::StrCat("a notification of ", message.size(),
+                                                   " bytes: must be 1 to ",
+                                                   RAYACCEL_TRANSPORT_MAX_NOTIFICATION));
+  }
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto conn = impl_->connections.find(connection);
+  if (conn == impl_->connections.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+  }
+  rayaccel_notify_args args{};
+  args.struct_size = sizeof(args);
+  args.connection = conn->second;
+  args.message = {reinterpret_cast<const uint8_t*>(message.data()), message.size()};
+  absl::Status s =
+      impl_->Call("notify", [&](rayaccel_error* e) { return impl_->api.notify(&args, e); });
+  if (!s.ok()) return s;
+  return Request(this, args.request);
+}
+
+absl::StatusOr<Request> Transport::Flush(ConnectionId connection) {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto conn = impl_->connections.find(connection);
+  if (conn == impl_->connections.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+  }
+  rayaccel_request* handle = nullptr;
+  absl::Status s = impl_->Call(
+      "flush", [&](rayaccel_error* e) { return impl_->api.flush(conn->second, &handle, e); });
+  if (!s.ok()) return s;
+  return Request(this, handle);
+}
+
+absl::StatusOr<std::vector<std::string>> Transport::TakeNotifications(size_t min_count,
+                                                                      absl::Time deadline) {
+  Collect got;
+  while (true) {
+    absl::Status s = impl_->Call("get_notifications", [&](rayaccel_error* e) {
+      return impl_->api.get_notifications(impl_->endpoint, &got.sink, e);
+    });
+    if (!s.ok()) return s;
+    absl::Duration left = deadline - absl::Now();
+    if (got.blobs.size() >= min_count || left <= absl::ZeroDuration()) return got.blobs;
+    impl_->Call("wait", [&](rayaccel_error* e) {
+           return impl_->api.wait(impl_->endpoint, std::min<uint32_t>(Millis(left), 100), e);
+         })
+        .IgnoreError();
+  }
+}
+
+}  // namespace rayaccel
