@@ -109,7 +109,9 @@ RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiatio
     return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "built for ABI major 1");
   }
   negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
-  negotiation->chosen_abi_minor = RAYACCEL_ABI_VERSION_MINOR; /* 1.0: the oldest 1.x host */
+  /* This plugin uses nothing newer than 1.0, so it chooses 1.0 and works with every 1.x
+   * host. A plugin that offers the transport (since 1.1) chooses min(host, 1). */
+  negotiation->chosen_abi_minor = 0;
   negotiation->api = &kMinimalApi;
   return RAYACCEL_STATUS_OK;
 }

@@ -1,7 +1,10 @@
 #include "ucx_transport.h"
 
 #include <dlfcn.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 #include <chrono>
@@ -41,7 +44,7 @@ using Clock = std::chrono::steady_clock;
   X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack) \
   X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) X(ucp_put_nbx)    \
   X(ucp_get_nbx) X(ucp_am_send_nbx) X(ucp_request_check_status) X(ucp_request_free)      \
-  X(ucs_status_string)
+  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -247,7 +250,11 @@ struct rayaccel_transport_endpoint {
   std::mutex mu;  // held around every UCX call, so UCX callbacks run with it held
   rayaccel::plugin::ucx::EndpointOptions options;
   ucp_context_h context = nullptr;
-  ucp_worker_h worker = nullptr;
+  // Two workers: UCX (1.13) refuses endpoints of mixed error handling between one pair of
+  // workers, so data endpoints (none, for shared memory and CMA) and control endpoints (peer
+  // failure detection) live on workers of their own.
+  ucp_worker_h worker = nullptr;   // data: transfers and notifications
+  ucp_worker_h control = nullptr;  // hello, welcome, invalidate, bye
   uint64_t memory_types = 0;  // UCS_MEMORY_TYPE_* bits UCX can reach
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
@@ -273,6 +280,11 @@ struct rayaccel_transport_endpoint {
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
+
+  // Answers peers while the application is not calling in (hellos, invalidations,
+  // notifications): asleep on UCX's event fd until something arrives.
+  std::thread progress;
+  int stop_fd = -1;  // eventfd that ends the progress thread
 };
 
 namespace rayaccel::plugin::ucx {
@@ -361,8 +373,8 @@ void ReaderFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {
 
 // A UCX endpoint to `worker_address`: with peer-failure handling when `on_error` is given,
 // and then, where UCX_TLS leaves no transport that can handle it, without (logged once).
-ucs_status_t CreateEp(Ep* ep, const void* worker_address, ucp_err_handler_cb_t on_error, void* arg,
-                      ucp_ep_h* out) {
+ucs_status_t CreateEp(Ep* ep, ucp_worker_h worker, const void* worker_address,
+                      ucp_err_handler_cb_t on_error, void* arg, ucp_ep_h* out) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = static_cast<const ucp_address_t*>(worker_address);
@@ -372,9 +384,9 @@ ucs_status_t CreateEp(Ep* ep, const void* worker_address, ucp_err_handler_cb_t o
     p.err_handler.cb = on_error;
     p.err_handler.arg = arg;
   }
-  ucs_status_t s = Lib().ucp_ep_create(ep->worker, &p, out);
+  ucs_status_t s = Lib().ucp_ep_create(worker, &p, out);
   if (s == UCS_ERR_UNREACHABLE && on_error != nullptr &&
-      CreateEp(ep, worker_address, nullptr, nullptr, out) == UCS_OK) {
+      CreateEp(ep, worker, worker_address, nullptr, nullptr, out) == UCS_OK) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
       LogTo(ep, RAYACCEL_LOG_WARN,
@@ -386,6 +398,10 @@ ucs_status_t CreateEp(Ep* ep, const void* worker_address, ucp_err_handler_cb_t o
   return s;
 }
 
+unsigned ProgressWorkers(Ep* ep) {
+  return Lib().ucp_worker_progress(ep->worker) + Lib().ucp_worker_progress(ep->control);
+}
+
 // Waits, making progress, until `request` (from an nbx call) completes or the deadline
 // passes; frees it either way. Caller holds mu.
 ucs_status_t WaitUcx(Ep* ep, ucs_status_ptr_t request, Clock::time_point deadline) {
@@ -394,7 +410,7 @@ ucs_status_t WaitUcx(Ep* ep, ucs_status_ptr_t request, Clock::time_point deadlin
   ucs_status_t s;
   while ((s = Lib().ucp_request_check_status(request)) == UCS_INPROGRESS) {
     if (Clock::now() > deadline) break;
-    Lib().ucp_worker_progress(ep->worker);
+    ProgressWorkers(ep);
   }
   Lib().ucp_request_free(request);
   return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
@@ -425,7 +441,8 @@ void ServeControl(Ep* ep) {
     auto reader = std::make_unique<Ep::Reader>();
     reader->uuid = h.uuid;
     reader->token = h.token;
-    ucs_status_t s = CreateEp(ep, h.address.data(), ReaderFailed, reader.get(), &reader->ep);
+    ucs_status_t s =
+        CreateEp(ep, ep->control, h.address.data(), ReaderFailed, reader.get(), &reader->ep);
     if (s != UCS_OK) {
       LogTo(ep, RAYACCEL_LOG_WARN, "cannot reach a connecting peer back: " + StatusText(s));
       continue;
@@ -464,9 +481,31 @@ void ServeControl(Ep* ep) {
 // Caller holds mu. Returns whether UCX did anything.
 bool Progress(Ep* ep) {
   bool any = false;
-  while (Lib().ucp_worker_progress(ep->worker) != 0) any = true;
+  while (ProgressWorkers(ep) != 0) any = true;
   ServeControl(ep);
   return any;
+}
+
+void ProgressThread(Ep* ep) {
+  int data_fd = -1, control_fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(ep->mu);
+    if (Lib().ucp_worker_get_efd(ep->worker, &data_fd) != UCS_OK) data_fd = -1;
+    if (Lib().ucp_worker_get_efd(ep->control, &control_fd) != UCS_OK) control_fd = -1;
+  }
+  while (true) {
+    bool armed = false;
+    {
+      std::lock_guard<std::mutex> lock(ep->mu);
+      Progress(ep);
+      armed = data_fd >= 0 && control_fd >= 0 && Lib().ucp_worker_arm(ep->worker) == UCS_OK &&
+              Lib().ucp_worker_arm(ep->control) == UCS_OK;
+    }
+    pollfd fds[3] = {{ep->stop_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
+    // Without armed event fds (UCX busy, or no wakeup support), look again in 1 ms.
+    int n = poll(fds, armed ? 3 : 1, armed ? 1000 : 1);
+    if (n > 0 && (fds[0].revents & POLLIN) != 0) return;
+  }
 }
 
 Conn* ConnectionByToken(Ep* ep, uint64_t token) {
@@ -557,15 +596,21 @@ ucs_status_t Handler(void* arg, const void* /*header*/, size_t /*header_length*/
 // The hooks.
 
 void DestroyEndpoint(Ep* ep) {
+  if (ep->progress.joinable()) {
+    uint64_t one = 1;
+    (void)!write(ep->stop_fd, &one, sizeof(one));
+    ep->progress.join();
+  }
+  if (ep->stop_fd >= 0) close(ep->stop_fd);
   std::lock_guard<std::mutex> lock(ep->mu);
-  if (ep->worker != nullptr) {
+  if (ep->worker != nullptr && ep->control != nullptr) {
     for (Conn* c : ep->connections) {
       for (auto& [id, rkey] : c->rkeys) Lib().ucp_rkey_destroy(rkey);
       if (c->data != nullptr) CloseEp(ep, c->data);
       CloseEp(ep, c->control);
     }
     for (auto& r : ep->readers) CloseEp(ep, r->ep);
-    while (Lib().ucp_worker_progress(ep->worker) != 0) {
+    while (ProgressWorkers(ep) != 0) {
     }
     for (auto& [id, region] : ep->regions) {
       Lib().ucp_mem_unmap(ep->context, region->memh);
@@ -573,6 +618,7 @@ void DestroyEndpoint(Ep* ep) {
     }
     Lib().ucp_worker_destroy(ep->worker);
   }
+  if (ep->control != nullptr) Lib().ucp_worker_destroy(ep->control);
   for (Conn* c : ep->connections) delete c;
   for (Request* r : ep->requests) delete r;
   if (ep->context != nullptr) Lib().ucp_cleanup(ep->context);
@@ -714,8 +760,10 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     in.U16();
     uint64_t uuid = in.U64();
     uint32_t n = in.U32();
-    const uint8_t* worker_address = in.Bytes(n);
-    if (peer.data == nullptr || !in.at_end() || magic != kAddressMagic || n == 0 ||
+    const uint8_t* data_address = in.Bytes(n);
+    uint32_t m = in.U32();
+    const uint8_t* control_address = in.Bytes(m);
+    if (peer.data == nullptr || !in.at_end() || magic != kAddressMagic || n == 0 || m == 0 ||
         peer.size > RAYACCEL_TRANSPORT_MAX_BLOB) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "not a UCX transport address (truncated, corrupted or from another transport)");
@@ -729,9 +777,10 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     auto conn = std::make_unique<Conn>();
     conn->endpoint = ep;
     conn->token = RandomId();
-    ucs_status_t s = CreateEp(ep, worker_address, ConnectionFailed, conn.get(), &conn->control);
+    ucs_status_t s =
+        CreateEp(ep, ep->control, control_address, ConnectionFailed, conn.get(), &conn->control);
     if (s == UCS_OK) {
-      s = CreateEp(ep, worker_address, nullptr, nullptr, &conn->data);
+      s = CreateEp(ep, ep->worker, data_address, nullptr, nullptr, &conn->data);
       if (s != UCS_OK) CloseEp(ep, conn->control);
     }
     if (s != UCS_OK) {
@@ -742,11 +791,11 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     // Hello carries our worker address, so the peer can send us invalidations.
     ucp_address_t* own = nullptr;
     size_t own_size = 0;
-    s = Lib().ucp_worker_get_address(ep->worker, &own, &own_size);
+    s = Lib().ucp_worker_get_address(ep->control, &own, &own_size);
     if (s == UCS_OK) {
       Writer w;
       w.U64(ep->uuid).U64(c->token).U32(static_cast<uint32_t>(own_size)).Bytes(own, own_size);
-      Lib().ucp_worker_release_address(ep->worker, own);
+      Lib().ucp_worker_release_address(ep->control, own);
       SendControl(c->control, kHello, std::move(w.str()));
     }
     Clock::time_point deadline = PeerDeadline(ep);
@@ -1048,7 +1097,7 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.name = "rayaccel";
     s = ucp.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ep->context);
     ucp.ucp_config_release(config);
@@ -1062,6 +1111,8 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call runs under ep->mu
     s = ucp.ucp_worker_create(ep->context, &wp, &ep->worker);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
+    s = ucp.ucp_worker_create(ep->context, &wp, &ep->control);
+    if (s != UCS_OK) return fail("ucp_worker_create", s);
     ucp_am_recv_callback_t handlers[] = {Handler<kHello>, Handler<kWelcome>, Handler<kInvalidate>,
                                          Handler<kNotify>, Handler<kBye>};
     for (unsigned id = kHello; id <= kBye; ++id) {
@@ -1072,17 +1123,19 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       hp.flags = UCP_AM_FLAG_WHOLE_MSG;
       hp.cb = handlers[id - kHello];
       hp.arg = ep.get();
-      s = ucp.ucp_worker_set_am_recv_handler(ep->worker, &hp);
+      s = ucp.ucp_worker_set_am_recv_handler(id == kNotify ? ep->worker : ep->control, &hp);
       if (s != UCS_OK) return fail("ucp_worker_set_am_recv_handler", s);
     }
-    ucp_address_t* address = nullptr;
-    size_t size = 0;
-    s = ucp.ucp_worker_get_address(ep->worker, &address, &size);
-    if (s != UCS_OK) return fail("ucp_worker_get_address", s);
     Writer w;
-    w.U32(kAddressMagic).U16(kWireVersion).U16(0).U64(ep->uuid).U32(static_cast<uint32_t>(size));
-    w.Bytes(address, size);
-    ucp.ucp_worker_release_address(ep->worker, address);
+    w.U32(kAddressMagic).U16(kWireVersion).U16(0).U64(ep->uuid);
+    for (ucp_worker_h worker : {ep->worker, ep->control}) {
+      ucp_address_t* address = nullptr;
+      size_t size = 0;
+      s = ucp.ucp_worker_get_address(worker, &address, &size);
+      if (s != UCS_OK) return fail("ucp_worker_get_address", s);
+      w.U32(static_cast<uint32_t>(size)).Bytes(address, size);
+      ucp.ucp_worker_release_address(worker, address);
+    }
     if (w.str().size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
       DestroyEndpoint(ep.get());
       return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,
@@ -1095,6 +1148,12 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       DestroyEndpoint(ep.get());
       return Fail(error, put, "the host refused the endpoint's address");
     }
+    ep->stop_fd = eventfd(0, EFD_CLOEXEC);
+    if (ep->stop_fd < 0) {
+      DestroyEndpoint(ep.get());
+      return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "eventfd failed");
+    }
+    ep->progress = std::thread(ProgressThread, ep.get());
     args->endpoint = ep.release();
     return RAYACCEL_STATUS_OK;
   });

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +25,8 @@
 #include "registry/collector.h"
 #include "registry/plugin_loader.h"
 #include "registry/validate.h"
+#include "rayaccel/transport.h"
+#include "transport/table.h"
 
 namespace rayaccel::conformance {
 namespace {
@@ -675,14 +678,180 @@ Outcome ThreadSafe(const Options& o) {
   });
 }
 
+// --- transport.round_trip: two processes, each with its own endpoint of the plugin.
+
+// Line-based messages between the check and its peer process over a pipe pair.
+struct Channel {
+  int in = -1, out = -1;
+  bool Send(const std::string& line) {
+    WriteAll(out, line + "\n");
+    return true;
+  }
+  // The next line, or "" after `seconds` or when the other side is gone.
+  std::string Receive(int seconds = 5) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (buffer.find('\n') == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{in, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      char chunk[4096];
+      ssize_t n = read(in, chunk, sizeof(chunk));
+      if (n <= 0) return "";
+      buffer.append(chunk, static_cast<size_t>(n));
+    }
+    std::string line = buffer.substr(0, buffer.find('\n'));
+    buffer.erase(0, line.size() + 1);
+    return line;
+  }
+  std::string buffer;
+};
+
+constexpr size_t kRoundTripBytes = 1 << 20;
+
+char PatternByte(size_t i, int seed) { return static_cast<char>((i * 131 + seed) ^ (i >> 9)); }
+
+TransportOptions RoundTripOptions(const Options& o) {
+  TransportOptions t;
+  t.plugin = o.plugin_path;
+  t.config = o.config;
+  t.check_permissions = false;
+  t.peer_timeout = absl::Seconds(std::max(1, o.timeout_seconds / 4));
+  return t;
+}
+
+// The peer: serves a source and a target region, checks the target when notified, and
+// deregisters the source when asked. Runs in a forked child until killed.
+[[noreturn]] void RoundTripPeer(const Options& o, Channel ch) {
+  auto t = Transport::Open(RoundTripOptions(o));
+  if (!t.ok()) {
+    ch.Send("error " + std::string(t.status().message()));
+    _exit(1);
+  }
+  std::vector<char> source(kRoundTripBytes), target(kRoundTripBytes, 0);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = PatternByte(i, 1);
+  auto src = (*t)->Register(source.data(), source.size());
+  auto dst = (*t)->Register(target.data(), target.size());
+  if (!src.ok() || !dst.ok()) {
+    ch.Send("error register: " + std::string((!src.ok() ? src : dst).status().message()));
+    _exit(1);
+  }
+  ch.Send(absl::StrCat("ready ", absl::WebSafeBase64Escape((*t)->address()), " ",
+                       absl::WebSafeBase64Escape(*(*t)->Describe(*src)), " ",
+                       absl::WebSafeBase64Escape(*(*t)->Describe(*dst))));
+  while (true) {
+    std::string cmd = ch.Receive(60);
+    if (cmd.empty()) _exit(0);
+    if (cmd == "notified?") {
+      auto got = (*t)->TakeNotifications(1, absl::Now() + absl::Seconds(5));
+      bool landed = true;
+      for (size_t i = 0; i < target.size(); ++i) landed = landed && target[i] == PatternByte(i, 2);
+      ch.Send(!got.ok() || got->empty() ? "no notification"
+              : (*got)[0] != "landed"   ? "wrong notification " + (*got)[0]
+              : landed                  ? "ok"
+                                        : "the notification came before the data");
+    } else if (cmd == "invalidate") {
+      absl::Status s = (*t)->Deregister(*src);
+      ch.Send(s.ok() ? "ok" : "error " + std::string(s.message()));
+    }
+  }
+}
+
 Outcome Transport(const Options& o) {
-  return RunIn(o, [](const LoadedPlugin& p) {
+  return RunIn(o, [&o](const LoadedPlugin& p) {
     if ((p.api().capabilities & RAYACCEL_CAP_TRANSPORT) == 0) {
       return Outcome::Skip("RAYACCEL_CAP_TRANSPORT not claimed");
     }
-    return Outcome::Fail(
-        "not checked yet: this release of the suite has no transport harness, so tier 3 cannot "
-        "be reached (not a fault of the plugin)");
+    absl::StatusOr<rayaccel_transport_api> table = transport::TransportTable(p);
+    if (!table.ok()) return Outcome::Fail(std::string(table.status().message()));
+
+    int to_peer[2], from_peer[2];
+    if (pipe2(to_peer, O_CLOEXEC) != 0 || pipe2(from_peer, O_CLOEXEC) != 0) {
+      return Outcome::Fail("suite: pipe failed");
+    }
+    pid_t peer = fork();
+    if (peer == 0) RoundTripPeer(o, Channel{to_peer[0], from_peer[1], ""});
+    close(to_peer[0]);
+    close(from_peer[1]);
+    Channel ch{from_peer[0], to_peer[1], ""};
+    struct Reap {
+      pid_t pid;
+      ~Reap() {
+        if (pid <= 0) return;
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    } reap{peer};
+    auto fail = [](const std::string& step, const absl::Status& s) {
+      return Outcome::Fail(absl::StrCat(step, ": ", s.ToString()));
+    };
+
+    std::vector<std::string> ready = absl::StrSplit(ch.Receive(10), ' ');
+    std::string address, src, dst;
+    if (ready.size() != 4 || ready[0] != "ready" ||
+        !absl::WebSafeBase64Unescape(ready[1], &address) ||
+        !absl::WebSafeBase64Unescape(ready[2], &src) ||
+        !absl::WebSafeBase64Unescape(ready[3], &dst)) {
+      return Outcome::Fail("the peer process did not open an endpoint: " +
+                           absl::StrJoin(ready, " "));
+    }
+    auto t = Transport::Open(RoundTripOptions(o));
+    if (!t.ok()) return fail("open_endpoint", t.status());
+    std::vector<char> local(kRoundTripBytes, 0);
+    auto mine = (*t)->Register(local.data(), local.size());
+    if (!mine.ok()) return fail("register_memory", mine.status());
+    auto conn = (*t)->Connect(address);
+    if (!conn.ok()) return fail("connect", conn.status());
+    auto wait = [](absl::StatusOr<Request> r) {
+      return r.ok() ? r->Wait(absl::Now() + absl::Seconds(5)) : r.status();
+    };
+
+    if (absl::Status s = wait((*t)->Read(*conn, *mine, 0, src, 0, local.size())); !s.ok()) {
+      return fail("read", s);
+    }
+    for (size_t i = 0; i < local.size(); ++i) {
+      if (local[i] != PatternByte(i, 1)) {
+        return Outcome::Fail(absl::StrCat("read: byte ", i, " differs from the peer's memory"));
+      }
+    }
+    for (size_t i = 0; i < local.size(); ++i) local[i] = PatternByte(i, 2);
+    auto w = (*t)->Write(*conn, *mine, 0, dst, 0, local.size());
+    if (!w.ok()) return fail("write", w.status());
+    if (absl::Status s = wait((*t)->Notify(*conn, "landed")); !s.ok()) return fail("notify", s);
+    if (absl::Status s = w->Wait(absl::Now() + absl::Seconds(5)); !s.ok()) return fail("write", s);
+    ch.Send("notified?");
+    if (std::string answer = ch.Receive(10); answer != "ok") {
+      return Outcome::Fail("write and notify: the peer says: " + answer);
+    }
+    if (absl::Status s = wait((*t)->Flush(*conn)); !s.ok()) return fail("flush", s);
+
+    // Malformed descriptors are refused; an invalidated one is refused as stale.
+    absl::Status bad = (*t)->Read(*conn, *mine, 0, src.substr(0, src.size() - 1), 0, 16).status();
+    if (!absl::IsInvalidArgument(bad)) return fail("a truncated descriptor must be refused", bad);
+    ch.Send("invalidate");
+    if (std::string answer = ch.Receive(10); answer != "ok") {
+      return Outcome::Fail("deregister_memory in the peer: " + answer);
+    }
+    absl::Status stale = (*t)->Read(*conn, *mine, 0, src, 0, 16).status();
+    if (!IsStale(stale)) {
+      return fail("a read with a deregistered region's descriptor must fail STALE", stale);
+    }
+
+    // The peer dies: the next transfers fail PEER_LOST within the peer timeout.
+    kill(peer, SIGKILL);
+    waitpid(peer, nullptr, 0);
+    reap.pid = -1;
+    absl::Time until = absl::Now() + RoundTripOptions(o).peer_timeout + absl::Seconds(2);
+    absl::Status lost;
+    while (absl::Now() < until) {
+      lost = wait((*t)->Read(*conn, *mine, 0, dst, 0, 16));
+      if (!lost.ok()) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (!IsPeerLost(lost)) return fail("a killed peer must be reported as PEER_LOST", lost);
+    if (absl::Status s = (*t)->Close(*conn); !s.ok()) return fail("close", s);
+    if (absl::Status s = (*t)->Deregister(*mine); !s.ok()) return fail("deregister_memory", s);
+    return Outcome::Pass("read, write, notify, flush, stale and lost-peer detection");
   });
 }
 
@@ -745,7 +914,10 @@ const std::vector<Check>& AllChecks() {
        false, EnvNamesTheSet},
       {"concurrency.thread_safe", 2,
        "hooks declared thread-safe agree when called from four threads", true, ThreadSafe},
-      {"transport.round_trip", 3, "register, pack, connect, read/write, close", false, Transport},
+      {"transport.round_trip", 3,
+       "two processes: register, pack, connect, read, write, notify, flush; a truncated and a "
+       "deregistered descriptor are refused; a killed peer is reported lost; close",
+       false, Transport},
   };
   return kChecks;
 }

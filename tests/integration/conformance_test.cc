@@ -54,9 +54,14 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(rocm.checks["allocation.env_names_the_set"].first, "pass");
   Report c = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
   EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
-  // Nobody reaches the transport tier yet: asking for it fails.
-  Report t3 = Conform(plugins + "/librayaccel-sim.so", {"--tier", "3"});
-  EXPECT_EQ(t3.exit_code, 1);
+  // The sim plugin's UCX transport reaches tier 3: the round trip runs between two processes.
+  Report t3 = Conform(plugins + "/librayaccel-sim.so", {"--tier", "3", "--timeout", "60"});
+  EXPECT_EQ(t3.exit_code, 0);
+  EXPECT_EQ(t3.tier, 3);
+  EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass") << t3.checks["transport.round_trip"].second;
+  // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
+  Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
+  EXPECT_EQ(no_transport.exit_code, 1);
 }
 
 struct Expectation {

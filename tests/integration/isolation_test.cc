@@ -50,7 +50,7 @@ TEST(Isolation, SameAnswersAsInProcess) {
   std::unique_ptr<Registry> b = Make(local);
   std::shared_ptr<const NodeSnapshot> sa = a->snapshot(), sb = b->snapshot();
   EXPECT_EQ(StatusOf(*sa, "sim").state, PluginStatus::State::kActive);
-  EXPECT_EQ(StatusOf(*sa, "sim").abi_version, "1.0");
+  EXPECT_EQ(StatusOf(*sa, "sim").abi_version, "1.1");
   ASSERT_EQ(sa->devices.size(), sb->devices.size());
   for (size_t i = 0; i < sa->devices.size(); ++i) {
     EXPECT_EQ(sa->devices[i].id, sb->devices[i].id);

@@ -365,7 +365,8 @@ RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiatio
     return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "needs ABI major 1");
   }
   n->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
-  n->chosen_abi_minor = RAYACCEL_ABI_VERSION_MINOR;
+  n->chosen_abi_minor = n->host_abi_minor < RAYACCEL_ABI_VERSION_MINOR ? n->host_abi_minor
+                                                                        : RAYACCEL_ABI_VERSION_MINOR;
   n->api = &kApi;
   return RAYACCEL_STATUS_OK;
 #endif

@@ -1,0 +1,467 @@
+// The transport end to end, on real UCX: endpoints in this process and in child processes
+// (`rayaccel transfer`), over shared memory and TCP, and across two network namespaces joined
+// by a veth pair when this machine allows creating them.
+#include "rayaccel/transport.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "support/child_process.h"
+#include "support/test_support.h"
+#include "transport/descriptor.h"
+
+namespace rayaccel {
+namespace {
+
+using ::rayaccel::testing::Lines;
+using ::rayaccel::testing::MakeTempDir;
+using ::rayaccel::testing::Spawn;
+using ::rayaccel::testing::WaitExit;
+using ::rayaccel::testing::WaitForFile;
+
+std::unique_ptr<Transport> Open(const std::string& plugin = "sim",
+                                absl::Duration peer_timeout = absl::Seconds(10)) {
+  TransportOptions o;
+  o.plugin = plugin;
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.peer_timeout = peer_timeout;
+  absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+std::vector<char> Pattern(size_t size, char seed) {
+  std::vector<char> v(size);
+  for (size_t i = 0; i < size; ++i) v[i] = static_cast<char>(seed + i * 7 + (i >> 12));
+  return v;
+}
+
+absl::Status Done(absl::StatusOr<Request> r) {
+  if (!r.ok()) return r.status();
+  return r->Wait(absl::Now() + absl::Seconds(20));
+}
+
+// Sets an environment variable for the life of the object (UCX reads it per endpoint).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Two endpoints of the sim plugin's UCX transport in this process.
+class TransportPair : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    env_ = std::make_unique<ScopedEnv>("UCX_TLS", GetParam());
+    owner_ = Open();
+    reader_ = Open();
+    ASSERT_NE(owner_, nullptr);
+    ASSERT_NE(reader_, nullptr);
+  }
+  std::unique_ptr<ScopedEnv> env_;
+  std::unique_ptr<Transport> owner_, reader_;
+};
+
+TEST_P(TransportPair, ReadWriteAndNotifyMoveTheBytes) {
+  const size_t kSize = 8 << 20;
+  std::vector<char> source = Pattern(kSize, 1), target(kSize, 0), local(kSize, 0);
+  auto src = owner_->Register(source.data(), kSize);
+  auto dst = owner_->Register(target.data(), kSize);
+  auto mine = reader_->Register(local.data(), kSize);
+  ASSERT_TRUE(src.ok() && dst.ok() && mine.ok());
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+
+  // A pull of the whole region, then of a slice into an offset.
+  ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 0, *owner_->Describe(*src), 0, kSize)).ok());
+  EXPECT_EQ(local, source);
+  std::fill(local.begin(), local.end(), 0);
+  ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 100, *owner_->Describe(*src), 4096, 5000)).ok());
+  EXPECT_EQ(0, std::memcmp(local.data() + 100, source.data() + 4096, 5000));
+  EXPECT_EQ(local[99], 0);
+
+  // A push, then a notification: when it arrives, the bytes are there.
+  std::vector<char> pushed = Pattern(kSize, 9);
+  std::memcpy(local.data(), pushed.data(), kSize);
+  auto w = reader_->Write(*conn, *mine, 0, *owner_->Describe(*dst), 0, kSize);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto n = reader_->Notify(*conn, "tensor 7 landed");
+  ASSERT_TRUE(n.ok()) << n.status();
+  auto got = owner_->TakeNotifications(1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0], "tensor 7 landed");
+  EXPECT_EQ(target, pushed);
+  EXPECT_TRUE(w->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(n->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(Done(reader_->Flush(*conn)).ok());
+  EXPECT_TRUE(reader_->Close(*conn).ok());
+}
+
+TEST_P(TransportPair, DeregisteredRegionsAreStaleForConnectedAndLaterPeers) {
+  std::vector<char> a = Pattern(4096, 3), b = Pattern(4096, 4), local(4096);
+  auto ra = owner_->Register(a.data(), a.size());
+  auto rb = owner_->Register(b.data(), b.size());
+  auto mine = reader_->Register(local.data(), local.size());
+  std::string da = *owner_->Describe(*ra), db = *owner_->Describe(*rb);
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 0, da, 0, 4096)).ok());
+
+  ASSERT_TRUE(owner_->Deregister(*ra).ok());
+  absl::StatusOr<Request> replay = reader_->Read(*conn, *mine, 0, da, 0, 4096);
+  ASSERT_FALSE(replay.ok());
+  EXPECT_TRUE(IsStale(replay.status())) << replay.status();
+  EXPECT_TRUE(Done(reader_->Read(*conn, *mine, 0, db, 0, 4096)).ok()) << "b is still live";
+
+  // A peer that connects after the invalidation learns it in the handshake.
+  auto late = Open();
+  std::vector<char> late_buf(4096);
+  auto late_region = late->Register(late_buf.data(), late_buf.size());
+  auto late_conn = late->Connect(owner_->address());
+  ASSERT_TRUE(late_conn.ok()) << late_conn.status();
+  EXPECT_TRUE(IsStale(late->Read(*late_conn, *late_region, 0, da, 0, 16).status()));
+  EXPECT_TRUE(Done(late->Read(*late_conn, *late_region, 0, db, 0, 16)).ok());
+
+  // The owner refuses its own stale descriptor too (through a connection to itself).
+  auto self = owner_->Connect(owner_->address());
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_TRUE(IsStale(owner_->Read(*self, *rb, 0, da, 0, 16).status()));
+  EXPECT_FALSE(owner_->Deregister(*ra).ok()) << "twice";
+}
+
+TEST_P(TransportPair, ConcurrentTransfersOnSeveralConnections) {
+  const size_t kSlice = 1 << 20;
+  const int kThreads = 4;
+  std::vector<char> source = Pattern(kSlice * kThreads, 5);
+  std::vector<char> sink(kSlice * kThreads, 0);
+  auto src = owner_->Register(source.data(), source.size());
+  auto dst = owner_->Register(sink.data(), sink.size());
+  std::string ds = *owner_->Describe(*src), dd = *owner_->Describe(*dst);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<char> buf(kSlice);
+      auto mine = reader_->Register(buf.data(), buf.size());
+      auto conn = reader_->Connect(owner_->address());
+      if (!mine.ok() || !conn.ok()) return void(++failures);
+      for (int i = 0; i < 50; ++i) {
+        if (!Done(reader_->Read(*conn, *mine, 0, ds, t * kSlice, kSlice)).ok() ||
+            std::memcmp(buf.data(), source.data() + t * kSlice, kSlice) != 0 ||
+            !Done(reader_->Write(*conn, *mine, 0, dd, t * kSlice, kSlice)).ok()) {
+          ++failures;
+        }
+      }
+      if (!reader_->Close(*conn).ok() || !reader_->Deregister(*mine).ok()) ++failures;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(sink, source);
+}
+
+TEST_P(TransportPair, BadRequestsAreRefusedWithTheReason) {
+  std::vector<char> buf(4096), local(4096);
+  auto r = owner_->Register(buf.data(), buf.size());
+  auto mine = reader_->Register(local.data(), local.size());
+  std::string d = *owner_->Describe(*r);
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok());
+
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(*conn, *mine, 0, d, 4000, 200).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(*conn, *mine, 4000, d, 0, 200).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(*conn, *mine, 0, d, 0, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(*conn, 999, 0, d, 0, 16).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(999, *mine, 0, d, 0, 16).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Notify(*conn, "").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Notify(*conn, std::string(1025, 'x')).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Connect("not an address").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Connect(std::string(5000, 'x')).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Register(nullptr, 16).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      reader_->Register(local.data(), local.size(), MemoryKind::kDevice).status()))
+      << "sim devices have no memory of their own";
+  // Another peer's descriptor on this connection: refused by the plugin, nothing moves.
+  auto other = Open();
+  std::vector<char> other_buf(4096);
+  auto other_region = other->Register(other_buf.data(), other_buf.size());
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      reader_->Read(*conn, *mine, 0, *other->Describe(*other_region), 0, 16).status()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+                         });
+
+// Every way a descriptor can be broken is refused before a plugin sees it, with the reason.
+TEST(TransportDescriptor, TruncatedCorruptedOversizedAndForeignAreRefused) {
+  auto t = Open();
+  ASSERT_NE(t, nullptr);
+  std::vector<char> buf(1 << 16), local(1 << 16);
+  auto r = t->Register(buf.data(), buf.size());
+  auto mine = t->Register(local.data(), local.size());
+  auto self = t->Connect(t->address());
+  ASSERT_TRUE(self.ok()) << self.status();
+  std::string d = *t->Describe(*r);
+  ASSERT_LE(d.size(), Transport::kMaxDescriptorBytes);
+
+  auto info = Transport::Inspect(d);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->plugin, "sim");
+  EXPECT_EQ(info->length, buf.size());
+  EXPECT_EQ(info->kind, MemoryKind::kHost);
+
+  auto refused = [&](const std::string& bad) {
+    return t->Read(*self, *mine, 0, bad, 0, 16).status();
+  };
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(d.substr(0, d.size() - 1))));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(d.substr(0, 10))));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(d + "x")));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(std::string(5000, 'R'))));
+  for (size_t at : {size_t{20}, size_t{33}, d.size() - 1}) {
+    std::string flipped = d;
+    flipped[at] ^= 0x40;
+    EXPECT_TRUE(absl::IsDataLoss(refused(flipped))) << "byte " << at;
+  }
+  std::string magic = d;
+  magic[0] = 'X';
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(magic)));
+  // A well-formed envelope around bytes that are not the plugin's: the plugin refuses them.
+  DescriptorInfo forged = *info;
+  auto junk = transport::Encode(forged, std::string(64, '\x7f'));
+  ASSERT_TRUE(junk.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused(*junk))) << refused(*junk);
+  // Another plugin's descriptor, and a newer layout, with valid checksums.
+  forged.plugin = "cuda";
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      refused(*transport::Encode(forged, transport::Decode(d)->payload))));
+  std::string v2 = d;
+  v2[4] = 2;
+  uint32_t crc = transport::Crc32c(absl::string_view(v2).substr(16));
+  for (int i = 0; i < 4; ++i) v2[12 + i] = static_cast<char>(crc >> (8 * i));
+  absl::Status newer = refused(v2);
+  EXPECT_TRUE(absl::IsInvalidArgument(newer));
+  EXPECT_NE(newer.message().find("version 2"), std::string::npos) << newer;
+  // After all that, the real one still works.
+  EXPECT_TRUE(Done(t->Read(*self, *mine, 0, d, 0, buf.size())).ok());
+}
+
+TEST(TransportOpen, PluginsWithoutATransportOrWithoutUcxSupportSaySo) {
+  TransportOptions o;
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.plugin = testing::TestPlugin("testgpu");
+  auto none = Transport::Open(o);
+  EXPECT_TRUE(absl::IsUnimplemented(none.status())) << none.status();
+  o.plugin = "no-such-plugin";
+  EXPECT_TRUE(absl::IsNotFound(Transport::Open(o).status()));
+
+  // The CUDA plugin has a transport; host memory registers, GPU memory needs a UCX built with
+  // CUDA support, which Debian's is not.
+  auto cuda = Open("cuda");
+  ASSERT_NE(cuda, nullptr);
+  std::vector<char> buf(4096);
+  EXPECT_TRUE(cuda->Register(buf.data(), buf.size()).ok());
+  absl::Status device = cuda->Register(buf.data(), buf.size(), MemoryKind::kDevice).status();
+  EXPECT_TRUE(absl::IsUnimplemented(device)) << device;
+  EXPECT_NE(device.message().find("CUDA"), std::string::npos) << device;
+}
+
+// --- Across processes: `rayaccel transfer --serve` in a child, this process as the reader.
+
+struct Server {
+  pid_t pid = -1;
+  std::string address, read_desc, write_desc, out;
+};
+
+Server StartServer(const std::string& dir, const std::string& size,
+                   const std::vector<std::string>& prefix = {}) {
+  Server s;
+  std::string token_file = dir + "/token";
+  unlink(token_file.c_str());
+  s.out = dir + "/server.out";
+  std::vector<std::string> args = prefix;
+  std::string binary = RAYACCEL_CLI;
+  if (!prefix.empty()) {
+    binary = prefix[0];
+    args.erase(args.begin());
+    args.push_back(RAYACCEL_CLI);
+  }
+  for (const char* a : {"transfer", "--serve", "--size"}) args.push_back(a);
+  args.push_back(size);
+  args.push_back("--token-file");
+  args.push_back(token_file);
+  s.pid = Spawn(binary, args, s.out, dir + "/server.err");
+  if (!WaitForFile(token_file)) return s;
+  std::string token;
+  std::getline(std::ifstream(token_file), token);
+  std::vector<std::string> parts = absl::StrSplit(token, '.');
+  if (parts.size() == 4) {
+    absl::WebSafeBase64Unescape(parts[1], &s.address);
+    absl::WebSafeBase64Unescape(parts[2], &s.read_desc);
+    absl::WebSafeBase64Unescape(parts[3], &s.write_desc);
+  }
+  return s;
+}
+
+class TransportProcesses : public ::testing::TestWithParam<const char*> {};
+
+// The seed's hard part: a peer killed in the middle of a 256 MiB transfer is reported, within
+// the peer timeout, as lost (not as a local fault); the survivor connects to the restarted
+// peer's new address and moves bytes again.
+TEST_P(TransportProcesses, APeerKilledMidTransferIsReportedAndARestartedOneServes) {
+  ScopedEnv tls("UCX_TLS", GetParam());
+  std::string dir = MakeTempDir(absl::StrCat("transport-kill-", GetParam()));
+  Server server = StartServer(dir, "256MiB");
+  ASSERT_FALSE(server.address.empty()) << "no token; " << dir;
+  auto t = Open("sim", absl::Milliseconds(1500));
+  ASSERT_NE(t, nullptr);
+  const size_t kSize = 256 << 20;
+  std::vector<char> buf(kSize);
+  auto mine = t->Register(buf.data(), kSize);
+  auto conn = t->Connect(server.address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(t->Read(*conn, *mine, 0, server.read_desc, 0, kSize)).ok());
+
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(server.pid, SIGKILL);
+  });
+  absl::Time killed_by = absl::Now() + absl::Milliseconds(300);
+  absl::Status last;
+  for (int i = 0; i < 1000 && last.ok(); ++i) {
+    last = Done(t->Read(*conn, *mine, 0, server.read_desc, 0, kSize));
+  }
+  absl::Duration noticed = absl::Now() - killed_by;
+  killer.join();
+  WaitExit(server.pid);
+  EXPECT_TRUE(IsPeerLost(last)) << last;
+  EXPECT_LT(noticed, absl::Seconds(8)) << "a lost peer must be noticed within its timeout";
+  // Nothing more goes to the dead peer, and nothing blocks on it.
+  EXPECT_TRUE(IsPeerLost(t->Read(*conn, *mine, 0, server.read_desc, 0, 16).status()));
+  EXPECT_TRUE(t->Close(*conn).ok());
+  EXPECT_FALSE(t->Connect(server.address).ok());
+
+  Server again = StartServer(dir, "1MiB");
+  ASSERT_FALSE(again.address.empty());
+  auto fresh = t->Connect(again.address);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(Done(t->Read(*fresh, *mine, 0, again.read_desc, 0, 1 << 20)).ok());
+  EXPECT_TRUE(IsStale(t->Read(*fresh, *mine, 0, server.read_desc, 0, 16).status()) ||
+              absl::IsInvalidArgument(t->Read(*fresh, *mine, 0, server.read_desc, 0, 16).status()))
+      << "the dead peer's descriptor is not the new peer's";
+  EXPECT_EQ(testing::Stop(again.pid), 0);
+}
+
+// `rayaccel transfer` as an operator runs it: serve, then read and write with verification;
+// the server checks each write when its notification arrives.
+TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
+  ScopedEnv tls("UCX_TLS", GetParam());
+  std::string dir = MakeTempDir(absl::StrCat("transfer-cli-", GetParam()));
+  Server server = StartServer(dir, "4MiB");
+  ASSERT_FALSE(server.address.empty());
+  for (const char* op : {"read", "write"}) {
+    auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op, "--size",
+                  "4MiB", "--iters", "5", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(absl::StrCat("\"op\": \"", op, "\"")), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(testing::Stop(server.pid), 0);
+  std::vector<std::string> lines = Lines(server.out);
+  ASSERT_EQ(lines.size(), 2u);  // the token, then the verified write
+  EXPECT_EQ(lines[1], "{\"write\": 4194304, \"verified\": true}");
+
+  auto gone = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size", "4KiB",
+                   "--peer-timeout-ms", "1000"});
+  EXPECT_EQ(gone.exit_code, 3) << "a dead server is a lost peer: " << gone.err;
+  auto bad = testing::Run({RAYACCEL_CLI, "transfer", "--connect", "rxt1.garbage"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportProcesses, ::testing::Values("all", "tcp"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+                         });
+
+// Two network namespaces joined by a veth pair: the TCP path crosses a real network interface.
+// Addresses exist only inside the namespaces this test creates and removes.
+class TransportNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    suffix_ = std::to_string(getpid() % 100000);
+    a_ = "rxa" + suffix_;
+    b_ = "rxb" + suffix_;
+    auto ip = [](std::vector<std::string> args) {
+      args.insert(args.begin(), "ip");
+      args.insert(args.begin(), "/usr/bin/env");
+      return testing::Run(args).exit_code == 0;
+    };
+    if (!ip({"netns", "add", a_}) || !ip({"netns", "add", b_})) {
+      GTEST_SKIP() << "cannot create network namespaces here (needs root and CAP_SYS_ADMIN)";
+    }
+    created_ = true;
+    std::string va = "rxva" + suffix_, vb = "rxvb" + suffix_;
+    bool ok = ip({"link", "add", va, "type", "veth", "peer", "name", vb}) &&
+              ip({"link", "set", va, "netns", a_}) && ip({"link", "set", vb, "netns", b_}) &&
+              ip({"-n", a_, "addr", "add", "10.231.7.1/24", "dev", va}) &&
+              ip({"-n", b_, "addr", "add", "10.231.7.2/24", "dev", vb}) &&
+              ip({"-n", a_, "link", "set", va, "up"}) && ip({"-n", b_, "link", "set", vb, "up"}) &&
+              ip({"-n", a_, "link", "set", "lo", "up"}) && ip({"-n", b_, "link", "set", "lo", "up"});
+    ASSERT_TRUE(ok) << "veth set-up failed";
+    veth_a_ = va;
+    veth_b_ = vb;
+  }
+  void TearDown() override {
+    if (!created_) return;
+    testing::Run({"/usr/bin/env", "ip", "netns", "del", a_});
+    testing::Run({"/usr/bin/env", "ip", "netns", "del", b_});
+  }
+  std::string suffix_, a_, b_, veth_a_, veth_b_;
+  bool created_ = false;
+};
+
+TEST_F(TransportNetns, ReadAndWriteCrossAVethPair) {
+  std::string dir = MakeTempDir("transport-netns");
+  // TCP on the veth only: the namespaces share no memory path UCX could take instead.
+  ScopedEnv tls("UCX_TLS", "tcp");
+  ScopedEnv dev_a("UCX_NET_DEVICES", veth_a_.c_str());
+  Server server = StartServer(dir, "16MiB", {"/usr/bin/env", "ip", "netns", "exec", a_});
+  ASSERT_FALSE(server.address.empty()) << "no token from the server in " << a_;
+  for (const char* op : {"read", "write"}) {
+    auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec", b_,
+                  RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op, "--size",
+                  "16MiB", "--iters", "3", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out << r.err;
+  }
+  kill(server.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(server.pid), 0);
+  std::vector<std::string> lines = Lines(server.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "{\"write\": 16777216, \"verified\": true}");
+}
+
+}  // namespace
+}  // namespace rayaccel
