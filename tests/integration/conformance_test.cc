@@ -45,17 +45,19 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
       plugins + "/librayaccel-sim.so",
       {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "2", "--timeout", "60"});
   EXPECT_EQ(sim.exit_code, 0);
-  EXPECT_EQ(sim.tier, 2);
+  EXPECT_EQ(sim.tier, 3);  // its UCX transport passes the round trip
   Report rocm =
       Conform(plugins + "/librayaccel-rocm.so",
               {"--config", "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi300-cpx/topology"),
                "--tier", "2", "--timeout", "60"});
-  EXPECT_EQ(rocm.tier, 2);
+  EXPECT_EQ(rocm.tier, 3);  // host memory over the same UCX helper
   EXPECT_EQ(rocm.checks["allocation.env_names_the_set"].first, "pass");
   Report c = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
   EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
   // The sim plugin's UCX transport reaches tier 3: the round trip runs between two processes.
-  Report t3 = Conform(plugins + "/librayaccel-sim.so", {"--tier", "3", "--timeout", "60"});
+  Report t3 = Conform(plugins + "/librayaccel-sim.so",
+                      {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "3",
+                       "--timeout", "60"});
   EXPECT_EQ(t3.exit_code, 0);
   EXPECT_EQ(t3.tier, 3);
   EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass") << t3.checks["transport.round_trip"].second;
@@ -133,7 +135,7 @@ TEST(Conformance, TheRayaccelCommandRunsTheSuite) {
       {RAYACCEL_CLI, "conformance", std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
        "--config", "spec=" + testing::Example("tpu-v4-host.json"), "--tier", "2"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("Tier reached: 2 (schedulable)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Tier reached: 3 (transport)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("accepts 1,2,4,8"), std::string::npos) << r.out;
 }
 

@@ -312,13 +312,14 @@ TEST(CudaPlugin, TopoPrintsWhatNvidiaSmiTopoShows) {
   EXPECT_NE(r.out.find("GPU1  NV1   X     NV2   NV1   SYS   NV2   SYS   SYS"), std::string::npos);
 }
 
-TEST(CudaPlugin, ReachesTierTwo) {
+// Tier 2 on the fake NVML, and tier 3: its transport moves host memory over UCX.
+TEST(CudaPlugin, ReachesTierThree) {
   testing::CommandResult r = testing::Run(
       {RAYACCEL_CONFORMANCE, CudaPlugin(), "--config",
        std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--tier", "2", "--timeout", "60"},
       {{"FAKE_NVML_FIXTURE", Fixture("fake-nvml/dgx-h100.json")}});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("Tier reached: 2 (schedulable)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Tier reached: 3 (transport)"), std::string::npos) << r.out;
 }
 
 }  // namespace
