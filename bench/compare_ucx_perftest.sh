@@ -2,7 +2,8 @@
 # `rayaccel transfer` against `ucx_perftest` between two processes on this machine, on the same
 # UCX_TLS, and against memcpy of the same size (rayaccel_bench_transport's BM_Memcpy). Prints
 # bandwidth per size for READ (ucp_get) and WRITE (ucp_put_bw), 8-byte READ latency, and the
-# ratios. ucx_perftest runs without error handling (-e off): rayaccel's data path has none
+# ratios. ucx_perftest runs with one operation outstanding (-O 1), as `rayaccel transfer`
+# waits for each transfer before the next. It runs without error handling (-e off): rayaccel's data path has none
 # either (its control path detects a lost peer), so both move bytes over the same transports.
 # Usage: bench/compare_ucx_perftest.sh [BUILD_DIR] [UCX_TLS]
 set -euo pipefail
@@ -31,14 +32,14 @@ theirs() {  # test size iters -> bytes/s and average latency in us
   ucx_perftest -p $port > /dev/null 2>&1 &
   local server=$!
   sleep 0.5
-  ucx_perftest 127.0.0.1 -p $port -t "$test" -s "$size" -n "$iters" 2> /dev/null |
-    awk '/^Final:/ { printf "%.0f %s\n", $6 * 1048576, $4 }'
+  ucx_perftest 127.0.0.1 -p $port -t "$test" -s "$size" -n "$iters" -O 1 2> /dev/null |
+    awk '/^Final:/ { printf "%.0f %s\n", $7 * 1048576, $4 }'
   wait $server 2> /dev/null || true
 }
 
 memcpy_bw() {  # size -> bytes/s
-  "$build/bin/rayaccel_bench_transport" --benchmark_filter="BM_Memcpy/$1\$" \
-    --benchmark_format=csv 2> /dev/null | awk -F, '/BM_Memcpy/ { printf "%.0f\n", $7 }'
+  "$build/bin/rayaccel_bench_transport" --benchmark_filter="BM_Memcpy/$1/" \
+    --benchmark_format=csv 2> /dev/null | awk -F, '/BM_Memcpy/ { printf "%.0f\n", $6 }'
 }
 
 echo "UCX_TLS=$UCX_TLS, one run each, two processes on this machine"

@@ -999,11 +999,16 @@ rayaccel_status Wait(rayaccel_transport_endpoint* ep, uint32_t timeout_ms, rayac
     Clock::time_point start = Clock::now();
     Clock::time_point deadline = start + std::chrono::milliseconds(timeout_ms);
     auto pause = std::chrono::microseconds(0);
+    uint64_t seen = 0;
+    {
+      std::lock_guard<std::mutex> lock(ep->mu);
+      seen = ep->activity;
+    }
     while (true) {
       {
+        // Activity since the call began counts, also what the progress thread handled.
         std::lock_guard<std::mutex> lock(ep->mu);
-        uint64_t before = ep->activity;
-        if (Progress(ep) || ep->activity != before) return RAYACCEL_STATUS_OK;
+        if (Progress(ep) || ep->activity != seen) return RAYACCEL_STATUS_OK;
       }
       Clock::time_point now = Clock::now();
       if (now >= deadline) return RAYACCEL_STATUS_TIMEOUT;
