@@ -53,7 +53,13 @@ void BM_Write(benchmark::State& state) { Transfer(state, true); }
 
 // The sizes bench/compare_ucx_perftest.sh reports: 8 KiB, 1 MiB, 64 MiB, 256 MiB.
 BENCHMARK(BM_Memcpy)->Arg(8 << 10)->Arg(1 << 20)->Arg(64 << 20)->Arg(256 << 20)->UseRealTime();
-BENCHMARK(BM_Read)->Arg(8)->Arg(8 << 10)->Arg(1 << 20)->Arg(64 << 20)->Arg(256 << 20)->UseRealTime();
+BENCHMARK(BM_Read)
+    ->Arg(8)
+    ->Arg(8 << 10)
+    ->Arg(1 << 20)
+    ->Arg(64 << 20)
+    ->Arg(256 << 20)
+    ->UseRealTime();
 BENCHMARK(BM_Write)->Arg(8)->Arg(64 << 20)->UseRealTime();
 
 }  // namespace

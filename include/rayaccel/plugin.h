@@ -406,7 +406,7 @@ typedef struct rayaccel_transfer_args {
    * deregistered -> STALE, a region of another peer -> INVALID_ARGUMENT. */
   rayaccel_blob remote_descriptor;
   uint64_t remote_offset;
-  uint64_t length;            /* > 0; both ranges lie inside their regions (host-checked) */
+  uint64_t length;           /* > 0; both ranges lie inside their regions (host-checked) */
   rayaccel_request *request; /* out: poll it until it completes */
 } rayaccel_transfer_args;
 
@@ -587,8 +587,7 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, set_env) == sizeof(rayaccel_si
               "rayaccel_sink: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, min_bandwidth_mbps) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) ==
-                  sizeof(rayaccel_transport_api),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==
                   sizeof(rayaccel_transfer_args),

@@ -136,9 +136,8 @@ class Transport {
 
   // Notifications received so far, oldest first; waits until at least `min_count` arrived or
   // the deadline passes (then returns what there is).
-  absl::StatusOr<std::vector<std::string>> TakeNotifications(size_t min_count = 0,
-                                                             absl::Time deadline =
-                                                                 absl::InfinitePast());
+  absl::StatusOr<std::vector<std::string>> TakeNotifications(
+      size_t min_count = 0, absl::Time deadline = absl::InfinitePast());
 
   static constexpr size_t kMaxDescriptorBytes = 4096;
 

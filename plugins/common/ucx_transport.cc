@@ -4,8 +4,8 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
-#include <unistd.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -36,15 +36,17 @@ using Clock = std::chrono::steady_clock;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                        \
-  X(ucp_config_read) X(ucp_config_modify) X(ucp_config_release) X(ucp_init_version)      \
-  X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy)         \
-  X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)         \
-  X(ucp_worker_fence) X(ucp_worker_set_am_recv_handler) X(ucp_ep_create)                 \
-  X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack) \
-  X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) X(ucp_put_nbx)    \
-  X(ucp_get_nbx) X(ucp_am_send_nbx) X(ucp_request_check_status) X(ucp_request_free)      \
-  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                               \
+  X(ucp_config_read)                                                                            \
+  X(ucp_config_modify) X(ucp_config_release) X(ucp_init_version) X(ucp_cleanup)                 \
+      X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address) \
+          X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_fence)              \
+              X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)            \
+                  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack)          \
+                      X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy)      \
+                          X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)                      \
+                              X(ucp_request_check_status) X(ucp_request_free)                   \
+                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -62,8 +64,8 @@ const Ucp& Lib() {
       u->error = std::string("UCX is not installed (libucp.so.0: ") + (why ? why : "?") + ")";
       return u;
     }
-#define RAYACCEL_UCP_LOAD(f)                                          \
-  u->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f));              \
+#define RAYACCEL_UCP_LOAD(f)                             \
+  u->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f)); \
   if (u->f == nullptr && u->error.empty()) u->error = "libucp.so.0 lacks " #f;
     RAYACCEL_UCP_FUNCTIONS(RAYACCEL_UCP_LOAD)
 #undef RAYACCEL_UCP_LOAD
@@ -238,7 +240,7 @@ struct rayaccel_connection {
   rayaccel_transport_endpoint* endpoint = nullptr;
   ucp_ep_h data = nullptr;     // transfers and notifications, in order
   ucp_ep_h control = nullptr;  // hello and bye; its failure is the peer's loss
-  uint64_t token = 0;  // names this connection in the owner's bookkeeping
+  uint64_t token = 0;          // names this connection in the owner's bookkeeping
   uint64_t peer_uuid = 0;
   bool welcomed = false;
   ucs_status_t failure = UCS_OK;  // set by UCX's error callback
@@ -255,7 +257,7 @@ struct rayaccel_transport_endpoint {
   // failure detection) live on workers of their own.
   ucp_worker_h worker = nullptr;   // data: transfers and notifications
   ucp_worker_h control = nullptr;  // hello, welcome, invalidate, bye
-  uint64_t memory_types = 0;  // UCS_MEMORY_TYPE_* bits UCX can reach
+  uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t next_region_id = 1;
@@ -315,8 +317,8 @@ void ControlDone(void* request, ucs_status_t /*status*/, void* user_data) {
 void SendControl(ucp_ep_h ep, unsigned id, std::string bytes) {
   auto* send = new ControlSend{std::move(bytes)};
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = ControlDone;
   p.user_data = send;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -448,8 +450,10 @@ void ServeControl(Ep* ep) {
       continue;
     }
     Writer w;
-    w.U64(h.token).U64(ep->uuid).U64(ep->next_region_id).U32(
-        static_cast<uint32_t>(ep->regions.size()));
+    w.U64(h.token)
+        .U64(ep->uuid)
+        .U64(ep->next_region_id)
+        .U32(static_cast<uint32_t>(ep->regions.size()));
     for (const auto& [id, region] : ep->regions) w.U64(id);
     SendControl(reader->ep, kWelcome, std::move(w.str()));
     ep->readers.push_back(std::move(reader));
@@ -581,8 +585,9 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* data, size_t length,
     default:
       break;
   }
-  LogTo(ep, RAYACCEL_LOG_WARN, "dropped a malformed control message (id " + std::to_string(id) +
-                                   ", " + std::to_string(length) + " bytes)");
+  LogTo(ep, RAYACCEL_LOG_WARN,
+        "dropped a malformed control message (id " + std::to_string(id) + ", " +
+            std::to_string(length) + " bytes)");
   return UCS_OK;
 }
 
@@ -736,7 +741,8 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
 rayaccel_status PackDescriptor(rayaccel_memory_region* region, const rayaccel_blob_sink* sink,
                                rayaccel_error* error) {
   if (region == nullptr || sink == nullptr || sink->put == nullptr) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "pack_descriptor needs a region and a sink");
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                "pack_descriptor needs a region and a sink");
   }
   return Guard(error, [&] {
     const std::string& d = region->descriptor;
@@ -814,9 +820,9 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
       CloseEp(ep, c->control);
       delete c;
       if (s == UCS_ERR_TIMED_OUT) {
-        return Fail(error, RAYACCEL_STATUS_PEER_LOST,
-                    "the peer did not answer within " + std::to_string(ep->peer_timeout_ms) +
-                        " ms");
+        return Fail(
+            error, RAYACCEL_STATUS_PEER_LOST,
+            "the peer did not answer within " + std::to_string(ep->peer_timeout_ms) + " ms");
       }
       if (s == UCS_ERR_INVALID_PARAM) {
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
@@ -1076,7 +1082,8 @@ rayaccel_status Close(rayaccel_connection* c, rayaccel_error* error) {
 
 rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions& options,
                              rayaccel_error* error) {
-  if (args == nullptr || args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, endpoint) ||
+  if (args == nullptr ||
+      args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, endpoint) ||
       args->address == nullptr || args->address->put == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "open_endpoint needs an address sink");
   }
@@ -1086,7 +1093,8 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     auto ep = std::make_unique<Ep>();
     ep->options = options;
     ep->uuid = RandomId();
-    ep->peer_timeout_ms = args->peer_timeout_ms != 0 ? args->peer_timeout_ms : kDefaultPeerTimeoutMs;
+    ep->peer_timeout_ms =
+        args->peer_timeout_ms != 0 ? args->peer_timeout_ms : kDefaultPeerTimeoutMs;
     auto fail = [&](const char* what, ucs_status_t s) {
       DestroyEndpoint(ep.get());
       return FailUcs(error, what, s);
@@ -1098,7 +1106,8 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     // The peer timeout sets UCX's keepalive, unless the operator set UCX_KEEPALIVE_INTERVAL.
     if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
       uint32_t interval = std::max<uint32_t>(100, ep->peer_timeout_ms / 3);
-      ucp.ucp_config_modify(config, "KEEPALIVE_INTERVAL", (std::to_string(interval) + "ms").c_str());
+      ucp.ucp_config_modify(config, "KEEPALIVE_INTERVAL",
+                            (std::to_string(interval) + "ms").c_str());
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
@@ -1146,9 +1155,9 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,
                   "UCX's worker address is larger than an address may be (narrow UCX_TLS)");
     }
-    rayaccel_status put = args->address->put(
-        args->address->host_context,
-        {reinterpret_cast<const uint8_t*>(w.str().data()), w.str().size()});
+    rayaccel_status put =
+        args->address->put(args->address->host_context,
+                           {reinterpret_cast<const uint8_t*>(w.str().data()), w.str().size()});
     if (put != RAYACCEL_STATUS_OK) {
       DestroyEndpoint(ep.get());
       return Fail(error, put, "the host refused the endpoint's address");

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/plugin_util.h"
-#include "common/ucx_transport.h"
 #include "common/sysfs.h"
+#include "common/ucx_transport.h"
 #include "cuda/nvml.h"
 
 namespace rayaccel::cuda {

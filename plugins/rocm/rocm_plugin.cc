@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/plugin_util.h"
-#include "common/ucx_transport.h"
 #include "common/sysfs.h"
+#include "common/ucx_transport.h"
 #include "rocm/kfd_topology.h"
 
 struct rayaccel_plugin_instance {

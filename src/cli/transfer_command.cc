@@ -69,9 +69,13 @@ int Usage(const std::string& problem) {
 
 // "64MiB" -> 67108864; also K/M/G (powers of 1000), KiB/MiB/GiB and plain bytes.
 bool ParseSize(absl::string_view text, uint64_t* out) {
-  static const std::pair<const char*, uint64_t> kUnits[] = {
-      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"K", 1000},
-      {"M", 1000000},      {"G", 1000000000},   {"B", 1}};
+  static const std::pair<const char*, uint64_t> kUnits[] = {{"KiB", 1ull << 10},
+                                                            {"MiB", 1ull << 20},
+                                                            {"GiB", 1ull << 30},
+                                                            {"K", 1000},
+                                                            {"M", 1000000},
+                                                            {"G", 1000000000},
+                                                            {"B", 1}};
   uint64_t unit = 1;
   for (const auto& [suffix, factor] : kUnits) {
     if (absl::EndsWith(text, suffix)) {
@@ -229,8 +233,7 @@ int Serve(const Options& o) {
     for (const std::string& n : *got) {
       // "write LENGTH": the client wrote its pattern to [0, LENGTH) of the write buffer.
       uint64_t length = 0;
-      if (n.rfind("write ", 0) != 0 || !absl::SimpleAtoi(n.substr(6), &length) ||
-          length > o.size) {
+      if (n.rfind("write ", 0) != 0 || !absl::SimpleAtoi(n.substr(6), &length) || length > o.size) {
         std::printf("{\"notification\": %zu, \"verified\": false}\n", n.size());
         ++bad;
         continue;

@@ -22,10 +22,10 @@
 #include "absl/strings/str_split.h"
 #include "conformance/elf_symbols.h"
 #include "ray/accelerator_type.h"
+#include "rayaccel/transport.h"
 #include "registry/collector.h"
 #include "registry/plugin_loader.h"
 #include "registry/validate.h"
-#include "rayaccel/transport.h"
 #include "transport/table.h"
 
 namespace rayaccel::conformance {

@@ -73,9 +73,9 @@ absl::StatusOr<Envelope> Decode(absl::string_view bytes) {
                                                    Transport::kMaxDescriptorBytes, ")"));
   }
   if (bytes.size() < kHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("descriptor of ", bytes.size(), " bytes: truncated (the header alone is ",
-                     kHeaderBytes, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("descriptor of ", bytes.size(),
+                                                   " bytes: truncated (the header alone is ",
+                                                   kHeaderBytes, ")"));
   }
   if (std::memcmp(bytes.data(), kMagic, 4) != 0) {
     return absl::InvalidArgumentError("not a rayaccel descriptor (bad magic)");
@@ -87,17 +87,16 @@ absl::StatusOr<Envelope> Decode(absl::string_view bytes) {
   }
   uint64_t total = Get(bytes, 8, 4);
   if (total != bytes.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("descriptor says ", total, " bytes but ", bytes.size(),
-                     " arrived: truncated or padded"));
+    return absl::InvalidArgumentError(absl::StrCat("descriptor says ", total, " bytes but ",
+                                                   bytes.size(), " arrived: truncated or padded"));
   }
   if (Get(bytes, 12, 4) != Crc32c(bytes.substr(16))) {
     return absl::DataLossError("descriptor checksum mismatch: corrupted in transit");
   }
   Envelope e;
   uint64_t kind = Get(bytes, 6, 1), name_size = Get(bytes, 7, 1), payload = Get(bytes, 44, 4);
-  if (kind > 1 || name_size == 0 || name_size > kMaxPluginName ||
-      payload != total - kHeaderBytes || payload == 0) {
+  if (kind > 1 || name_size == 0 || name_size > kMaxPluginName || payload != total - kHeaderBytes ||
+      payload == 0) {
     return absl::InvalidArgumentError("descriptor header is inconsistent");
   }
   e.info.kind = static_cast<MemoryKind>(kind);

@@ -55,9 +55,8 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
   RAYACCEL_REQUIRE_HOOK(close)
 #undef RAYACCEL_REQUIRE_HOOK
   if (!missing.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("plugin ", plugin.name(),
-                                                   ": transport hooks left NULL: ",
-                                                   absl::StrJoin(missing, ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plugin ", plugin.name(), ": transport hooks left NULL: ", absl::StrJoin(missing, ", ")));
   }
   return copy;
 }
@@ -168,7 +167,8 @@ absl::Status Request::Wait(absl::Time deadline) {
   const Transport::Impl& impl = *transport_->impl_;
   while (true) {
     ErrorBuffer err;
-    rayaccel_status s = CallPlugin(&err, [&](rayaccel_error* e) { return impl.api.poll(handle_, e); });
+    rayaccel_status s =
+        CallPlugin(&err, [&](rayaccel_error* e) { return impl.api.poll(handle_, e); });
     if (s != RAYACCEL_STATUS_TIMEOUT) {
       handle_ = nullptr;  // released by the plugin
       result_ = ToStatus(s, err, "transfer");
@@ -178,9 +178,10 @@ absl::Status Request::Wait(absl::Time deadline) {
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError("the request is still in flight");
     }
-    impl.Call("wait", [&](rayaccel_error* e) {
-          return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 100), e);
-        })
+    impl.Call("wait",
+              [&](rayaccel_error* e) {
+                return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 100), e);
+              })
         .IgnoreError();  // the poll above tells the outcome
   }
 }
@@ -191,9 +192,9 @@ Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Transport::~Transport() {
   if (impl_ != nullptr && impl_->endpoint != nullptr) {
-    impl_->Call("close_endpoint", [&](rayaccel_error* e) {
-           return impl_->api.close_endpoint(impl_->endpoint, e);
-         })
+    impl_
+        ->Call("close_endpoint",
+               [&](rayaccel_error* e) { return impl_->api.close_endpoint(impl_->endpoint, e); })
         .IgnoreError();
   }
 }
@@ -203,8 +204,8 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
       options.search_path.empty() ? DefaultSearchPath() : options.search_path;
   std::vector<PluginFile> files = FindPluginFiles(path, {options.plugin});
   if (files.empty() || files[0].path.empty()) {
-    return absl::NotFoundError(absl::StrCat("plugin ", options.plugin, " not found on ",
-                                            absl::StrJoin(path, ":")));
+    return absl::NotFoundError(
+        absl::StrCat("plugin ", options.plugin, " not found on ", absl::StrJoin(path, ":")));
   }
   if (options.check_permissions) {
     absl::Status ok = CheckPermissions(files[0].path);
@@ -255,9 +256,8 @@ absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t 
   args.length = length;
   args.kind = kind == MemoryKind::kDevice ? RAYACCEL_MEMORY_DEVICE : RAYACCEL_MEMORY_HOST;
   args.device_index = device;
-  absl::Status s = impl_->Call("register_memory", [&](rayaccel_error* e) {
-    return impl_->api.register_memory(&args, e);
-  });
+  absl::Status s = impl_->Call(
+      "register_memory", [&](rayaccel_error* e) { return impl_->api.register_memory(&args, e); });
   if (!s.ok()) return s;
   Collect packed;
   s = impl_->Call("pack_descriptor", [&](rayaccel_error* e) {
@@ -274,9 +274,9 @@ absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t 
   }
   if (!descriptor.ok()) {
     lock.unlock();
-    impl_->Call("deregister_memory", [&](rayaccel_error* e) {
-           return impl_->api.deregister_memory(args.region, e);
-         })
+    impl_
+        ->Call("deregister_memory",
+               [&](rayaccel_error* e) { return impl_->api.deregister_memory(args.region, e); })
         .IgnoreError();
     return descriptor.status();
   }
@@ -316,8 +316,8 @@ absl::StatusOr<DescriptorInfo> Transport::Inspect(absl::string_view descriptor) 
 
 absl::StatusOr<Transport::ConnectionId> Transport::Connect(absl::string_view peer_address) {
   if (peer_address.empty() || peer_address.size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
-    return absl::InvalidArgumentError(absl::StrCat("a peer address of ", peer_address.size(),
-                                                   " bytes: must be 1 to 4096"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a peer address of ", peer_address.size(), " bytes: must be 1 to 4096"));
   }
   rayaccel_connection* handle = nullptr;
   rayaccel_blob blob{reinterpret_cast<const uint8_t*>(peer_address.data()), peer_address.size()};
@@ -367,9 +367,8 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   absl::StatusOr<transport::Envelope> remote = transport::Decode(descriptor);
   if (!remote.ok()) return remote.status();
   if (remote->info.plugin != plugin_name_) {
-    return absl::InvalidArgumentError(absl::StrCat("the descriptor is plugin ",
-                                                   remote->info.plugin, "'s; this transport is ",
-                                                   plugin_name_, "'s"));
+    return absl::InvalidArgumentError(absl::StrCat("the descriptor is plugin ", remote->info.plugin,
+                                                   "'s; this transport is ", plugin_name_, "'s"));
   }
   if (remote_offset > remote->info.length || length > remote->info.length - remote_offset) {
     return absl::InvalidArgumentError(absl::StrCat("bytes [", remote_offset, ", +", length,
@@ -455,9 +454,11 @@ absl::StatusOr<std::vector<std::string>> Transport::TakeNotifications(size_t min
     if (!s.ok()) return s;
     absl::Duration left = deadline - absl::Now();
     if (got.blobs.size() >= min_count || left <= absl::ZeroDuration()) return got.blobs;
-    impl_->Call("wait", [&](rayaccel_error* e) {
-           return impl_->api.wait(impl_->endpoint, std::min<uint32_t>(Millis(left), 100), e);
-         })
+    impl_
+        ->Call("wait",
+               [&](rayaccel_error* e) {
+                 return impl_->api.wait(impl_->endpoint, std::min<uint32_t>(Millis(left), 100), e);
+               })
         .IgnoreError();
   }
 }

@@ -55,12 +55,13 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   Report c = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
   EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
   // The sim plugin's UCX transport reaches tier 3: the round trip runs between two processes.
-  Report t3 = Conform(plugins + "/librayaccel-sim.so",
-                      {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "3",
-                       "--timeout", "60"});
+  Report t3 = Conform(
+      plugins + "/librayaccel-sim.so",
+      {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "3", "--timeout", "60"});
   EXPECT_EQ(t3.exit_code, 0);
   EXPECT_EQ(t3.tier, 3);
-  EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass") << t3.checks["transport.round_trip"].second;
+  EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass")
+      << t3.checks["transport.round_trip"].second;
   // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
   Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
   EXPECT_EQ(no_transport.exit_code, 1);

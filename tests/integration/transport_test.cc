@@ -210,10 +210,9 @@ TEST_P(TransportPair, BadRequestsAreRefusedWithTheReason) {
       reader_->Read(*conn, *mine, 0, *other->Describe(*other_region), 0, 16).status()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"),
-                         [](const auto& info) {
-                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
-                         });
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"), [](const auto& info) {
+  return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+});
 
 // Every way a descriptor can be broken is refused before a plugin sees it, with the reason.
 TEST(TransportDescriptor, TruncatedCorruptedOversizedAndForeignAreRefused) {
@@ -255,8 +254,8 @@ TEST(TransportDescriptor, TruncatedCorruptedOversizedAndForeignAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(refused(*junk))) << refused(*junk);
   // Another plugin's descriptor, and a newer layout, with valid checksums.
   forged.plugin = "cuda";
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      refused(*transport::Encode(forged, transport::Decode(d)->payload))));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(refused(*transport::Encode(forged, transport::Decode(d)->payload))));
   std::string v2 = d;
   v2[4] = 2;
   uint32_t crc = transport::Crc32c(absl::string_view(v2).substr(16));
@@ -382,8 +381,8 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
   Server server = StartServer(dir, "4MiB");
   ASSERT_FALSE(server.address.empty());
   for (const char* op : {"read", "write"}) {
-    auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op, "--size",
-                  "4MiB", "--iters", "5", "--json"});
+    auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
+                           "--size", "4MiB", "--iters", "5", "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(absl::StrCat("\"op\": \"", op, "\"")), std::string::npos) << r.out;
@@ -393,8 +392,8 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
   ASSERT_EQ(lines.size(), 2u);  // the token, then the verified write
   EXPECT_EQ(lines[1], "{\"write\": 4194304, \"verified\": true}");
 
-  auto gone = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size", "4KiB",
-                   "--peer-timeout-ms", "1000"});
+  auto gone = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size",
+                            "4KiB", "--peer-timeout-ms", "1000"});
   EXPECT_EQ(gone.exit_code, 3) << "a dead server is a lost peer: " << gone.err;
   auto bad = testing::Run({RAYACCEL_CLI, "transfer", "--connect", "rxt1.garbage"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
@@ -428,7 +427,8 @@ class TransportNetns : public ::testing::Test {
               ip({"-n", a_, "addr", "add", "10.231.7.1/24", "dev", va}) &&
               ip({"-n", b_, "addr", "add", "10.231.7.2/24", "dev", vb}) &&
               ip({"-n", a_, "link", "set", va, "up"}) && ip({"-n", b_, "link", "set", vb, "up"}) &&
-              ip({"-n", a_, "link", "set", "lo", "up"}) && ip({"-n", b_, "link", "set", "lo", "up"});
+              ip({"-n", a_, "link", "set", "lo", "up"}) &&
+              ip({"-n", b_, "link", "set", "lo", "up"});
     ASSERT_TRUE(ok) << "veth set-up failed";
     veth_a_ = va;
     veth_b_ = vb;
@@ -451,8 +451,8 @@ TEST_F(TransportNetns, ReadAndWriteCrossAVethPair) {
   ASSERT_FALSE(server.address.empty()) << "no token from the server in " << a_;
   for (const char* op : {"read", "write"}) {
     auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec", b_,
-                  RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op, "--size",
-                  "16MiB", "--iters", "3", "--json"});
+                           RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
+                           "--size", "16MiB", "--iters", "3", "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out << r.err;
   }
