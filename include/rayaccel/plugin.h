@@ -385,13 +385,23 @@ typedef struct rayaccel_endpoint_args {
   rayaccel_transport_endpoint *endpoint; /* out */
 } rayaccel_endpoint_args;
 
+/* Flags of rayaccel_register_args. Pinned values. */
+/* The plugin allocates the memory: `address` is an output. Such memory is what peers reach
+ * fastest (UCX: shared memory a peer on the same host maps, so a READ is a load rather than a
+ * system call); deregister_memory frees it. A plugin that cannot allocate returns
+ * UNSUPPORTED. */
+#define RAYACCEL_REGISTER_ALLOCATE ((uint32_t)1 << 0)
+
 typedef struct rayaccel_register_args {
   size_t struct_size;
   rayaccel_transport_endpoint *endpoint;
-  void *address; /* [address, address + length), owned by the caller until deregistered */
+  /* [address, address + length): the caller's memory, which stays valid until
+   * deregister_memory returns; or, with RAYACCEL_REGISTER_ALLOCATE, out: the plugin's. */
+  void *address;
   uint64_t length;
   rayaccel_memory_kind kind;
   uint32_t device_index;          /* for RAYACCEL_MEMORY_DEVICE; ignored for host memory */
+  uint32_t flags;                 /* RAYACCEL_REGISTER_* */
   rayaccel_memory_region *region; /* out */
 } rayaccel_register_args;
 
@@ -424,12 +434,12 @@ typedef struct rayaccel_transport_api {
   /* Closes every connection of the endpoint, releases every region, abandons requests in
    * flight, and frees the endpoint. Since 1.1. */
   rayaccel_status (*close_endpoint)(rayaccel_transport_endpoint *endpoint, rayaccel_error *error);
-  /* Registers memory for transfers. UNSUPPORTED (with the reason) for a memory kind the
-   * fabric cannot reach. Since 1.1. */
+  /* Registers memory for transfers, or allocates it (RAYACCEL_REGISTER_ALLOCATE).
+   * UNSUPPORTED (with the reason) for a memory kind the fabric cannot reach. Since 1.1. */
   rayaccel_status (*register_memory)(rayaccel_register_args *args, rayaccel_error *error);
-  /* Invalidates a region and frees its handle. Once it returns, a connected peer's transfer
-   * that names one of its descriptors fails with STALE instead of touching the memory; the
-   * caller may then free the memory. Since 1.1. */
+  /* Invalidates a region and frees its handle (and the memory, if the plugin allocated it).
+   * Once it returns, a connected peer's transfer that names one of its descriptors fails with
+   * STALE instead of touching the memory; the caller may then free the memory. Since 1.1. */
   rayaccel_status (*deregister_memory)(rayaccel_memory_region *region, rayaccel_error *error);
   /* Packs the region's descriptor (at most RAYACCEL_TRANSPORT_MAX_BLOB bytes). Since 1.1. */
   rayaccel_status (*pack_descriptor)(rayaccel_memory_region *region,

@@ -82,6 +82,7 @@ class Request {
   friend class Transport;
   Request(const Transport* transport, rayaccel_request* handle)
       : transport_(transport), handle_(handle) {}
+  void Abandon();  // hands an unfinished request back to the plugin
   const Transport* transport_ = nullptr;
   rayaccel_request* handle_ = nullptr;
   absl::Status result_;
@@ -108,6 +109,16 @@ class Transport {
   // Deregister returns.
   absl::StatusOr<RegionId> Register(void* address, uint64_t length,
                                     MemoryKind kind = MemoryKind::kHost, uint32_t device = 0);
+  // Memory the plugin allocates and registers: what peers reach fastest (UCX: shared memory a
+  // peer on this host maps, so its READ is a load, not a system call). A staging buffer for
+  // tensors. Deregister frees it. Unimplemented when the plugin cannot allocate.
+  struct Buffer {
+    RegionId region = 0;
+    void* data = nullptr;
+    uint64_t size = 0;
+  };
+  absl::StatusOr<Buffer> Allocate(uint64_t length, MemoryKind kind = MemoryKind::kHost,
+                                  uint32_t device = 0);
   // Invalidates the region: once this returns, a connected peer's transfer with one of its
   // descriptors fails with FailedPrecondition, and the memory may be freed.
   absl::Status Deregister(RegionId region);
@@ -144,6 +155,8 @@ class Transport {
  private:
   struct Impl;
   explicit Transport(std::unique_ptr<Impl> impl);
+  absl::StatusOr<Buffer> RegisterWith(void* address, uint64_t length, MemoryKind kind,
+                                      uint32_t device, uint32_t flags);
   absl::StatusOr<Request> Transfer(int op, ConnectionId connection, RegionId local,
                                    uint64_t local_offset, absl::string_view descriptor,
                                    uint64_t remote_offset, uint64_t length);

@@ -7,6 +7,7 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,7 +47,7 @@ using Clock = std::chrono::steady_clock;
                       X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy)      \
                           X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)                      \
                               X(ucp_request_check_status) X(ucp_request_free)                   \
-                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucs_status_string)
+                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -168,6 +169,7 @@ enum AmId : unsigned {
   kInvalidate = 3,  // owner -> reader: a region is gone
   kNotify = 4,      // either way: an application notification
   kBye = 5,         // reader -> owner: the connection is closing
+  kInvalidated = 6, // reader -> owner: an invalidation is applied
 };
 
 uint64_t RandomId() {
@@ -189,23 +191,38 @@ uint64_t RandomId() {
 // What a reader knows about an owner's regions: those below the watermark that were live at
 // connect time, and those at or above it that were invalidated since. Both sets shrink as the
 // owner's lowest live region id moves up.
+// Dead ids above the watermark are kept as ranges [first, last], so the common pattern of
+// regions freed in about the order they were made costs one entry.
 struct PeerRegions {
   uint64_t watermark = 0;
   std::set<uint64_t> live_below;
-  std::set<uint64_t> dead_above;
+  std::map<uint64_t, uint64_t> dead_above;  // first -> last
 
   bool Stale(uint64_t id) const {
-    return id < watermark ? live_below.count(id) == 0 : dead_above.count(id) > 0;
+    if (id < watermark) return live_below.count(id) == 0;
+    auto it = dead_above.upper_bound(id);
+    return it != dead_above.begin() && std::prev(it)->second >= id;
   }
   void Invalidate(uint64_t id, uint64_t lowest_live) {
     if (id < watermark) {
       live_below.erase(id);
-    } else {
-      dead_above.insert(id);
+    } else if (!Stale(id)) {
+      uint64_t first = id, last = id;
+      auto next = dead_above.find(id + 1);
+      if (next != dead_above.end()) last = next->second, dead_above.erase(next);
+      auto it = dead_above.lower_bound(id);
+      if (it != dead_above.begin() && std::prev(it)->second + 1 == id) {
+        first = std::prev(it)->first;
+      }
+      dead_above[first] = last;
     }
     if (lowest_live > watermark) {
       live_below.erase(live_below.begin(), live_below.lower_bound(lowest_live));
-      dead_above.erase(dead_above.begin(), dead_above.lower_bound(lowest_live));
+      while (!dead_above.empty() && dead_above.begin()->first < lowest_live) {
+        auto [first, last] = *dead_above.begin();
+        dead_above.erase(dead_above.begin());
+        if (last >= lowest_live) dead_above[lowest_live] = last;
+      }
       watermark = lowest_live;
     }
   }
@@ -219,6 +236,8 @@ struct rayaccel_request {
   bool done = false;
   bool abandoned = false;  // nobody will poll it: freed when UCX calls back
   bool detached = false;   // failed for its connection's sake while UCX still holds it
+  bool ucx_done = true;    // UCX will not call back any more (false while it holds it)
+  uint64_t rkey_region = 0;  // a transfer: the remote region whose key it uses
   ucs_status_t status = UCS_OK;
   std::string payload;  // a notification's bytes, alive until UCX is done with them
 };
@@ -245,7 +264,15 @@ struct rayaccel_connection {
   bool welcomed = false;
   ucs_status_t failure = UCS_OK;  // set by UCX's error callback
   rayaccel::plugin::ucx::PeerRegions regions;
-  std::map<uint64_t, ucp_rkey_h> rkeys;  // unpacked remote keys, by region id
+  // Unpacked remote keys by region id. A key is destroyed once its region is invalidated and
+  // no transfer uses it; the invalidation is confirmed to the owner only then.
+  struct RemoteKey {
+    ucp_rkey_h rkey = nullptr;
+    uint32_t in_flight = 0;
+    bool stale = false;
+    uint64_t confirm_token = 0;  // the owner's reader token to confirm to, once drained
+  };
+  std::map<uint64_t, RemoteKey> rkeys;
 };
 
 struct rayaccel_transport_endpoint {
@@ -271,8 +298,11 @@ struct rayaccel_transport_endpoint {
     uint64_t uuid = 0;
     uint64_t token = 0;
     bool failed = false;
+    uint64_t awaiting = 0;  // the region whose invalidation it has not confirmed yet
   };
   std::vector<std::unique_ptr<Reader>> readers;
+  // The reader's side: confirmations to send once progress returns (connection token, region).
+  std::vector<std::pair<uint64_t, uint64_t>> confirmations;
   struct Hello {
     uint64_t uuid, token;
     std::string address;
@@ -281,6 +311,7 @@ struct rayaccel_transport_endpoint {
 
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
+  std::vector<rayaccel_request*> flushed_notifications;  // ready to send (see Notify)
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
 
   // Answers peers while the application is not calling in (hellos, invalidations,
@@ -298,6 +329,7 @@ using Region = rayaccel_memory_region;
 using Request = rayaccel_request;
 
 constexpr size_t kMaxQueuedNotifications = 65536;
+constexpr size_t kMaxReaders = 4096;
 
 void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "ucx transport: " + text);
@@ -327,10 +359,14 @@ void SendControl(ucp_ep_h ep, unsigned id, std::string bytes) {
   if (r == nullptr || UCS_PTR_IS_ERR(r)) delete send;
 }
 
+void ReleaseRkey(Request* r);
+
 void RequestDone(void* ucx_request, ucs_status_t status, void* user_data) {
   auto* r = static_cast<Request*>(user_data);
   Lib().ucp_request_free(ucx_request);
   r->endpoint->activity++;
+  r->ucx_done = true;
+  ReleaseRkey(r);
   if (!r->detached) {
     r->status = status;
     r->done = true;
@@ -342,6 +378,30 @@ void RequestDone(void* ucx_request, ucs_status_t status, void* user_data) {
 }
 
 // Starts tracking the outcome of a UCX operation: `started` is what the nbx call returned.
+// A notification whose flush completed: the message goes now. Caller holds mu, outside UCX
+// callbacks.
+void SendNotification(Request* r);
+void SendNotificationOn(Conn* c, Request* r);
+
+// The flush before a notification completed (a UCX callback): queue the send.
+void NotifyFlushed(void* ucx_request, ucs_status_t status, void* user_data) {
+  auto* r = static_cast<Request*>(user_data);
+  Lib().ucp_request_free(ucx_request);
+  r->endpoint->activity++;
+  r->ucx_done = true;
+  if (r->abandoned && r->detached) {
+    r->endpoint->requests.erase(r);
+    delete r;
+  } else if (r->detached) {
+    // failed with its connection: nothing to send
+  } else if (status != UCS_OK) {
+    r->status = status;
+    r->done = true;
+  } else {
+    r->endpoint->flushed_notifications.push_back(r);
+  }
+}
+
 Request* Track(Ep* ep, Conn* conn, Request* r, ucs_status_ptr_t started) {
   r->endpoint = ep;
   r->connection = conn;
@@ -350,7 +410,10 @@ Request* Track(Ep* ep, Conn* conn, Request* r, ucs_status_ptr_t started) {
   } else if (UCS_PTR_IS_ERR(started)) {
     r->done = true;
     r->status = UCS_PTR_STATUS(started);
+  } else {
+    r->ucx_done = false;
   }
+  if (r->ucx_done) ReleaseRkey(r);
   ep->requests.insert(r);
   return r;
 }
@@ -418,25 +481,89 @@ ucs_status_t WaitUcx(Ep* ep, ucs_status_ptr_t request, Clock::time_point deadlin
   return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
 }
 
-// Closes a UCX endpoint without waiting on the peer. Caller holds mu.
-void CloseEp(Ep* ep, ucp_ep_h uep) {
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  WaitUcx(ep, Lib().ucp_ep_close_nbx(uep, &p), Clock::now() + std::chrono::seconds(2));
-}
+void DropRkeys(Conn* c);
 
 Clock::time_point PeerDeadline(const Ep* ep) {
   return Clock::now() + std::chrono::milliseconds(ep->peer_timeout_ms);
+}
+
+// Closes a UCX endpoint, within the peer timeout. `force` skips the goodbye with the peer:
+// only for a peer that is gone, since UCX leaves a forced close on a live peer undefined
+// unless both sides handle errors. Caller holds mu.
+void CloseEp(Ep* ep, ucp_ep_h uep, bool force) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  WaitUcx(ep, Lib().ucp_ep_close_nbx(uep, &p), PeerDeadline(ep));
+}
+
+// Fails what is in flight on `c` with `status` (UCX completes nothing in flight on an
+// endpoint without error handling, not even when it closes); UCX's late callback, if any,
+// then frees the request.
+void DetachRequests(Ep* ep, Conn* c, ucs_status_t status) {
+  auto& queued = ep->flushed_notifications;
+  queued.erase(std::remove_if(queued.begin(), queued.end(),
+                              [c](Request* r) { return r->connection == c; }),
+               queued.end());
+  for (auto it = ep->requests.begin(); it != ep->requests.end();) {
+    Request* r = *it;
+    if (r->connection != c) {
+      ++it;
+      continue;
+    }
+    r->rkey_region = 0;  // DropRkeys takes the keys
+    if (!r->done) {
+      r->done = r->detached = true;
+      r->status = status;
+    }
+    if (r->abandoned && r->ucx_done) {  // nobody waits for it, and UCX no longer holds it
+      it = ep->requests.erase(it);
+      delete r;
+    } else {
+      ++it;
+    }
+  }
+}
+
+// Ends a connection: what is in flight may finish (within the peer timeout), the rest fails
+// with "closed", then the keys and both endpoints go.
+void EndConnection(Ep* ep, Conn* c) {
+  bool gone = c->failure != UCS_OK;
+  if (!gone && c->data != nullptr) {
+    ucp_request_param_t p{};
+    WaitUcx(ep, Lib().ucp_ep_flush_nbx(c->data, &p), PeerDeadline(ep));
+  }
+  DetachRequests(ep, c, UCS_ERR_CANCELED);
+  for (Request* r : ep->requests) {
+    if (r->connection == c) r->connection = nullptr;
+  }
+  DropRkeys(c);
+  if (c->data != nullptr) CloseEp(ep, c->data, gone);
+  CloseEp(ep, c->control, gone);
 }
 
 uint64_t LowestLiveRegion(const Ep* ep) {
   return ep->regions.empty() ? ep->next_region_id : ep->regions.begin()->first;
 }
 
+Conn* ConnectionByToken(Ep* ep, uint64_t token) {
+  for (Conn* c : ep->connections) {
+    if (c->token == token) return c;
+  }
+  return nullptr;
+}
+
 // Answers queued hellos and drops readers that went away. Runs after ucp_worker_progress
 // returns, because UCX endpoints may not be created from inside its callbacks.
 void ServeControl(Ep* ep) {
+  for (const auto& [token, region] : ep->confirmations) {
+    Conn* c = ConnectionByToken(ep, token);
+    if (c == nullptr || c->failure != UCS_OK) continue;
+    Writer w;
+    w.U64(ep->uuid).U64(token).U64(region);
+    SendControl(c->control, kInvalidated, std::move(w.str()));
+  }
+  ep->confirmations.clear();
   std::vector<Ep::Hello> hellos;
   hellos.swap(ep->hellos);
   for (Ep::Hello& h : hellos) {
@@ -460,21 +587,15 @@ void ServeControl(Ep* ep) {
   }
   for (Conn* c : ep->connections) {
     if (c->failure != UCS_OK && c->data != nullptr) {
-      // UCX completes nothing in flight on an endpoint without error handling, not even when
-      // it is closed: those requests fail here, and UCX's late callback (if any) frees them.
-      for (Request* r : ep->requests) {
-        if (r->connection != c || r->done) continue;
-        r->done = r->detached = true;
-        r->status = c->failure;
-      }
-      CloseEp(ep, c->data);
-
+      DetachRequests(ep, c, c->failure);
+      DropRkeys(c);
+      CloseEp(ep, c->data, /*force=*/true);
       c->data = nullptr;
     }
   }
   for (auto it = ep->readers.begin(); it != ep->readers.end();) {
     if ((*it)->failed) {
-      CloseEp(ep, (*it)->ep);
+      CloseEp(ep, (*it)->ep, /*force=*/true);
       it = ep->readers.erase(it);
     } else {
       ++it;
@@ -483,9 +604,48 @@ void ServeControl(Ep* ep) {
 }
 
 // Caller holds mu. Returns whether UCX did anything.
+void SendNotification(Request* r) {
+  Conn* c = r->connection;
+  if (c == nullptr || c->data == nullptr || c->failure != UCS_OK) {
+    r->done = true;
+    r->status = c == nullptr ? UCS_ERR_CANCELED : c->failure;
+  } else {
+    SendNotificationOn(c, r);
+  }
+  if (r->abandoned && r->done && r->ucx_done) {
+    r->endpoint->requests.erase(r);
+    delete r;
+  }
+}
+
+void SendNotificationOn(Conn* c, Request* r) {
+  ucp_request_param_t p = RequestParams(r);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t sent = Lib().ucp_am_send_nbx(c->data, kNotify, nullptr, 0, r->payload.data(),
+                                                r->payload.size(), &p);
+  if (sent == nullptr) {
+    r->done = true;
+  } else if (UCS_PTR_IS_ERR(sent)) {
+    r->done = true;
+    r->status = UCS_PTR_STATUS(sent);
+  } else {
+    r->ucx_done = false;
+  }
+}
+
+void SendFlushedNotifications(Ep* ep) {
+  std::vector<Request*> ready;
+  ready.swap(ep->flushed_notifications);
+  for (Request* r : ready) SendNotification(r);
+}
+
+// Caller holds mu. Returns whether UCX did anything. Bounded, so that a flood of messages
+// cannot keep the endpoint's lock forever.
 bool Progress(Ep* ep) {
   bool any = false;
-  while (ProgressWorkers(ep) != 0) any = true;
+  for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) any = true;
+  SendFlushedNotifications(ep);
   ServeControl(ep);
   return any;
 }
@@ -512,18 +672,38 @@ void ProgressThread(Ep* ep) {
   }
 }
 
-Conn* ConnectionByToken(Ep* ep, uint64_t token) {
-  for (Conn* c : ep->connections) {
-    if (c->token == token) return c;
+// The invalidation of `region` by `c`'s owner: the key goes once no transfer uses it, and
+// the owner hears so then (through ep->confirmations), not before.
+void RetireRkey(Ep* ep, Conn* c, uint64_t region, uint64_t token) {
+  auto it = c->rkeys.find(region);
+  if (it == c->rkeys.end() || it->second.in_flight == 0) {
+    if (it != c->rkeys.end()) {
+      Lib().ucp_rkey_destroy(it->second.rkey);
+      c->rkeys.erase(it);
+    }
+    ep->confirmations.emplace_back(token, region);
+    return;
   }
-  return nullptr;
+  it->second.stale = true;
+  it->second.confirm_token = token;
 }
 
-void DropRkey(Conn* c, uint64_t region) {
-  auto it = c->rkeys.find(region);
-  if (it == c->rkeys.end()) return;
-  Lib().ucp_rkey_destroy(it->second);
+void ReleaseRkey(Request* r) {
+  if (r->rkey_region == 0 || r->connection == nullptr) return;
+  Conn* c = r->connection;
+  auto it = c->rkeys.find(r->rkey_region);
+  r->rkey_region = 0;
+  if (it == c->rkeys.end() || --it->second.in_flight > 0 || !it->second.stale) return;
+  Lib().ucp_rkey_destroy(it->second.rkey);
+  c->endpoint->confirmations.emplace_back(it->second.confirm_token, it->first);
   c->rkeys.erase(it);
+}
+
+// Destroys every key of a connection whose transfers are over or detached; before its data
+// endpoint closes, as UCX requires.
+void DropRkeys(Conn* c) {
+  for (auto& [id, key] : c->rkeys) Lib().ucp_rkey_destroy(key.rkey);
+  c->rkeys.clear();
 }
 
 // One handler for every control message: checks its shape and applies it. A malformed
@@ -538,7 +718,11 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* data, size_t length,
       uint64_t uuid = in.U64(), token = in.U64();
       uint32_t n = in.U32();
       const uint8_t* address = in.Bytes(n);
-      if (!in.at_end() || n == 0) break;
+      if (!in.at_end() || n == 0 || n > RAYACCEL_TRANSPORT_MAX_BLOB) break;
+      if (ep->readers.size() + ep->hellos.size() >= kMaxReaders) {
+        LogTo(ep, RAYACCEL_LOG_WARN, "too many connected peers: a hello was refused");
+        return UCS_OK;
+      }
       ep->hellos.push_back({uuid, token, std::string(reinterpret_cast<const char*>(address), n)});
       return UCS_OK;
     }
@@ -555,12 +739,19 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* data, size_t length,
       return UCS_OK;
     }
     case kInvalidate: {
-      uint64_t owner = in.U64(), region = in.U64(), lowest = in.U64();
+      uint64_t owner = in.U64(), token = in.U64(), region = in.U64(), lowest = in.U64();
       if (!in.at_end()) break;
-      for (Conn* c : ep->connections) {
-        if (c->peer_uuid != owner) continue;
-        c->regions.Invalidate(region, lowest);
-        DropRkey(c, region);
+      Conn* c = ConnectionByToken(ep, token);
+      if (c == nullptr || c->peer_uuid != owner) return UCS_OK;  // closed, or not from its owner
+      c->regions.Invalidate(region, lowest);
+      RetireRkey(ep, c, region, token);
+      return UCS_OK;
+    }
+    case kInvalidated: {
+      uint64_t uuid = in.U64(), token = in.U64(), region = in.U64();
+      if (!in.at_end()) break;
+      for (auto& r : ep->readers) {
+        if (r->uuid == uuid && r->token == token && r->awaiting == region) r->awaiting = 0;
       }
       return UCS_OK;
     }
@@ -609,20 +800,16 @@ void DestroyEndpoint(Ep* ep) {
   if (ep->stop_fd >= 0) close(ep->stop_fd);
   std::lock_guard<std::mutex> lock(ep->mu);
   if (ep->worker != nullptr && ep->control != nullptr) {
-    for (Conn* c : ep->connections) {
-      for (auto& [id, rkey] : c->rkeys) Lib().ucp_rkey_destroy(rkey);
-      if (c->data != nullptr) CloseEp(ep, c->data);
-      CloseEp(ep, c->control);
+    for (Conn* c : ep->connections) EndConnection(ep, c);
+    for (auto& r : ep->readers) CloseEp(ep, r->ep, r->failed);
+    for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) {
     }
-    for (auto& r : ep->readers) CloseEp(ep, r->ep);
-    while (ProgressWorkers(ep) != 0) {
-    }
-    for (auto& [id, region] : ep->regions) {
-      Lib().ucp_mem_unmap(ep->context, region->memh);
-      delete region;
-    }
-    Lib().ucp_worker_destroy(ep->worker);
   }
+  for (auto& [id, region] : ep->regions) {
+    Lib().ucp_mem_unmap(ep->context, region->memh);
+    delete region;
+  }
+  if (ep->worker != nullptr) Lib().ucp_worker_destroy(ep->worker);
   if (ep->control != nullptr) Lib().ucp_worker_destroy(ep->control);
   for (Conn* c : ep->connections) delete c;
   for (Request* r : ep->requests) delete r;
@@ -655,10 +842,12 @@ const char* DeviceMemoryName(DeviceMemory m) {
 }
 
 rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* error) {
+  const bool allocate = args != nullptr && (args->flags & RAYACCEL_REGISTER_ALLOCATE) != 0;
   if (args == nullptr || args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_register_args, region) ||
-      args->endpoint == nullptr || args->address == nullptr || args->length == 0) {
+      args->endpoint == nullptr || (args->address == nullptr) != allocate || args->length == 0 ||
+      (args->flags & ~RAYACCEL_REGISTER_ALLOCATE) != 0) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "register_memory needs an endpoint, an address and a length");
+                "register_memory needs an endpoint, a length and an address (none to allocate)");
   }
   Ep* ep = args->endpoint;
   return Guard(error, [&] {
@@ -682,13 +871,24 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
     std::lock_guard<std::mutex> lock(ep->mu);
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
     mp.address = args->address;
     mp.length = args->length;
     mp.memory_type = type;
+    mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
     ucp_mem_h memh = nullptr;
     ucs_status_t s = Lib().ucp_mem_map(ep->context, &mp, &memh);
     if (s != UCS_OK) return FailUcs(error, "ucp_mem_map", s);
+    if (allocate) {
+      ucp_mem_attr_t attr{};
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+      s = Lib().ucp_mem_query(memh, &attr);
+      if (s != UCS_OK) {
+        Lib().ucp_mem_unmap(ep->context, memh);
+        return FailUcs(error, "ucp_mem_query", s);
+      }
+      args->address = attr.address;
+    }
     void* rkey = nullptr;
     size_t rkey_size = 0;
     s = Lib().ucp_rkey_pack(ep->context, memh, &rkey, &rkey_size);
@@ -720,18 +920,32 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
     Ep* ep = region->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     ep->regions.erase(region->id);
-    // Every connected reader learns first; the flush bounds how long a dead one can hold us.
-    Writer w;
-    w.U64(ep->uuid).U64(region->id).U64(LowestLiveRegion(ep));
-    std::vector<ucs_status_ptr_t> flushes;
+    // Every connected reader applies the invalidation and confirms it before the memory goes;
+    // a reader that does not confirm within the peer timeout is lost (and fails with PEER_LOST).
     for (auto& r : ep->readers) {
       if (r->failed) continue;
-      SendControl(r->ep, kInvalidate, w.str());
-      ucp_request_param_t p{};
-      flushes.push_back(Lib().ucp_ep_flush_nbx(r->ep, &p));
+      Writer w;
+      w.U64(ep->uuid).U64(r->token).U64(region->id).U64(LowestLiveRegion(ep));
+      SendControl(r->ep, kInvalidate, std::move(w.str()));
+      r->awaiting = region->id;
     }
     Clock::time_point deadline = PeerDeadline(ep);
-    for (ucs_status_ptr_t f : flushes) WaitUcx(ep, f, deadline);
+    auto pending = [&] {
+      for (auto& r : ep->readers) {
+        if (!r->failed && r->awaiting != 0) return true;
+      }
+      return false;
+    };
+    while (pending() && Clock::now() < deadline) {
+      if (!Progress(ep)) std::this_thread::yield();
+    }
+    for (auto& r : ep->readers) {
+      if (r->awaiting == 0) continue;
+      if (!r->failed) {
+        LogTo(ep, RAYACCEL_LOG_WARN, "a reader did not confirm an invalidation in time; dropped");
+      }
+      r->failed = true;  // ServeControl closes it
+    }
     Lib().ucp_mem_unmap(ep->context, region->memh);
     delete region;
     return RAYACCEL_STATUS_OK;
@@ -787,7 +1001,7 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
         CreateEp(ep, ep->control, control_address, ConnectionFailed, conn.get(), &conn->control);
     if (s == UCS_OK) {
       s = CreateEp(ep, ep->worker, data_address, nullptr, nullptr, &conn->data);
-      if (s != UCS_OK) CloseEp(ep, conn->control);
+      if (s != UCS_OK) CloseEp(ep, conn->control, /*force=*/false);
     }
     if (s != UCS_OK) {
       return Fail(error, RAYACCEL_STATUS_PEER_LOST, "cannot reach the peer: " + StatusText(s));
@@ -816,8 +1030,10 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     if (s == UCS_OK && !c->welcomed) s = c->failure != UCS_OK ? c->failure : UCS_ERR_TIMED_OUT;
     if (s != UCS_OK) {
       ep->connections.erase(c);
-      if (c->data != nullptr) CloseEp(ep, c->data);
-      CloseEp(ep, c->control);
+      DropRkeys(c);
+      bool gone = c->failure != UCS_OK || s == UCS_ERR_TIMED_OUT;
+      if (c->data != nullptr) CloseEp(ep, c->data, gone);
+      CloseEp(ep, c->control, gone);
       delete c;
       if (s == UCS_ERR_TIMED_OUT) {
         return Fail(
@@ -879,7 +1095,8 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
     std::lock_guard<std::mutex> lock(ep->mu);
-    Progress(ep);  // apply invalidations that have arrived
+    // No progress here: invalidations were applied before their deregistration returned
+    // (the owner waits for each reader's confirmation), by whichever thread progressed.
     if (c->failure != UCS_OK) return FailUcs(error, "the peer went away", c->failure);
     if (remote.owner != c->peer_uuid) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
@@ -890,6 +1107,10 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
                   "the peer has deregistered region " + std::to_string(remote.id));
     }
     auto it = c->rkeys.find(remote.id);
+    if (it != c->rkeys.end() && it->second.stale) {
+      return Fail(error, RAYACCEL_STATUS_STALE,
+                  "the peer has deregistered region " + std::to_string(remote.id));
+    }
     if (it == c->rkeys.end()) {
       ucp_rkey_h rkey = nullptr;
       ucs_status_t s = Lib().ucp_ep_rkey_unpack(c->data, remote.rkey, &rkey);
@@ -897,8 +1118,9 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                     "the descriptor's remote key does not unpack: " + StatusText(s));
       }
-      it = c->rkeys.emplace(remote.id, rkey).first;
+      it = c->rkeys.emplace(remote.id, Conn::RemoteKey{rkey, 0, false, 0}).first;
     }
+    it->second.in_flight++;
     auto* r = new Request();
     ucp_request_param_t p = RequestParams(r);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -907,8 +1129,9 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
     uint64_t target = remote.base + a->remote_offset;
     ucs_status_ptr_t started =
         a->op == RAYACCEL_TRANSFER_READ
-            ? Lib().ucp_get_nbx(c->data, local, a->length, target, it->second, &p)
-            : Lib().ucp_put_nbx(c->data, local, a->length, target, it->second, &p);
+            ? Lib().ucp_get_nbx(c->data, local, a->length, target, it->second.rkey, &p)
+            : Lib().ucp_put_nbx(c->data, local, a->length, target, it->second.rkey, &p);
+    r->rkey_region = remote.id;
     a->request = Track(ep, c, r, started);
     return RAYACCEL_STATUS_OK;
   });
@@ -927,18 +1150,21 @@ rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
     Ep* ep = c->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     if (c->failure != UCS_OK) return FailUcs(error, "the peer went away", c->failure);
-    // The fence orders the message after every transfer issued before it on the same (data)
-    // endpoint.
-    ucs_status_t s = Lib().ucp_worker_fence(ep->worker);
-    if (s != UCS_OK) return FailUcs(error, "ucp_worker_fence", s);
+    // A flush first, the message once it completes: a fence would not order an active message
+    // after RMA that UCX runs on another lane (CMA, cuda_ipc, RDMA).
     auto* r = new Request();
     r->payload.assign(reinterpret_cast<const char*>(a->message.data), a->message.size);
-    ucp_request_param_t p = RequestParams(r);
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
-    a->request = Track(ep, c, r,
-                       Lib().ucp_am_send_nbx(c->data, kNotify, nullptr, 0, r->payload.data(),
-                                             r->payload.size(), &p));
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = NotifyFlushed;
+    p.user_data = r;
+    ucs_status_ptr_t flushed = Lib().ucp_ep_flush_nbx(c->data, &p);
+    Track(ep, c, r, flushed);
+    if (flushed == nullptr) {
+      r->done = false;
+      SendNotification(r);
+    }
+    a->request = r;
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -963,11 +1189,14 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
   return Guard(error, [&] {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (!r->done) Progress(ep);
+    if (!r->done) {
+      Lib().ucp_worker_progress(ep->worker);  // transfers ride the data worker
+      if (!ep->flushed_notifications.empty()) SendFlushedNotifications(ep);
+    }
     if (!r->done) return RAYACCEL_STATUS_TIMEOUT;
     ucs_status_t s = r->status;
     ucs_status_t failure = r->connection != nullptr ? r->connection->failure : UCS_OK;
-    if (r->detached) {
+    if (r->detached && !r->ucx_done) {
       r->abandoned = true;  // UCX may still call back; RequestDone frees it then
     } else {
       ep->requests.erase(r);
@@ -989,11 +1218,11 @@ rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
   return Guard(error, [&] {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (r->done && !r->detached) {
+    if (r->done && r->ucx_done) {
       ep->requests.erase(r);
       delete r;
     } else {
-      r->abandoned = true;  // RequestDone frees it
+      r->abandoned = true;  // RequestDone or NotifyFlushed frees it
     }
     return RAYACCEL_STATUS_OK;
   });
@@ -1062,16 +1291,7 @@ rayaccel_status Close(rayaccel_connection* c, rayaccel_error* error) {
       WaitUcx(ep, Lib().ucp_ep_flush_nbx(c->control, &p),
               Clock::now() + std::chrono::milliseconds(200));
     }
-    for (Request* r : ep->requests) {
-      if (r->connection != c) continue;
-      r->connection = nullptr;
-      if (r->done) continue;
-      r->done = r->detached = true;  // see ServeControl
-      r->status = UCS_ERR_CANCELED;
-    }
-    for (auto& [id, rkey] : c->rkeys) Lib().ucp_rkey_destroy(rkey);
-    if (c->data != nullptr) CloseEp(ep, c->data);
-    CloseEp(ep, c->control);
+    EndConnection(ep, c);
     ep->connections.erase(c);
     delete c;
     return RAYACCEL_STATUS_OK;
@@ -1127,9 +1347,10 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     if (s != UCS_OK) return fail("ucp_worker_create", s);
     s = ucp.ucp_worker_create(ep->context, &wp, &ep->control);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
-    ucp_am_recv_callback_t handlers[] = {Handler<kHello>, Handler<kWelcome>, Handler<kInvalidate>,
-                                         Handler<kNotify>, Handler<kBye>};
-    for (unsigned id = kHello; id <= kBye; ++id) {
+    ucp_am_recv_callback_t handlers[] = {Handler<kHello>, Handler<kWelcome>,
+                                         Handler<kInvalidate>, Handler<kNotify>,
+                                         Handler<kBye>, Handler<kInvalidated>};
+    for (unsigned id = kHello; id <= kInvalidated; ++id) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;

@@ -44,6 +44,9 @@ Options:
   --op read|write          a client's operation (default read: a pull, as Ray's RDT does)
   --iters N                timed transfers (default 100), after --warmup N (default 10)
   --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
+  --own-memory             register memory this process allocated (a tensor in place) rather
+                           than buffers the transport allocates (staging buffers; faster
+                           between processes on one host: the peer maps them)
   --token-file FILE        the server writes its token here; the client may read it from here
   --json                   one JSON object as the client's result
   UCX_TLS, UCX_NET_DEVICES and UCX's other variables choose the fabric, as for any UCX tool.
@@ -60,7 +63,29 @@ struct Options {
   bool write = false;
   int iters = 100, warmup = 10;
   bool json = false;
+  bool own_memory = false;
 };
+
+// A buffer of `size` bytes registered on `t`: the transport's own, or ours with --own-memory.
+struct Buffer {
+  std::vector<char> own;
+  Transport::Buffer registered;
+  char* data() { return static_cast<char*>(registered.data); }
+};
+
+absl::Status MakeBuffer(Transport& t, uint64_t size, bool own_memory, Buffer* b) {
+  if (own_memory) {
+    b->own.assign(size, 0);
+    absl::StatusOr<Transport::RegionId> r = t.Register(b->own.data(), size);
+    if (!r.ok()) return r.status();
+    b->registered = {*r, b->own.data(), size};
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Transport::Buffer> a = t.Allocate(size);
+  if (!a.ok()) return a.status();
+  b->registered = *a;
+  return absl::OkStatus();
+}
 
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel transfer: %s\n\n%s", problem.c_str(), kUsage);
@@ -110,6 +135,8 @@ int Parse(int argc, char** argv, Options* o) {
       o->serve = true;
     } else if (flag == "--json") {
       o->json = true;
+    } else if (flag == "--own-memory") {
+      o->own_memory = true;
     } else if (flag == "--connect") {
       if (!take() || value.empty()) return Usage("--connect needs a token");
       o->token = value;
@@ -206,13 +233,13 @@ int Fail(const absl::Status& s) {
 int Serve(const Options& o) {
   absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
   if (!t.ok()) return Fail(t.status());
-  std::vector<char> read_buf(o.size), write_buf(o.size);
+  Buffer read_buf, write_buf;
+  if (absl::Status s = MakeBuffer(**t, o.size, o.own_memory, &read_buf); !s.ok()) return Fail(s);
+  if (absl::Status s = MakeBuffer(**t, o.size, o.own_memory, &write_buf); !s.ok()) return Fail(s);
   Fill(read_buf.data(), o.size, kReadSeed);
-  absl::StatusOr<Transport::RegionId> r = (*t)->Register(read_buf.data(), o.size);
-  if (!r.ok()) return Fail(r.status());
-  absl::StatusOr<Transport::RegionId> w = (*t)->Register(write_buf.data(), o.size);
-  if (!w.ok()) return Fail(w.status());
-  std::string token = Token(**t, *(*t)->Describe(*r), *(*t)->Describe(*w));
+  std::memset(write_buf.data(), 0, o.size);
+  std::string token = Token(**t, *(*t)->Describe(read_buf.registered.region),
+                            *(*t)->Describe(write_buf.registered.region));
   if (!o.token_file.empty()) {
     std::string tmp = o.token_file + ".tmp";
     std::ofstream(tmp) << token << "\n";
@@ -255,6 +282,12 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
+// How long one operation may take before the client gives up: the peer timeout, plus the
+// time the size would take at a slow 100 MB/s.
+absl::Time Deadline(const Options& o, uint64_t size) {
+  return absl::Now() + o.transport.peer_timeout + absl::Seconds(1 + static_cast<double>(size) / 1e8);
+}
+
 int Connect(const Options& o) {
   std::string token = o.token;
   if (token.empty()) {
@@ -271,21 +304,21 @@ int Connect(const Options& o) {
   absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
   if (!t.ok()) return Fail(t.status());
   Transport& tr = **t;
-  std::vector<char> buf(size), check(size);
+  Buffer buf, check;
+  if (absl::Status s = MakeBuffer(tr, size, o.own_memory, &buf); !s.ok()) return Fail(s);
+  if (absl::Status s = MakeBuffer(tr, size, o.own_memory, &check); !s.ok()) return Fail(s);
   if (o.write) Fill(buf.data(), size, kWriteSeed);
-  absl::StatusOr<Transport::RegionId> local = tr.Register(buf.data(), size);
-  if (!local.ok()) return Fail(local.status());
-  absl::StatusOr<Transport::RegionId> check_region = tr.Register(check.data(), size);
-  if (!check_region.ok()) return Fail(check_region.status());
+  const Transport::RegionId local = buf.registered.region;
+  const Transport::RegionId check_region = check.registered.region;
   absl::StatusOr<Transport::ConnectionId> conn = tr.Connect(address);
   if (!conn.ok()) return Fail(conn.status());
   const std::string& target = o.write ? write_desc : read_desc;
 
   auto once = [&]() -> absl::Status {
-    absl::StatusOr<Request> r = o.write ? tr.Write(*conn, *local, 0, target, 0, size)
-                                        : tr.Read(*conn, *local, 0, target, 0, size);
+    absl::StatusOr<Request> r = o.write ? tr.Write(*conn, local, 0, target, 0, size)
+                                        : tr.Read(*conn, local, 0, target, 0, size);
     if (!r.ok()) return r.status();
-    return r->Wait(absl::InfiniteFuture());
+    return r->Wait(Deadline(o, size));
   };
   for (int i = 0; i < o.warmup; ++i) {
     if (absl::Status s = once(); !s.ok()) return Fail(s);
@@ -301,7 +334,7 @@ int Connect(const Options& o) {
   if (o.write) {
     absl::StatusOr<Request> f = tr.Flush(*conn);
     if (!f.ok()) return Fail(f.status());
-    if (absl::Status s = f->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+    if (absl::Status s = f->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
   }
   double seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
@@ -309,13 +342,13 @@ int Connect(const Options& o) {
   // the server, which checks its own copy when the notification arrives.
   uint64_t mismatch = size;
   if (o.write) {
-    absl::StatusOr<Request> back = tr.Read(*conn, *check_region, 0, write_desc, 0, size);
+    absl::StatusOr<Request> back = tr.Read(*conn, check_region, 0, write_desc, 0, size);
     if (!back.ok()) return Fail(back.status());
-    if (absl::Status s = back->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+    if (absl::Status s = back->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
     mismatch = FirstMismatch(check.data(), size, kWriteSeed);
     absl::StatusOr<Request> n = tr.Notify(*conn, absl::StrCat("write ", size));
     if (!n.ok()) return Fail(n.status());
-    if (absl::Status s = n->Wait(absl::InfiniteFuture()); !s.ok()) return Fail(s);
+    if (absl::Status s = n->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
   } else {
     mismatch = FirstMismatch(buf.data(), size, kReadSeed);
   }

@@ -795,9 +795,9 @@ Outcome Transport(const Options& o) {
       return Outcome::Fail("the peer process did not open an endpoint: " +
                            absl::StrJoin(ready, " "));
     }
+    std::vector<char> local(kRoundTripBytes, 0);  // outlives the endpoint that registers it
     auto t = Transport::Open(RoundTripOptions(o));
     if (!t.ok()) return fail("open_endpoint", t.status());
-    std::vector<char> local(kRoundTripBytes, 0);
     auto mine = (*t)->Register(local.data(), local.size());
     if (!mine.ok()) return fail("register_memory", mine.status());
     auto conn = (*t)->Connect(address);

@@ -25,7 +25,9 @@ uint64_t Get(absl::string_view in, size_t at, int bytes) {
 
 }  // namespace
 
-uint32_t Crc32c(absl::string_view bytes) {
+namespace {
+
+uint32_t Crc32cTable(uint32_t crc, const uint8_t* p, size_t n) {
   static const std::array<uint32_t, 256> table = [] {
     std::array<uint32_t, 256> t{};
     for (uint32_t i = 0; i < 256; ++i) {
@@ -35,9 +37,33 @@ uint32_t Crc32c(absl::string_view bytes) {
     }
     return t;
   }();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (char ch : bytes) crc = table[(crc ^ static_cast<uint8_t>(ch)) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes the same polynomial eight bytes at a time: the check
+// runs on every transfer, so it must cost nanoseconds.
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8_t* p, size_t n) {
+  uint64_t c = crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  return Crc32cTable(static_cast<uint32_t>(c), p, n);
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32c(absl::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return Crc32cSse42(0xFFFFFFFFu, p, bytes.size()) ^ 0xFFFFFFFFu;
+#endif
+  return Crc32cTable(0xFFFFFFFFu, p, bytes.size()) ^ 0xFFFFFFFFu;
 }
 
 absl::StatusOr<std::string> Encode(const DescriptorInfo& info, absl::string_view payload) {

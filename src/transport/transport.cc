@@ -146,7 +146,7 @@ Request::Request(Request&& other) noexcept
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
-    this->~Request();
+    Abandon();
     transport_ = other.transport_;
     handle_ = std::exchange(other.handle_, nullptr);
     result_ = std::move(other.result_);
@@ -154,7 +154,9 @@ Request& Request::operator=(Request&& other) noexcept {
   return *this;
 }
 
-Request::~Request() {
+Request::~Request() { Abandon(); }
+
+void Request::Abandon() {
   if (handle_ == nullptr) return;
   const Transport::Impl& impl = *transport_->impl_;
   impl.Call("abandon", [&](rayaccel_error* e) { return impl.api.abandon(handle_, e); })
@@ -180,7 +182,9 @@ absl::Status Request::Wait(absl::Time deadline) {
     }
     impl.Call("wait",
               [&](rayaccel_error* e) {
-                return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 100), e);
+                // Short waits: a completion the progress thread saw between our poll and this wait
+          // is caught by the next poll, at most a millisecond later.
+          return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 1), e);
               })
         .IgnoreError();  // the poll above tells the outcome
   }
@@ -227,7 +231,8 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
   args.struct_size = sizeof(args);
   args.instance = impl->plugin->instance();
   args.address = &address.sink;
-  args.peer_timeout_ms = Millis(options.peer_timeout);
+  args.peer_timeout_ms =
+      options.peer_timeout <= absl::ZeroDuration() ? 0 : Millis(options.peer_timeout);
   absl::Status opened = impl->Call(
       "open_endpoint", [&](rayaccel_error* e) { return impl->api.open_endpoint(&args, e); });
   if (!opened.ok()) return opened;
@@ -249,6 +254,20 @@ absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t 
   if (address == nullptr || length == 0) {
     return absl::InvalidArgumentError("Register needs memory: a non-null address and a length");
   }
+  absl::StatusOr<Buffer> b = RegisterWith(address, length, kind, device, 0);
+  if (!b.ok()) return b.status();
+  return b->region;
+}
+
+absl::StatusOr<Transport::Buffer> Transport::Allocate(uint64_t length, MemoryKind kind,
+                                                      uint32_t device) {
+  if (length == 0) return absl::InvalidArgumentError("Allocate needs a length");
+  return RegisterWith(nullptr, length, kind, device, RAYACCEL_REGISTER_ALLOCATE);
+}
+
+absl::StatusOr<Transport::Buffer> Transport::RegisterWith(void* address, uint64_t length,
+                                                          MemoryKind kind, uint32_t device,
+                                                          uint32_t flags) {
   rayaccel_register_args args{};
   args.struct_size = sizeof(args);
   args.endpoint = impl_->endpoint;
@@ -256,8 +275,10 @@ absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t 
   args.length = length;
   args.kind = kind == MemoryKind::kDevice ? RAYACCEL_MEMORY_DEVICE : RAYACCEL_MEMORY_HOST;
   args.device_index = device;
-  absl::Status s = impl_->Call(
-      "register_memory", [&](rayaccel_error* e) { return impl_->api.register_memory(&args, e); });
+  args.flags = flags;
+  absl::Status s = impl_->Call("register_memory", [&](rayaccel_error* e) {
+    return impl_->api.register_memory(&args, e);
+  });
   if (!s.ok()) return s;
   Collect packed;
   s = impl_->Call("pack_descriptor", [&](rayaccel_error* e) {
@@ -268,20 +289,24 @@ absl::StatusOr<Transport::RegionId> Transport::Register(void* address, uint64_t 
   absl::StatusOr<std::string> descriptor = absl::InternalError("pack_descriptor gave no blob");
   if (!s.ok()) {
     descriptor = s;
+  } else if (args.region == nullptr || args.address == nullptr) {
+    descriptor = absl::InternalError("register_memory gave no region or no memory");
   } else if (packed.blobs.size() == 1) {
     descriptor = transport::Encode({plugin_name_, impl_->endpoint_id, id, length, kind, device},
                                    packed.blobs[0]);
   }
   if (!descriptor.ok()) {
     lock.unlock();
-    impl_
-        ->Call("deregister_memory",
-               [&](rayaccel_error* e) { return impl_->api.deregister_memory(args.region, e); })
-        .IgnoreError();
+    if (args.region != nullptr) {
+      impl_->Call("deregister_memory", [&](rayaccel_error* e) {
+             return impl_->api.deregister_memory(args.region, e);
+           })
+          .IgnoreError();
+    }
     return descriptor.status();
   }
   impl_->regions[id] = {args.region, length, kind, device, std::move(*descriptor)};
-  return id;
+  return Buffer{id, args.address, length};
 }
 
 absl::Status Transport::Deregister(RegionId region) {
@@ -407,6 +432,7 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   absl::Status s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
                                [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
   if (!s.ok()) return s;
+  if (args.request == nullptr) return absl::InternalError("transfer gave no request");
   return Request(this, args.request);
 }
 
@@ -428,6 +454,7 @@ absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_
   absl::Status s =
       impl_->Call("notify", [&](rayaccel_error* e) { return impl_->api.notify(&args, e); });
   if (!s.ok()) return s;
+  if (args.request == nullptr) return absl::InternalError("notify gave no request");
   return Request(this, args.request);
 }
 
@@ -441,6 +468,7 @@ absl::StatusOr<Request> Transport::Flush(ConnectionId connection) {
   absl::Status s = impl_->Call(
       "flush", [&](rayaccel_error* e) { return impl_->api.flush(conn->second, &handle, e); });
   if (!s.ok()) return s;
+  if (handle == nullptr) return absl::InternalError("flush gave no request");
   return Request(this, handle);
 }
 
