@@ -37,17 +37,19 @@ using Clock = std::chrono::steady_clock;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                               \
-  X(ucp_config_read)                                                                            \
-  X(ucp_config_modify) X(ucp_config_release) X(ucp_init_version) X(ucp_cleanup)                 \
-      X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address) \
-          X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_fence)              \
-              X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)            \
-                  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack)          \
-                      X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy)      \
-                          X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)                      \
-                              X(ucp_request_check_status) X(ucp_request_free)                   \
-                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                          \
+  X(ucp_config_read)                                                                       \
+  X(ucp_config_modify)                                                                     \
+  X(ucp_config_release) X(ucp_init_version) X(ucp_cleanup) X(ucp_context_query)            \
+      X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)                 \
+          X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_fence)         \
+              X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)       \
+                  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack)     \
+                      X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) \
+                          X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)                 \
+                              X(ucp_request_check_status) X(ucp_request_free)              \
+                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) \
+                                      X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -164,12 +166,12 @@ constexpr uint16_t kWireVersion = 1;
 
 // Active-message ids of the helper's control protocol (docs/transport.md).
 enum AmId : unsigned {
-  kHello = 1,       // reader -> owner: who I am, how to reach me
-  kWelcome = 2,     // owner -> reader: which of my regions are live
-  kInvalidate = 3,  // owner -> reader: a region is gone
-  kNotify = 4,      // either way: an application notification
-  kBye = 5,         // reader -> owner: the connection is closing
-  kInvalidated = 6, // reader -> owner: an invalidation is applied
+  kHello = 1,        // reader -> owner: who I am, how to reach me
+  kWelcome = 2,      // owner -> reader: which of my regions are live
+  kInvalidate = 3,   // owner -> reader: a region is gone
+  kNotify = 4,       // either way: an application notification
+  kBye = 5,          // reader -> owner: the connection is closing
+  kInvalidated = 6,  // reader -> owner: an invalidation is applied
 };
 
 uint64_t RandomId() {
@@ -234,9 +236,9 @@ struct rayaccel_request {
   rayaccel_transport_endpoint* endpoint = nullptr;
   rayaccel_connection* connection = nullptr;  // null once the connection is closed
   bool done = false;
-  bool abandoned = false;  // nobody will poll it: freed when UCX calls back
-  bool detached = false;   // failed for its connection's sake while UCX still holds it
-  bool ucx_done = true;    // UCX will not call back any more (false while it holds it)
+  bool abandoned = false;    // nobody will poll it: freed when UCX calls back
+  bool detached = false;     // failed for its connection's sake while UCX still holds it
+  bool ucx_done = true;      // UCX will not call back any more (false while it holds it)
   uint64_t rkey_region = 0;  // a transfer: the remote region whose key it uses
   ucs_status_t status = UCS_OK;
   std::string payload;  // a notification's bytes, alive until UCX is done with them
@@ -502,9 +504,9 @@ void CloseEp(Ep* ep, ucp_ep_h uep, bool force) {
 // then frees the request.
 void DetachRequests(Ep* ep, Conn* c, ucs_status_t status) {
   auto& queued = ep->flushed_notifications;
-  queued.erase(std::remove_if(queued.begin(), queued.end(),
-                              [c](Request* r) { return r->connection == c; }),
-               queued.end());
+  queued.erase(
+      std::remove_if(queued.begin(), queued.end(), [c](Request* r) { return r->connection == c; }),
+      queued.end());
   for (auto it = ep->requests.begin(); it != ep->requests.end();) {
     Request* r = *it;
     if (r->connection != c) {
@@ -622,8 +624,8 @@ void SendNotificationOn(Conn* c, Request* r) {
   ucp_request_param_t p = RequestParams(r);
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t sent = Lib().ucp_am_send_nbx(c->data, kNotify, nullptr, 0, r->payload.data(),
-                                                r->payload.size(), &p);
+  ucs_status_ptr_t sent =
+      Lib().ucp_am_send_nbx(c->data, kNotify, nullptr, 0, r->payload.data(), r->payload.size(), &p);
   if (sent == nullptr) {
     r->done = true;
   } else if (UCS_PTR_IS_ERR(sent)) {
@@ -1347,9 +1349,9 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     if (s != UCS_OK) return fail("ucp_worker_create", s);
     s = ucp.ucp_worker_create(ep->context, &wp, &ep->control);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
-    ucp_am_recv_callback_t handlers[] = {Handler<kHello>, Handler<kWelcome>,
+    ucp_am_recv_callback_t handlers[] = {Handler<kHello>,      Handler<kWelcome>,
                                          Handler<kInvalidate>, Handler<kNotify>,
-                                         Handler<kBye>, Handler<kInvalidated>};
+                                         Handler<kBye>,        Handler<kInvalidated>};
     for (unsigned id = kHello; id <= kInvalidated; ++id) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |

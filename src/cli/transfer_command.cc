@@ -285,7 +285,8 @@ double Percentile(std::vector<double> v, double p) {
 // How long one operation may take before the client gives up: the peer timeout, plus the
 // time the size would take at a slow 100 MB/s.
 absl::Time Deadline(const Options& o, uint64_t size) {
-  return absl::Now() + o.transport.peer_timeout + absl::Seconds(1 + static_cast<double>(size) / 1e8);
+  return absl::Now() + o.transport.peer_timeout +
+         absl::Seconds(1 + static_cast<double>(size) / 1e8);
 }
 
 int Connect(const Options& o) {

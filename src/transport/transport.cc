@@ -183,8 +183,8 @@ absl::Status Request::Wait(absl::Time deadline) {
     impl.Call("wait",
               [&](rayaccel_error* e) {
                 // Short waits: a completion the progress thread saw between our poll and this wait
-          // is caught by the next poll, at most a millisecond later.
-          return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 1), e);
+                // is caught by the next poll, at most a millisecond later.
+                return impl.api.wait(impl.endpoint, std::min<uint32_t>(Millis(left), 1), e);
               })
         .IgnoreError();  // the poll above tells the outcome
   }
@@ -276,9 +276,8 @@ absl::StatusOr<Transport::Buffer> Transport::RegisterWith(void* address, uint64_
   args.kind = kind == MemoryKind::kDevice ? RAYACCEL_MEMORY_DEVICE : RAYACCEL_MEMORY_HOST;
   args.device_index = device;
   args.flags = flags;
-  absl::Status s = impl_->Call("register_memory", [&](rayaccel_error* e) {
-    return impl_->api.register_memory(&args, e);
-  });
+  absl::Status s = impl_->Call(
+      "register_memory", [&](rayaccel_error* e) { return impl_->api.register_memory(&args, e); });
   if (!s.ok()) return s;
   Collect packed;
   s = impl_->Call("pack_descriptor", [&](rayaccel_error* e) {
@@ -298,9 +297,9 @@ absl::StatusOr<Transport::Buffer> Transport::RegisterWith(void* address, uint64_
   if (!descriptor.ok()) {
     lock.unlock();
     if (args.region != nullptr) {
-      impl_->Call("deregister_memory", [&](rayaccel_error* e) {
-             return impl_->api.deregister_memory(args.region, e);
-           })
+      impl_
+          ->Call("deregister_memory",
+                 [&](rayaccel_error* e) { return impl_->api.deregister_memory(args.region, e); })
           .IgnoreError();
     }
     return descriptor.status();

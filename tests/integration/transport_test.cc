@@ -210,6 +210,84 @@ TEST_P(TransportPair, BadRequestsAreRefusedWithTheReason) {
       reader_->Read(*conn, *mine, 0, *other->Describe(*other_region), 0, 16).status()));
 }
 
+TEST_P(TransportPair, AllocatedBuffersMoveBytesAndAreFreedByDeregister) {
+  auto remote = owner_->Allocate(1 << 20);
+  auto local = reader_->Allocate(1 << 20);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_NE(remote->data, nullptr);
+  EXPECT_EQ(remote->size, 1u << 20);
+  std::vector<char> want = Pattern(1 << 20, 11);
+  std::memcpy(remote->data, want.data(), want.size());
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  std::string d = *owner_->Describe(remote->region);
+  ASSERT_TRUE(Done(reader_->Read(*conn, local->region, 0, d, 0, 1 << 20)).ok());
+  EXPECT_EQ(0, std::memcmp(local->data, want.data(), want.size()));
+  ASSERT_TRUE(owner_->Deregister(remote->region).ok());
+  EXPECT_TRUE(IsStale(reader_->Read(*conn, local->region, 0, d, 0, 16).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(owner_->Allocate(0).status()));
+}
+
+// Deregistration waits for every connected reader to confirm, and readers confirm from their
+// progress thread while their application is not calling in: it ends on the confirmation,
+// long before the (generous) peer timeout.
+TEST_P(TransportPair, AnIdleReaderConfirmsInvalidationsAndADeadOneDoesNotBlockForever) {
+  auto owner = Open("sim", absl::Seconds(30));
+  std::vector<char> a(4096), b(4096), local(4096);
+  auto ra = owner->Register(a.data(), a.size());
+  auto rb = owner->Register(b.data(), b.size());
+  auto mine = reader_->Register(local.data(), local.size());
+  auto conn = reader_->Connect(owner->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 0, *owner->Describe(*ra), 0, 16)).ok());
+  absl::Time start = absl::Now();
+  ASSERT_TRUE(owner->Deregister(*ra).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "ended by the timeout, not a confirmation";
+
+  // A reader that is gone: the owner gives up on it after its peer timeout and carries on.
+  auto short_owner = Open("sim", absl::Milliseconds(800));
+  std::vector<char> c(4096);
+  auto rc = short_owner->Register(c.data(), c.size());
+  {
+    auto brief = Open();
+    std::vector<char> buf(4096);
+    auto region = brief->Register(buf.data(), buf.size());
+    auto bc = brief->Connect(short_owner->address());
+    ASSERT_TRUE(bc.ok()) << bc.status();
+    ASSERT_TRUE(Done(brief->Read(*bc, *region, 0, *short_owner->Describe(*rc), 0, 16)).ok());
+  }  // closed without a word to the owner beyond UCX's own
+  EXPECT_TRUE(short_owner->Deregister(*rc).ok());
+  EXPECT_TRUE(Done(reader_->Read(*conn, *mine, 0, *owner->Describe(*rb), 0, 16)).ok());
+}
+
+TEST_P(TransportPair, RequestsMoveAndAbandonSafely) {
+  std::vector<char> remote(1 << 16), local(1 << 16);
+  auto r = owner_->Register(remote.data(), remote.size());
+  auto mine = reader_->Register(local.data(), local.size());
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok());
+  std::string d = *owner_->Describe(*r);
+  Request kept;
+  EXPECT_TRUE(kept.done());
+  for (int i = 0; i < 50; ++i) {
+    auto next = reader_->Read(*conn, *mine, 0, d, 0, local.size());
+    ASSERT_TRUE(next.ok());
+    kept = std::move(*next);  // the previous one, finished or not, is handed back
+  }
+  EXPECT_TRUE(kept.Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(kept.Wait(absl::Now()).ok()) << "the outcome stays";
+  // A failed request keeps its error when moved, and moving over it frees it once.
+  absl::StatusOr<Request> stale = reader_->Read(*conn, *mine, 0, d, 0, 16);
+  ASSERT_TRUE(stale.ok());
+  ASSERT_TRUE(stale->Wait(absl::Now() + absl::Seconds(10)).ok());
+  Request moved = std::move(*stale);
+  moved = std::move(kept);
+  EXPECT_TRUE(moved.done());
+  auto unfinished = reader_->Read(*conn, *mine, 0, d, 0, local.size());
+  ASSERT_TRUE(unfinished.ok());
+}  // destroyed unfinished: abandoned, released by the plugin
+
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"), [](const auto& info) {
   return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
 });
