@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `rayaccel transfer` against `ucx_perftest` between two processes on this machine, on the same
 # UCX_TLS, and against memcpy of the same size (rayaccel_bench_transport's BM_Memcpy). Prints
-# bandwidth per size for READ (ucp_get) and WRITE (ucp_put_bw), 8-byte READ latency, and the
-# ratios. ucx_perftest runs with one operation outstanding (-O 1), as `rayaccel transfer`
-# waits for each transfer before the next. It runs without error handling (-e off): rayaccel's data path has none
-# either (its control path detects a lost peer), so both move bytes over the same transports.
+# bandwidth per size for READ (ucp_get) and WRITE (ucp_put_bw), 8-byte latency (against
+# ucp_get's per-operation time and ucp_put_lat's ping-pong), and the ratios. ucx_perftest runs
+# with one operation outstanding (-O 1), as `rayaccel transfer` waits for each transfer before
+# the next, and without error handling (-e off): rayaccel's data path has none either (its
+# control path detects a lost peer), so both move bytes over the same transports.
 # Usage: bench/compare_ucx_perftest.sh [BUILD_DIR] [UCX_TLS]
 set -euo pipefail
 build=${1:-build}
@@ -57,6 +58,12 @@ for size in 8192 1048576 67108864 268435456; do
   done
 done
 read -r _ lat_ours < <(ours read 8 20000)
-read -r _ lat_theirs < <(theirs ucp_get 8 20000)
-awk -v a="$lat_ours" -v b="$lat_theirs" 'BEGIN {
-  printf "8-byte READ latency: rayaccel p50 %.2f us, ucx_perftest ucp_get %.2f us, ratio %.2f\n", a, b, a / b }'
+read -r _ lat_get < <(theirs ucp_get 8 20000)
+port=$((20000 + RANDOM % 20000))
+ucx_perftest -p $port > /dev/null 2>&1 &
+sleep 0.5
+lat_put=$(ucx_perftest 127.0.0.1 -p $port -t ucp_put_lat -s 8 -n 20000 2> /dev/null |
+  awk '/^Final:/ { print $3 }')
+wait
+awk -v a="$lat_ours" -v g="$lat_get" -v p="$lat_put" 'BEGIN {
+  printf "8-byte latency: rayaccel READ p50 %.2f us; ucx_perftest ucp_get %.3f us per operation (a load from memory the peer maps, completed in the call), ucp_put_lat p50 %.2f us (half a round trip); ratios %.1f and %.2f\n", a, g, p, a / g, a / p }'

@@ -416,15 +416,17 @@ typedef struct rayaccel_transfer_args {
    * deregistered -> STALE, a region of another peer -> INVALID_ARGUMENT. */
   rayaccel_blob remote_descriptor;
   uint64_t remote_offset;
-  uint64_t length;           /* > 0; both ranges lie inside their regions (host-checked) */
-  rayaccel_request *request; /* out: poll it until it completes */
+  uint64_t length; /* > 0; both ranges lie inside their regions (host-checked) */
+  /* out: poll it until it completes; NULL when the transfer completed within the call (OK:
+   * a READ's bytes are here, a WRITE's local buffer may be reused) */
+  rayaccel_request *request;
 } rayaccel_transfer_args;
 
 typedef struct rayaccel_notify_args {
   size_t struct_size;
   rayaccel_connection *connection;
   rayaccel_blob message;     /* 1..RAYACCEL_TRANSPORT_MAX_NOTIFICATION bytes, copied */
-  rayaccel_request *request; /* out: completes when the message is sent */
+  rayaccel_request *request; /* out: completes when the message is sent; NULL: sent already */
 } rayaccel_notify_args;
 
 typedef struct rayaccel_transport_api {
@@ -455,7 +457,7 @@ typedef struct rayaccel_transport_api {
    * issued before it on this connection has landed. Since 1.1. */
   rayaccel_status (*notify)(rayaccel_notify_args *args, rayaccel_error *error);
   /* Starts completing every transfer issued on the connection so far; the request completes
-   * when they have landed at the peer. Since 1.1. */
+   * when they have landed at the peer (NULL: they have already). Since 1.1. */
   rayaccel_status (*flush)(rayaccel_connection *connection, rayaccel_request **request,
                            rayaccel_error *error);
   /* Never blocks. TIMEOUT while the request is in flight. OK when it completed; any other

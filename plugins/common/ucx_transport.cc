@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "plugin_util.h"
@@ -37,19 +38,19 @@ using Clock = std::chrono::steady_clock;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                          \
-  X(ucp_config_read)                                                                       \
-  X(ucp_config_modify)                                                                     \
-  X(ucp_config_release) X(ucp_init_version) X(ucp_cleanup) X(ucp_context_query)            \
-      X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)                 \
-          X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_fence)         \
-              X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)       \
-                  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_rkey_pack)     \
-                      X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) \
-                          X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)                 \
-                              X(ucp_request_check_status) X(ucp_request_free)              \
-                                  X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) \
-                                      X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
+  X(ucp_config_read)                                                                          \
+  X(ucp_config_modify)                                                                        \
+  X(ucp_config_release)                                                                       \
+  X(ucp_init_version) X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create)                \
+      X(ucp_worker_destroy) X(ucp_worker_get_address) X(ucp_worker_release_address)           \
+          X(ucp_worker_progress) X(ucp_worker_fence) X(ucp_worker_set_am_recv_handler)        \
+              X(ucp_ep_create) X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map)         \
+                  X(ucp_mem_unmap) X(ucp_rkey_pack) X(ucp_rkey_buffer_release)                \
+                      X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) X(ucp_put_nbx) X(ucp_get_nbx) \
+                          X(ucp_am_send_nbx) X(ucp_request_check_status) X(ucp_request_free)  \
+                              X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)        \
+                                  X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -314,6 +315,7 @@ struct rayaccel_transport_endpoint {
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
   std::vector<rayaccel_request*> flushed_notifications;  // ready to send (see Notify)
+  rayaccel_request* spare_request = nullptr;  // reused by transfers that complete in the call
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
 
   // Answers peers while the application is not calling in (hellos, invalidations,
@@ -815,6 +817,7 @@ void DestroyEndpoint(Ep* ep) {
   if (ep->control != nullptr) Lib().ucp_worker_destroy(ep->control);
   for (Conn* c : ep->connections) delete c;
   for (Request* r : ep->requests) delete r;
+  delete ep->spare_request;
   if (ep->context != nullptr) Lib().ucp_cleanup(ep->context);
 }
 
@@ -1122,8 +1125,10 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       }
       it = c->rkeys.emplace(remote.id, Conn::RemoteKey{rkey, 0, false, 0}).first;
     }
-    it->second.in_flight++;
-    auto* r = new Request();
+    // The request object is recycled: most small transfers complete within the call, and then
+    // no request reaches the host at all.
+    Request* r =
+        ep->spare_request != nullptr ? std::exchange(ep->spare_request, nullptr) : new Request();
     ucp_request_param_t p = RequestParams(r);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = a->local->memh;
@@ -1133,6 +1138,13 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
         a->op == RAYACCEL_TRANSFER_READ
             ? Lib().ucp_get_nbx(c->data, local, a->length, target, it->second.rkey, &p)
             : Lib().ucp_put_nbx(c->data, local, a->length, target, it->second.rkey, &p);
+    if (started == nullptr || UCS_PTR_IS_ERR(started)) {
+      ep->spare_request = r;
+      a->request = nullptr;
+      return started == nullptr ? RAYACCEL_STATUS_OK
+                                : FailUcs(error, "transfer", UCS_PTR_STATUS(started));
+    }
+    it->second.in_flight++;
     r->rkey_region = remote.id;
     a->request = Track(ep, c, r, started);
     return RAYACCEL_STATUS_OK;
