@@ -38,19 +38,19 @@ using Clock = std::chrono::steady_clock;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
-  X(ucp_config_read)                                                                          \
-  X(ucp_config_modify)                                                                        \
-  X(ucp_config_release)                                                                       \
-  X(ucp_init_version) X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create)                \
-      X(ucp_worker_destroy) X(ucp_worker_get_address) X(ucp_worker_release_address)           \
-          X(ucp_worker_progress) X(ucp_worker_fence) X(ucp_worker_set_am_recv_handler)        \
-              X(ucp_ep_create) X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map)         \
-                  X(ucp_mem_unmap) X(ucp_rkey_pack) X(ucp_rkey_buffer_release)                \
-                      X(ucp_ep_rkey_unpack) X(ucp_rkey_destroy) X(ucp_put_nbx) X(ucp_get_nbx) \
-                          X(ucp_am_send_nbx) X(ucp_request_check_status) X(ucp_request_free)  \
-                              X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)        \
-                                  X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                               \
+  X(ucp_config_read)                                                                            \
+  X(ucp_config_modify)                                                                          \
+  X(ucp_config_release)                                                                         \
+  X(ucp_init_version)                                                                           \
+  X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy)                \
+      X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)            \
+          X(ucp_worker_fence) X(ucp_worker_set_am_recv_handler) X(ucp_ep_create)                \
+              X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap)           \
+                  X(ucp_rkey_pack) X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack)             \
+                      X(ucp_rkey_destroy) X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)      \
+                          X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) \
+                              X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -60,22 +60,24 @@ struct Ucp {
 };
 
 const Ucp& Lib() {
-  static const Ucp* lib = [] {
-    auto* u = new Ucp();  // lives as long as the process: libucp is never unloaded
+  // libucp stays loaded for the life of the process (UCX does not support being unloaded);
+  // the table of its functions goes with this plugin when the plugin is unloaded.
+  static const Ucp lib = [] {
+    Ucp u;
     void* h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       const char* why = dlerror();
-      u->error = std::string("UCX is not installed (libucp.so.0: ") + (why ? why : "?") + ")";
+      u.error = std::string("UCX is not installed (libucp.so.0: ") + (why ? why : "?") + ")";
       return u;
     }
-#define RAYACCEL_UCP_LOAD(f)                             \
-  u->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f)); \
-  if (u->f == nullptr && u->error.empty()) u->error = "libucp.so.0 lacks " #f;
+#define RAYACCEL_UCP_LOAD(f)                            \
+  u.f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f)); \
+  if (u.f == nullptr && u.error.empty()) u.error = "libucp.so.0 lacks " #f;
     RAYACCEL_UCP_FUNCTIONS(RAYACCEL_UCP_LOAD)
 #undef RAYACCEL_UCP_LOAD
     return u;
   }();
-  return *lib;
+  return lib;
 }
 
 std::string StatusText(ucs_status_t s) { return Lib().ucs_status_string(s); }
