@@ -1,6 +1,8 @@
 #include "common/sysfs.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -85,6 +87,46 @@ std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint3
   std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", domain & 0xFFFF, bus & 0xFF, device & 0x1F,
                 function & 0x7);
   return buf;
+}
+
+std::optional<uint32_t> ParseHexId(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r')) t.pop_back();
+  if (t.size() < 3 || t.size() > 10 || t[0] != '0' || (t[1] != 'x' && t[1] != 'X')) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  unsigned long v = std::strtoul(t.c_str() + 2, &end, 16);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  return static_cast<uint32_t>(v);
+}
+
+std::optional<PciFunction> ReadPciFunction(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return std::nullopt;
+  std::string dir(resolved);
+  std::string name = dir.substr(dir.rfind('/') + 1);
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &function, &tail) !=
+      4) {
+    return std::nullopt;
+  }
+  std::optional<std::string> vendor = ReadLine(dir + "/vendor");
+  std::optional<uint32_t> vendor_id = vendor ? ParseHexId(*vendor) : std::nullopt;
+  if (!vendor_id) return std::nullopt;
+  PciFunction f;
+  f.bus_id = FormatPciBusId(domain, bus, device, function);
+  f.vendor = *vendor_id;
+  if (std::optional<std::string> d = ReadLine(dir + "/device"))
+    f.device = ParseHexId(*d).value_or(0);
+  if (std::optional<std::string> numa = ReadLine(dir + "/numa_node")) {
+    char* end = nullptr;
+    long n = std::strtol(numa->c_str(), &end, 10);
+    if (end != numa->c_str() && *end == '\0' && n >= 0 && n < 4096)
+      f.numa_node = static_cast<int32_t>(n);
+  }
+  return f;
 }
 
 }  // namespace rayaccel::plugin

@@ -35,6 +35,21 @@ std::vector<uint32_t> NumberedEntries(const std::string& dir);
 
 bool IsDirectory(const std::string& path);
 
+// One PCI function as sysfs shows it (/sys/bus/pci/devices/<bus id>, or a link to it such as
+// /sys/class/accel/accel0/device): the bus id is the name of the folder the path resolves to.
+struct PciFunction {
+  std::string bus_id;  // "dddd:bb:dd.f", lower-case
+  uint32_t vendor = 0;
+  uint32_t device = 0;
+  int32_t numa_node = -1;  // -1 when unknown (sysfs says -1 on single-node machines too)
+};
+// nullopt when the path does not resolve to a folder named like a PCI bus id or has no
+// readable vendor file.
+std::optional<PciFunction> ReadPciFunction(const std::string& path);
+
+// "0x1ae0\n" -> 0x1ae0; nullopt for anything else.
+std::optional<uint32_t> ParseHexId(const std::string& text);
+
 // "dddd:bb:dd.f", lower-case.
 std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint32_t function);
 

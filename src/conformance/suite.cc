@@ -630,6 +630,9 @@ Outcome EnvNamesTheSet(const Options& o) {
       for (const auto& [name, v] : *env) {
         if (name == var) value = v, found = true;
       }
+      // For every schedulable device, leaving the variable unset means "all" (Ray's TPU path
+      // sets nothing for a whole host).
+      if (!var.empty() && !found && set.size() == schedulable.size()) continue;
       if (!var.empty() && !found) return Outcome::Fail("prepare_allocation did not set " + var);
       if (var.empty()) continue;
       std::vector<std::string> named = absl::StrSplit(value, ',', absl::SkipEmpty());

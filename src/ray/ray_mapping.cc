@@ -19,6 +19,14 @@ std::string NormalizeTpuPodType(const std::string& pod_type) {
   return "v" + m[2].str();
 }
 
+// Ray's TPU accelerator type comes from the pod type alone ("v4-16" -> "TPU-V4"); a TPU host
+// whose slice is unknown has none (python/ray/_private/accelerators/tpu.py).
+std::string TpuTypeFromPodType(const std::string& pod_type) {
+  std::string pod = NormalizeTpuPodType(pod_type);
+  if (pod.empty()) return "";
+  return "TPU-" + absl::AsciiStrToUpper(pod.substr(0, pod.find('-')));
+}
+
 }  // namespace
 
 bool IsRayDefinedLabelKey(const std::string& key) {
@@ -72,9 +80,15 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
     }
     ray.resources[p.resource_name] = static_cast<double>(count);
     out.owners[p.resource_name] = p.name;
-    for (const Device& d : snapshot.devices) {
-      if (d.plugin == p.name && counted(d) && !d.accelerator_type.empty()) {
-        ray.resources["accelerator_type:" + d.accelerator_type] = 1;
+    if (p.resource_name == "TPU") {
+      auto pod = snapshot.plugin_labels.find("ray.io/tpu-pod-type");
+      type = TpuTypeFromPodType(pod == snapshot.plugin_labels.end() ? "" : pod->second);
+      if (!type.empty()) ray.resources["accelerator_type:" + type] = 1;
+    } else {
+      for (const Device& d : snapshot.devices) {
+        if (d.plugin == p.name && counted(d) && !d.accelerator_type.empty()) {
+          ray.resources["accelerator_type:" + d.accelerator_type] = 1;
+        }
       }
     }
     if (first_type.empty()) first_type = type;
