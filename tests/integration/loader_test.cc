@@ -227,11 +227,12 @@ TEST(Loader, SearchPathFindsEveryPluginOnce) {
   RegistryOptions options;
   options.search_path = {std::string(RAYACCEL_PLUGIN_DIR), std::string(RAYACCEL_PLUGIN_DIR)};
   std::shared_ptr<const NodeSnapshot> snap = Load({}, options);
-  ASSERT_EQ(snap->plugins.size(), 4u);  // every in-tree plugin, in name order, once
+  ASSERT_EQ(snap->plugins.size(), 5u);  // every in-tree plugin, in name order, once
   EXPECT_EQ(snap->plugins[0].name, "cuda");
-  EXPECT_EQ(snap->plugins[1].name, "rocm");
-  EXPECT_EQ(snap->plugins[2].name, "sim");
-  EXPECT_EQ(snap->plugins[3].name, "tpu");
+  EXPECT_EQ(snap->plugins[1].name, "gaudi");
+  EXPECT_EQ(snap->plugins[2].name, "rocm");
+  EXPECT_EQ(snap->plugins[3].name, "sim");
+  EXPECT_EQ(snap->plugins[4].name, "tpu");
 }
 
 }  // namespace

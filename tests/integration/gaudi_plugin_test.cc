@@ -1,0 +1,136 @@
+// The Gaudi plugin (.so) through the registry and the conformance suite, on habanalabs-shaped
+// sysfs trees (tests/fixtures/gaudi). In these boxes the module ids (OAM slots) follow
+// neither the accel numbering nor the PCI bus order, so confusing them fails a test.
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "rayaccel/registry.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::Fixture;
+using testing::StatusOf;
+
+std::string GaudiPlugin() { return std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-gaudi.so"; }
+
+std::unique_ptr<Registry> Gaudi(const std::string& sysfs_root) {
+  RegistryOptions options;
+  options.plugins = {GaudiPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["gaudi"]["sysfs_root"] = sysfs_root;
+  auto registry = Registry::Create(options);
+  EXPECT_TRUE(registry.ok()) << registry.status();
+  return *std::move(registry);
+}
+
+const Device& ByModule(const NodeSnapshot& s, uint32_t module) {
+  for (const Device& d : s.devices) {
+    if (d.index == module) return d;
+  }
+  ADD_FAILURE() << "no device with module id " << module;
+  return s.devices.front();
+}
+
+std::string AttributeOf(const Device& d, const std::string& name) {
+  for (const Attribute& a : d.attributes) {
+    if (a.name == name) {
+      return a.kind == Attribute::Kind::kInt ? std::to_string(a.int_value) : a.string_value;
+    }
+  }
+  return "";
+}
+
+TEST(GaudiPlugin, AnHls2BoxIsAddressedByModuleId) {
+  auto registry = Gaudi(Fixture("gaudi/hls2/sys"));
+  auto s = registry->snapshot();
+  const PluginStatus& p = StatusOf(*s, "gaudi");
+  EXPECT_EQ(p.state, PluginStatus::State::kActive) << p.message;
+  EXPECT_EQ(p.resource_name, "HPU");
+  EXPECT_EQ(p.visible_devices_env, "HABANA_VISIBLE_MODULES");
+  ASSERT_EQ(s->devices.size(), 8u);
+  // accel2 sits in OAM slot 0 at 0000:33:00.0; accel0 in slot 3 at 0000:b3:00.0.
+  const Device& slot0 = ByModule(*s, 0);
+  EXPECT_EQ(slot0.pci_bus_id, "0000:33:00.0");
+  EXPECT_EQ(AttributeOf(slot0, "device_node"), "/dev/accel/accel2");
+  EXPECT_EQ(AttributeOf(slot0, "scale_out_nic"), "hbl_2");
+  EXPECT_EQ(ByModule(*s, 3).pci_bus_id, "0000:b3:00.0");
+  EXPECT_EQ(slot0.name, "Intel Gaudi 2");
+  EXPECT_EQ(slot0.accelerator_type, "Intel-GAUDI2");  // Ray's "Intel-" + the device name
+  EXPECT_EQ(slot0.driver_version, "1.17.0-fw-51.4.0");
+  EXPECT_EQ(slot0.numa_node, 0);
+  EXPECT_EQ(slot0.health, Health::kHealthy);
+  EXPECT_EQ(s->ray.resources,
+            (std::map<std::string, double>{{"HPU", 8}, {"accelerator_type:Intel-GAUDI2", 1}}));
+
+  // Every pair of OAMs: three 100 GbE scale-up ports; the box is one domain.
+  size_t links = 0;
+  for (const Link& l : s->links) {
+    if (l.type != LinkType::kScaleOut) continue;
+    ++links;
+    EXPECT_EQ(l.count, 3u);
+    EXPECT_EQ(l.bandwidth_mbps, 37500u);
+  }
+  EXPECT_EQ(links, 28u);
+  ASSERT_EQ(s->domains.size(), 1u);
+  EXPECT_EQ(s->domains[0].kind, "gaudi-box");
+  EXPECT_EQ(s->domains[0].devices.size(), 8u);
+
+  // HABANA_VISIBLE_MODULES names module ids, never accel numbers or bus order.
+  auto env = registry->PrepareAllocation({ByModule(*s, 3).id, ByModule(*s, 5).id});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("HABANA_VISIBLE_MODULES"), "3,5");
+  // Ray's HPU takes any whole number of devices.
+  EXPECT_TRUE(registry->ValidateQuantity("HPU", 3).ok());
+}
+
+TEST(GaudiPlugin, AnHls3BoxLeavesOtherAccelDevicesAlone) {
+  auto registry = Gaudi(Fixture("gaudi/hls3/sys"));
+  auto s = registry->snapshot();
+  ASSERT_EQ(s->devices.size(), 8u) << "accel8 is another Intel device, not a Gaudi";
+  EXPECT_EQ(ByModule(*s, 0).pci_bus_id, "0000:1a:00.0");  // accel3
+  EXPECT_EQ(ByModule(*s, 0).name, "Intel Gaudi 3");
+  EXPECT_EQ(s->ray.resources.at("accelerator_type:Intel-GAUDI3"), 1);
+  for (const Link& l : s->links) EXPECT_EQ(l.bandwidth_mbps, 75000u);  // 3 x 200 GbE
+}
+
+TEST(GaudiPlugin, AFailedDeviceIsUnhealthyAndRecoversWhenOperationalAgain) {
+  std::string root = testing::MakeTempDir("gaudi-failed");
+  std::filesystem::copy(
+      Fixture("gaudi/hls2-failed"), root,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  auto registry = Gaudi(root + "/sys");
+  auto s = registry->snapshot();
+  const Device& bad = ByModule(*s, 5);  // accel5
+  EXPECT_EQ(bad.health, Health::kUnhealthy);
+  EXPECT_EQ(bad.health_reason, "status: Needs reset");
+  EXPECT_EQ(s->ray.resources.at("HPU"), 7);
+  std::ofstream(root + "/sys/devices/pci0000:00/0000:9a:00.0/status") << "Operational\n";
+  s = registry->Rescan();
+  EXPECT_EQ(ByModule(*s, 5).health, Health::kHealthy);
+  EXPECT_EQ(s->ray.resources.at("HPU"), 8);
+}
+
+TEST(GaudiPlugin, ADriverWithoutDevicesSaysSo) {
+  auto s = Gaudi(Fixture("gaudi/driver-no-devices/sys"))->snapshot();
+  const PluginStatus& p = StatusOf(*s, "gaudi");
+  EXPECT_EQ(p.device_count, 0u);
+  EXPECT_NE(p.message.find("habanalabs 1.17.0-fw-51.4.0 is loaded"), std::string::npos)
+      << p.message;
+  s = Gaudi(testing::MakeTempDir("no-sysfs"))->snapshot();
+  EXPECT_NE(StatusOf(*s, "gaudi").message.find("driver is not loaded"), std::string::npos);
+}
+
+TEST(GaudiPlugin, ReachesTierTwo) {
+  testing::CommandResult r =
+      testing::Run({RAYACCEL_CONFORMANCE, GaudiPlugin(), "--config",
+                    "sysfs_root=" + Fixture("gaudi/hls2/sys"), "--tier", "2", "--timeout", "60"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Tier reached: 2 (schedulable)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace rayaccel
