@@ -1,20 +1,60 @@
 // The Gaudi plugin: Intel Gaudi accelerators from the habanalabs driver's sysfs, addressed by
 // module id as Ray's HPU manager and HABANA_VISIBLE_MODULES do (docs/gaudi.md). Needs no
-// Habana software. Config keys:
-//   sysfs_root  where sysfs starts (default /sys)
+// Habana software; where libhlml.so is installed it adds serial numbers and critical-error
+// events. Config keys:
+//   sysfs_root     where sysfs starts (default /sys)
+//   hlml_library   libhlml.so to load (default: libhlml.so, then /usr/lib/habanalabs/libhlml.so)
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "common/plugin_util.h"
 #include "gaudi/gaudi_host.h"
+#include "gaudi/hlml.h"
+
+namespace rayaccel::gaudi {
+
+// libhlml.so, loaded at the first discovery. Optional: without it, health is the driver's
+// status file alone.
+struct Hlml {
+#define RAYACCEL_HLML_FUNCTIONS(X)                                                   \
+  X(hlml_init)                                                                       \
+  X(hlml_shutdown) X(hlml_device_get_count) X(hlml_device_get_handle_by_index)       \
+      X(hlml_device_get_pci_info) X(hlml_device_get_serial) X(hlml_event_set_create) \
+          X(hlml_event_set_free) X(hlml_device_register_events) X(hlml_event_set_wait)
+#define RAYACCEL_HLML_MEMBER(f) decltype(&::f) f = nullptr;
+  RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_MEMBER)
+#undef RAYACCEL_HLML_MEMBER
+  void* handle = nullptr;
+  bool initialized = false;
+  hlml_event_set_t events = nullptr;
+  std::map<hlml_device_t, std::string> bus_ids;  // HLML handle -> PCI bus id
+  std::map<std::string, std::string> serials;    // PCI bus id -> serial number
+};
+
+}  // namespace rayaccel::gaudi
 
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string sysfs_root;
-  std::mutex mu;  // guards `scan`
+  std::string hlml_library;
+  std::mutex mu;  // guards everything below
   rayaccel::gaudi::Scan scan;
+  bool hlml_tried = false;
+  rayaccel::gaudi::Hlml hlml;
+  // Faults HLML reported, by PCI bus id. One outlives rescans until the device is seen out of
+  // operation (a reset) and operational again.
+  struct Fault {
+    std::string reason;
+    bool reset_seen = false;
+  };
+  std::map<std::string, Fault> faults;
 };
 
 namespace rayaccel::gaudi {
@@ -50,14 +90,73 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     auto self = std::make_unique<rayaccel_plugin_instance>();
     self->host = args->host;
     self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
+    self->hlml_library = plugin::ConfigValue(args, "hlml_library");
     args->instance = self.release();
     return RAYACCEL_STATUS_OK;
   });
 }
 
 rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error*/) {
+  if (self == nullptr) return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  Hlml& h = self->hlml;
+  if (h.events != nullptr) h.hlml_event_set_free(h.events);
+  if (h.initialized) h.hlml_shutdown();
+  if (h.handle != nullptr) dlclose(h.handle);
   delete self;
   return RAYACCEL_STATUS_OK;
+}
+
+// Loads and initializes libhlml.so once; says why not in a log line. Caller holds mu.
+void LoadHlml(rayaccel_plugin_instance* self) {
+  if (self->hlml_tried) return;
+  self->hlml_tried = true;
+  Hlml& h = self->hlml;
+  std::vector<std::string> candidates = {self->hlml_library};
+  if (self->hlml_library.empty()) candidates = {"libhlml.so", "/usr/lib/habanalabs/libhlml.so"};
+  std::string why;
+  for (const std::string& c : candidates) {
+    h.handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h.handle != nullptr) break;
+    const char* e = dlerror();
+    why = e != nullptr ? e : c;
+  }
+  if (h.handle == nullptr) {
+    plugin::Log(self->host, RAYACCEL_LOG_INFO,
+                "no libhlml.so (" + why + "): health from the driver's status file only");
+    return;
+  }
+#define RAYACCEL_HLML_LOAD(f)                                  \
+  h.f = reinterpret_cast<decltype(&::f)>(dlsym(h.handle, #f)); \
+  if (h.f == nullptr && why.empty()) why = "libhlml.so lacks " #f;
+  why.clear();
+  RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_LOAD)
+#undef RAYACCEL_HLML_LOAD
+  hlml_return_t rc = why.empty() ? h.hlml_init() : HLML_SUCCESS;
+  if (!why.empty() || rc != HLML_SUCCESS) {
+    plugin::Log(self->host, RAYACCEL_LOG_WARN,
+                why.empty() ? "hlml_init failed with HLML error " + std::to_string(rc) : why);
+    dlclose(h.handle);
+    h = Hlml();
+    return;
+  }
+  h.initialized = true;
+  unsigned count = 0;
+  if (h.hlml_device_get_count(&count) != HLML_SUCCESS) count = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    hlml_device_t d = nullptr;
+    hlml_pci_info_t pci{};
+    if (h.hlml_device_get_handle_by_index(i, &d) != HLML_SUCCESS ||
+        h.hlml_device_get_pci_info(d, &pci) != HLML_SUCCESS) {
+      continue;
+    }
+    std::string bus(pci.bus_id, strnlen(pci.bus_id, sizeof(pci.bus_id)));
+    for (char& c : bus) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    h.bus_ids[d] = bus;
+    char serial[256] = {};
+    if (h.hlml_device_get_serial(d, serial, sizeof(serial)) == HLML_SUCCESS) {
+      h.serials[bus] = std::string(serial, strnlen(serial, sizeof(serial)));
+    }
+  }
 }
 
 rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugin_properties* props,
@@ -69,7 +168,9 @@ rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugi
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
                          rayaccel_error* error) {
   return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
     Scan scan = ScanHost(self->sysfs_root);
+    if (!scan.accelerators.empty()) LoadHlml(self);
     for (const std::string& p : scan.problems) plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
     if (scan.accelerators.empty()) {
       plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + scan.why_none);
@@ -91,14 +192,27 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.numa_node = a.pci.numa_node;
       info.driver_version = Str(scan.driver_version);
       info.firmware_version = Str(a.fw_os_version);
+      auto fault = self->faults.find(a.pci.bus_id);
+      if (fault != self->faults.end()) {
+        // A fault HLML reported holds until the device has been out of operation (a reset)
+        // and reads operational again.
+        if (!IsOperational(a.status)) fault->second.reset_seen = true;
+        if (fault->second.reset_seen && IsOperational(a.status)) {
+          self->faults.erase(fault);
+          fault = self->faults.end();
+        }
+      }
       if (a.status.empty()) {
         info.health = RAYACCEL_HEALTH_UNKNOWN;
         reason = "the driver reports no status";
-      } else if (IsOperational(a.status)) {
-        info.health = RAYACCEL_HEALTH_HEALTHY;
-      } else {
+      } else if (!IsOperational(a.status)) {
         info.health = RAYACCEL_HEALTH_UNHEALTHY;
         reason = "status: " + a.status;
+      } else if (fault != self->faults.end()) {
+        info.health = RAYACCEL_HEALTH_UNHEALTHY;
+        reason = fault->second.reason;
+      } else {
+        info.health = RAYACCEL_HEALTH_HEALTHY;
       }
       info.health_reason = Str(reason);
       rayaccel_status rc = sink->add_device(sink->host_context, &info);
@@ -110,13 +224,71 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       AddAttribute(sink, a.module_id, "device_type", a.device_type);
       AddAttribute(sink, a.module_id, "scale_out_nic", a.scale_out_nic);
       AddAttribute(sink, a.module_id, "cpucp_version", a.cpucp_version);
+      auto serial = self->hlml.serials.find(a.pci.bus_id);
+      if (serial != self->hlml.serials.end()) {
+        AddAttribute(sink, a.module_id, "serial_number", serial->second);
+      }
       if (a.max_power_mw != 0) {
         AddAttribute(sink, a.module_id, "max_power_mw", static_cast<int64_t>(a.max_power_mw));
       }
     }
-    std::lock_guard<std::mutex> lock(self->mu);
     self->scan = std::move(scan);
     return RAYACCEL_STATUS_OK;
+  });
+}
+
+std::string EventName(unsigned long long type) {
+  if (type & HLML_EVENT_CRITICAL_ERR) return "critical error";
+  if (type & HLML_EVENT_ECC_DERR) return "uncorrectable ECC error";
+  if (type & HLML_EVENT_DRAM_ERR) return "DRAM error";
+  return "event " + std::to_string(type);
+}
+
+// HLML's critical, uncorrectable-ECC and DRAM error events, one at a time. UNSUPPORTED
+// without libhlml.so, so the host's health watch stops asking.
+rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health_wait_args* args,
+                                 rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    hlml_event_set_t set = nullptr;
+    Hlml* h = &self->hlml;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      LoadHlml(self);
+      if (!h->initialized) {
+        return plugin::Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
+                            "no libhlml.so: health comes from the driver's status file");
+      }
+      if (h->events == nullptr) {
+        if (h->hlml_event_set_create(&h->events) != HLML_SUCCESS) {
+          h->events = nullptr;
+          return plugin::Fail(error, RAYACCEL_STATUS_UNAVAILABLE, "hlml_event_set_create failed");
+        }
+        for (const auto& [device, bus] : h->bus_ids) {
+          h->hlml_device_register_events(
+              device, HLML_EVENT_CRITICAL_ERR | HLML_EVENT_ECC_DERR | HLML_EVENT_DRAM_ERR,
+              h->events);
+        }
+      }
+      set = h->events;
+    }
+    hlml_event_data_t data{};
+    hlml_return_t rc = h->hlml_event_set_wait(set, &data, args->timeout_ms);
+    if (rc == HLML_ERROR_TIMEOUT) return RAYACCEL_STATUS_TIMEOUT;
+    if (rc != HLML_SUCCESS) {
+      return plugin::Fail(error, RAYACCEL_STATUS_UNAVAILABLE,
+                          "hlml_event_set_wait failed with HLML error " + std::to_string(rc));
+    }
+    std::lock_guard<std::mutex> lock(self->mu);
+    auto bus = h->bus_ids.find(data.device);
+    if (bus == h->bus_ids.end()) return RAYACCEL_STATUS_TIMEOUT;  // not a device we know
+    for (const Accelerator& a : self->scan.accelerators) {
+      if (a.pci.bus_id != bus->second) continue;
+      std::string reason = "HLML " + EventName(data.event_type);
+      self->faults[a.pci.bus_id] = {reason, false};
+      return args->sink->set_health(args->sink->host_context, a.module_id,
+                                    RAYACCEL_HEALTH_UNHEALTHY, Str(reason));
+    }
+    return RAYACCEL_STATUS_TIMEOUT;
   });
 }
 
@@ -175,7 +347,7 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"gaudi", 5},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -183,7 +355,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*get_labels=*/nullptr,
     &GetTopology,
     /*get_health=*/nullptr,  // health comes with each device, from its status file
-    /*wait_health_events=*/nullptr,
+    &WaitHealthEvents,
     /*validate_quantity=*/nullptr,  // Ray's HPU takes any whole number
     &PrepareAllocation,
     /*transport=*/nullptr,

@@ -1,6 +1,8 @@
 // The Gaudi plugin (.so) through the registry and the conformance suite, on habanalabs-shaped
 // sysfs trees (tests/fixtures/gaudi). In these boxes the module ids (OAM slots) follow
 // neither the accel numbering nor the PCI bus order, so confusing them fails a test.
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -122,6 +124,75 @@ TEST(GaudiPlugin, ADriverWithoutDevicesSaysSo) {
       << p.message;
   s = Gaudi(testing::MakeTempDir("no-sysfs"))->snapshot();
   EXPECT_NE(StatusOf(*s, "gaudi").message.find("driver is not loaded"), std::string::npos);
+}
+
+// With libhlml.so (here the tests' stand-in): serial numbers, and a critical-error event makes
+// a device unhealthy at once; it stays so across rescans until the device has been reset
+// (out of operation, then operational again). A DRAM event it was not asked for is ignored.
+TEST(GaudiPlugin, HlmlEventsMakeADeviceUnhealthyUntilItIsReset) {
+  std::string root = testing::MakeTempDir("gaudi-hlml");
+  std::filesystem::copy(
+      Fixture("gaudi/hls2"), root,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  setenv("FAKE_HLML_FIXTURE", Fixture("fake-hlml/hls2.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {GaudiPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  options.config["gaudi"]["sysfs_root"] = root + "/sys";
+  options.config["gaudi"]["hlml_library"] = RAYACCEL_FAKE_HLML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  auto s = (*registry)->snapshot();
+  EXPECT_EQ(AttributeOf(ByModule(*s, 0), "serial_number"), "AN00000033");
+  EXPECT_EQ(AttributeOf(ByModule(*s, 2), "serial_number"), "AN0000001A")
+      << "bus ids compared in lower case";
+  EXPECT_EQ(ByModule(*s, 5).health, Health::kHealthy);
+
+  // The critical error on 0000:9a:00.0 (module 5) arrives 300 ms after hlml_init.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ByModule(*s, 5).health == Health::kHealthy &&
+         std::chrono::steady_clock::now() < deadline) {
+    s = (*registry)->WaitForNewer(s->generation, std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(ByModule(*s, 5).health, Health::kUnhealthy);
+  EXPECT_EQ(ByModule(*s, 5).health_reason, "HLML critical error");
+  EXPECT_EQ(s->ray.resources.at("HPU"), 7);
+  s = (*registry)->Rescan();
+  EXPECT_EQ(ByModule(*s, 5).health, Health::kUnhealthy) << "an event outlives a rescan";
+
+  std::string status = root + "/sys/devices/pci0000:00/0000:9a:00.0/status";
+  std::ofstream(status) << "In reset\n";
+  s = (*registry)->Rescan();
+  EXPECT_EQ(ByModule(*s, 5).health_reason, "status: In reset");
+  std::ofstream(status) << "Operational\n";
+  s = (*registry)->Rescan();
+  EXPECT_EQ(ByModule(*s, 5).health, Health::kHealthy) << "reset and operational again";
+  EXPECT_EQ(s->ray.resources.at("HPU"), 8);
+  unsetenv("FAKE_HLML_FIXTURE");
+}
+
+TEST(GaudiPlugin, AnHlmlThatCannotStartLeavesSysfsHealth) {
+  setenv("FAKE_HLML_FIXTURE", Fixture("fake-hlml/driver-not-loaded.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {GaudiPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  options.config["gaudi"]["sysfs_root"] = Fixture("gaudi/hls2-failed/sys");
+  options.config["gaudi"]["hlml_library"] = RAYACCEL_FAKE_HLML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  auto s = (*registry)->snapshot();
+  EXPECT_EQ(StatusOf(*s, "gaudi").state, PluginStatus::State::kActive);
+  EXPECT_EQ(s->ray.resources.at("HPU"), 7);
+  EXPECT_EQ(AttributeOf(ByModule(*s, 0), "serial_number"), "");
+  options.config["gaudi"]["hlml_library"] = "/nonexistent/libhlml.so";
+  registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  EXPECT_EQ((*registry)->snapshot()->ray.resources.at("HPU"), 7);
+  unsetenv("FAKE_HLML_FIXTURE");
 }
 
 TEST(GaudiPlugin, ReachesTierTwo) {
