@@ -184,6 +184,12 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
         plugin::AddAttribute(sink, chip.index, "cores_per_chip",
                              static_cast<int64_t>(g->cores_per_chip));
       }
+      // The slice this chip belongs to (the tpu-slice domain carries no attributes of its own).
+      if (!self->slice.pod_type.empty()) {
+        plugin::AddAttribute(sink, chip.index, "slice_hosts",
+                             static_cast<int64_t>(PodHosts(self->slice.pod_type)));
+      }
+      plugin::AddAttribute(sink, chip.index, "slice_topology", self->slice.topology);
     }
     return RAYACCEL_STATUS_OK;
   });

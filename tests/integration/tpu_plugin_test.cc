@@ -109,6 +109,10 @@ TEST(TpuPlugin, ChipsCarryTheirPciFunctionAndTheHostIsAGridOfIciLinks) {
   }
   EXPECT_EQ(ici, 10u) << r.out;
   EXPECT_NE(r.out.find("tpu-slice  lite  0,1,2,3,4,5,6,7"), std::string::npos) << r.out;
+  testing::CommandResult json = Cli("discover", "v4-host", Gke("v4-32", "2x2x4", "3", "s"),
+                                    {"--config", "tpu.metadata=off", "--json"});
+  EXPECT_NE(json.out.find("\"slice_hosts\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"2x2x4\""), std::string::npos) << json.out;
 }
 
 TEST(TpuPlugin, PartialHostsGetRaysVisibleChipsAndBounds) {
