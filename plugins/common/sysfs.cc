@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -95,10 +96,13 @@ std::optional<uint32_t> ParseHexId(const std::string& text) {
   if (t.size() < 3 || t.size() > 10 || t[0] != '0' || (t[1] != 'x' && t[1] != 'X')) {
     return std::nullopt;
   }
-  char* end = nullptr;
-  unsigned long v = std::strtoul(t.c_str() + 2, &end, 16);
-  if (end == nullptr || *end != '\0') return std::nullopt;
-  return static_cast<uint32_t>(v);
+  uint32_t v = 0;
+  for (size_t i = 2; i < t.size(); ++i) {
+    int c = std::tolower(static_cast<unsigned char>(t[i]));
+    if (!std::isxdigit(c)) return std::nullopt;
+    v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return v;
 }
 
 std::optional<PciFunction> ReadPciFunction(const std::string& path) {

@@ -16,7 +16,8 @@ std::vector<std::string> AccelEntries(const std::string& dir) {
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (name.rfind("accel", 0) == 0 && name.size() > 5 &&
-        std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c); })) {
+        std::all_of(name.begin() + 5, name.end(),
+                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
       out.push_back(name);
     }
   }
@@ -90,6 +91,8 @@ Scan ScanHost(const std::string& sysfs_root) {
     a.fw_os_version = Line(dev + "/fw_os_ver");
     a.cpucp_version = Line(dev + "/cpucp_ver");
     a.max_power_mw = std::strtoull(Line(dev + "/max_power").c_str(), nullptr, 10);
+    a.resets = std::strtoull(Line(dev + "/hard_reset_cnt").c_str(), nullptr, 10) +
+               std::strtoull(Line(dev + "/soft_reset_cnt").c_str(), nullptr, 10);
     // The RDMA device of the accelerator's own ports is named after it: hbl_N for accelN.
     std::string nic = "hbl_" + name.substr(5);
     if (plugin::IsDirectory(sysfs_root + "/class/infiniband/" + nic)) a.scale_out_nic = nic;

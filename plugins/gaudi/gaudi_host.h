@@ -25,6 +25,7 @@ struct Accelerator {
   std::string cpucp_version;  // cpucp_ver
   std::string scale_out_nic;  // "hbl_3" when the RDMA device exists
   uint64_t max_power_mw = 0;  // max_power; 0 when not readable (a non-operational device)
+  uint64_t resets = 0;        // hard_reset_cnt + soft_reset_cnt: grows with every reset
 };
 
 struct Scan {

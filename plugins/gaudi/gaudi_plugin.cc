@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/plugin_util.h"
@@ -23,11 +24,12 @@ namespace rayaccel::gaudi {
 // libhlml.so, loaded at the first discovery. Optional: without it, health is the driver's
 // status file alone.
 struct Hlml {
-#define RAYACCEL_HLML_FUNCTIONS(X)                                                   \
-  X(hlml_init)                                                                       \
-  X(hlml_shutdown) X(hlml_device_get_count) X(hlml_device_get_handle_by_index)       \
-      X(hlml_device_get_pci_info) X(hlml_device_get_serial) X(hlml_event_set_create) \
-          X(hlml_event_set_free) X(hlml_device_register_events) X(hlml_event_set_wait)
+#define RAYACCEL_HLML_FUNCTIONS(X)                                                        \
+  X(hlml_init)                                                                            \
+  X(hlml_shutdown)                                                                        \
+  X(hlml_device_get_count) X(hlml_device_get_handle_by_index) X(hlml_device_get_pci_info) \
+      X(hlml_device_get_serial) X(hlml_event_set_create) X(hlml_event_set_free)           \
+          X(hlml_device_register_events) X(hlml_event_set_wait)
 #define RAYACCEL_HLML_MEMBER(f) decltype(&::f) f = nullptr;
   RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_MEMBER)
 #undef RAYACCEL_HLML_MEMBER
@@ -47,12 +49,14 @@ struct rayaccel_plugin_instance {
   std::mutex mu;  // guards everything below
   rayaccel::gaudi::Scan scan;
   bool hlml_tried = false;
+  bool hlml_failed_once = false;
   rayaccel::gaudi::Hlml hlml;
   // Faults HLML reported, by PCI bus id. One outlives rescans until the device is seen out of
   // operation (a reset) and operational again.
   struct Fault {
     std::string reason;
     bool reset_seen = false;
+    std::optional<uint64_t> resets;  // the device's reset count when the fault came
   };
   std::map<std::string, Fault> faults;
 };
@@ -132,11 +136,17 @@ void LoadHlml(rayaccel_plugin_instance* self) {
   RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_LOAD)
 #undef RAYACCEL_HLML_LOAD
   hlml_return_t rc = why.empty() ? h.hlml_init() : HLML_SUCCESS;
-  if (!why.empty() || rc != HLML_SUCCESS) {
-    plugin::Log(self->host, RAYACCEL_LOG_WARN,
-                why.empty() ? "hlml_init failed with HLML error " + std::to_string(rc) : why);
+  if (!why.empty() || (rc != HLML_SUCCESS && rc != HLML_ERROR_ALREADY_INITIALIZED)) {
+    if (!self->hlml_failed_once) {
+      plugin::Log(self->host, RAYACCEL_LOG_WARN,
+                  why.empty() ? "hlml_init failed with HLML error " + std::to_string(rc) +
+                                    "; trying again at each scan"
+                              : why);
+    }
+    self->hlml_failed_once = true;
     dlclose(h.handle);
     h = Hlml();
+    if (why.empty()) self->hlml_tried = false;  // the driver may come up later
     return;
   }
   h.initialized = true;
@@ -196,7 +206,11 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       if (fault != self->faults.end()) {
         // A fault HLML reported holds until the device has been out of operation (a reset)
         // and reads operational again.
-        if (!IsOperational(a.status)) fault->second.reset_seen = true;
+        // A reset shows as the device out of operation, or as a grown reset count.
+        if (!fault->second.resets) fault->second.resets = a.resets;
+        if (!IsOperational(a.status) || a.resets > *fault->second.resets) {
+          fault->second.reset_seen = true;
+        }
         if (fault->second.reset_seen && IsOperational(a.status)) {
           self->faults.erase(fault);
           fault = self->faults.end();
@@ -264,9 +278,15 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
           return plugin::Fail(error, RAYACCEL_STATUS_UNAVAILABLE, "hlml_event_set_create failed");
         }
         for (const auto& [device, bus] : h->bus_ids) {
-          h->hlml_device_register_events(
+          hlml_return_t rc = h->hlml_device_register_events(
               device, HLML_EVENT_CRITICAL_ERR | HLML_EVENT_ECC_DERR | HLML_EVENT_DRAM_ERR,
               h->events);
+          if (rc != HLML_SUCCESS) {
+            plugin::Log(self->host, RAYACCEL_LOG_WARN,
+                        "no HLML events for " + bus +
+                            ": hlml_device_register_events failed with HLML error " +
+                            std::to_string(rc));
+          }
         }
       }
       set = h->events;
@@ -280,11 +300,13 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     }
     std::lock_guard<std::mutex> lock(self->mu);
     auto bus = h->bus_ids.find(data.device);
-    if (bus == h->bus_ids.end()) return RAYACCEL_STATUS_TIMEOUT;  // not a device we know
+    if (bus == h->bus_ids.end()) return RAYACCEL_STATUS_TIMEOUT;  // not a device HLML listed
+    std::string reason = "HLML " + EventName(data.event_type);
+    // Kept by bus id whatever the last scan holds: the next scan applies it too.
+    self->faults[bus->second] = {reason, false, std::nullopt};
     for (const Accelerator& a : self->scan.accelerators) {
       if (a.pci.bus_id != bus->second) continue;
-      std::string reason = "HLML " + EventName(data.event_type);
-      self->faults[a.pci.bus_id] = {reason, false};
+      self->faults[bus->second].resets = a.resets;
       return args->sink->set_health(args->sink->host_context, a.module_id,
                                     RAYACCEL_HEALTH_UNHEALTHY, Str(reason));
     }

@@ -77,7 +77,10 @@ int ConnectBefore(const Url& url, Clock::time_point deadline, std::string* error
     pollfd p{fd, POLLOUT, 0};
     int soerr = 0;
     socklen_t len = sizeof(soerr);
-    if (poll(&p, 1, MillisLeft(deadline)) <= 0) {
+    int ready;
+    while ((ready = poll(&p, 1, MillisLeft(deadline))) < 0 && errno == EINTR) {
+    }
+    if (ready <= 0) {
       *error += ": timed out";
       close(fd);
       fd = -1;
@@ -89,6 +92,17 @@ int ConnectBefore(const Url& url, Clock::time_point deadline, std::string* error
   }
   freeaddrinfo(found);
   return fd;
+}
+
+// Whether `response` holds its headers and all the body its Content-Length announces.
+bool AnswerComplete(const std::string& response) {
+  size_t head_end = response.find("\r\n\r\n");
+  if (head_end == std::string::npos) return false;
+  std::string head = response.substr(0, head_end);
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t at = head.find("\r\ncontent-length:");
+  if (at == std::string::npos) return false;
+  return response.size() - head_end - 4 >= std::strtoull(head.c_str() + at + 17, nullptr, 10);
 }
 
 }  // namespace
@@ -104,7 +118,8 @@ MetadataAnswer GetMetadata(const std::string& base_url, const std::string& key,
   Clock::time_point deadline = Clock::now() + timeout;
   int fd = ConnectBefore(url, deadline, &answer.error);
   if (fd < 0) return answer;
-  std::string request = "GET " + url.path + key + " HTTP/1.0\r\nHost: " + url.host +
+  std::string host = url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
+  std::string request = "GET " + url.path + key + " HTTP/1.0\r\nHost: " + host +
                         "\r\nMetadata-Flavor: Google\r\nConnection: close\r\n\r\n";
   std::string response;
   size_t sent = 0;
@@ -112,7 +127,9 @@ MetadataAnswer GetMetadata(const std::string& base_url, const std::string& key,
   while (true) {
     pollfd p{fd, static_cast<short>(sent < request.size() ? POLLOUT : POLLIN), 0};
     int left = MillisLeft(deadline);
-    if (left == 0 || poll(&p, 1, left) <= 0) {
+    int ready = left == 0 ? 0 : poll(&p, 1, left);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
       timed_out = true;
       break;
     }
@@ -126,6 +143,7 @@ MetadataAnswer GetMetadata(const std::string& base_url, const std::string& key,
     ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
     if (n <= 0) break;  // the server closed: the answer is complete (or cut short)
     response.append(chunk, static_cast<size_t>(n));
+    if (AnswerComplete(response)) break;  // a server may keep the connection open
     if (response.size() > kMaxResponse) {
       close(fd);
       answer.error = "answer larger than 64 KiB";

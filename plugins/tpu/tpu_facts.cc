@@ -78,8 +78,8 @@ std::optional<std::string> NormalizePodType(const std::string& raw) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::regex kPrefix(R"(^tpu-?v?)");
   s = std::regex_replace(s, kPrefix, "v");
-  if (FindGeneration(PodGeneration(s)) == nullptr || PodSize(s) == 0) return std::nullopt;
-  return s;
+  if (PodSize(s) == 0) return std::nullopt;
+  return s;  // a generation Ray does not list yet is accepted, as Ray does
 }
 
 std::string PodGeneration(const std::string& pod_type) {
@@ -98,8 +98,9 @@ uint64_t PodSize(const std::string& pod_type) {
 }
 
 uint64_t PodChips(const std::string& pod_type) {
+  // Ray's DEFAULT_TPU_NUM_CORES_PER_CHIP (2) for a generation it does not single out.
   const Generation* g = FindGeneration(PodGeneration(pod_type));
-  return g == nullptr ? 0 : PodSize(pod_type) / g->cores_per_chip;
+  return PodSize(pod_type) / (g == nullptr ? 2 : g->cores_per_chip);
 }
 
 uint64_t TopologyChips(const std::string& topology) {

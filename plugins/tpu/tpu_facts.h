@@ -27,7 +27,7 @@ const Generation* FindGeneration(const std::string& name);
 const Generation* GenerationFromPciDevice(uint32_t pci_device_id);
 
 // Ray's pod type rule: "v4-16" and "tpu7x-8" match ^(v|tpu)\d+[a-zA-Z]*-\d+$ and normalise to
-// "v4-16" and "v7x-8"; anything else (or an unknown generation) is nullopt.
+// "v4-16" and "v7x-8"; anything else is nullopt. A generation Ray does not list passes too.
 std::optional<std::string> NormalizePodType(const std::string& raw);
 
 // "v4-16" -> "v4"; "v4-16" -> 16.

@@ -118,10 +118,14 @@ SliceIdentity ReadSliceIdentity(const EnvLookup& env, const MetadataLookup& meta
     std::optional<std::string> pod = NormalizePodType(raw_type);
     if (pod) {
       id.pod_type = *pod;
+      if (FindGeneration(PodGeneration(*pod)) == nullptr) {
+        id.problems.push_back("TPU generation " + PodGeneration(*pod) +
+                              " is not one this plugin knows; Ray's defaults apply");
+      }
     } else {
       id.problems.push_back("accelerator type '" + raw_type +
-                            "' is not a TPU pod type Ray knows (v2, v3, v4, v5p, v5litepod, "
-                            "v6e or v7x, as in v4-16)");
+                            "' is not a TPU pod type (Ray's ^(v|tpu)\\d+[a-zA-Z]*-\\d+$, as "
+                            "in v4-16)");
     }
   }
 

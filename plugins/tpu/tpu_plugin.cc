@@ -3,7 +3,7 @@
 //   dev_root             where device nodes live (default /dev)
 //   sysfs_root           where sysfs starts (default /sys)
 //   metadata_url         the GCE metadata attributes URL (default: GCE's own)
-//   metadata_timeout_ms  the longest one metadata request may take (default 500)
+//   metadata_timeout_ms  the longest one scan may spend asking the metadata server (500)
 //   metadata             "off" never asks the metadata server
 #include <algorithm>
 #include <chrono>
@@ -27,7 +27,7 @@ struct rayaccel_plugin_instance {
   std::mutex mu;                                    // guards everything below
   std::vector<rayaccel::tpu::Chip> chips;           // this scan's, plus vanished ones
   std::set<std::string> vanished;                   // nodes seen before and gone now
-  std::map<std::string, rayaccel::tpu::Chip> seen;  // every chip ever found, by node
+  std::map<std::string, rayaccel::tpu::Chip> seen;  // every chip ever found, by device id
   rayaccel::tpu::SliceIdentity slice;
 };
 
@@ -38,27 +38,35 @@ using plugin::Str;
 
 constexpr char kVersion[] = "1.0.0";
 
-// Metadata answers are asked once per process: the slice a host belongs to does not change
-// while it runs, and a host off GCE must not pay the timeout on every scan.
+// Metadata answers are kept for the life of the process when they are definite (200, 404):
+// the slice a host belongs to does not change while it runs. A server that gave no proper
+// answer (a host off GCE, a network not up yet) is asked again a minute later, not before, so
+// that scans do not pay the timeout over and over. `deadline` bounds one scan's asking.
 std::optional<std::string> CachedMetadata(const rayaccel_plugin_instance* self,
-                                          const std::string& key) {
+                                          const std::string& key,
+                                          std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
   static std::mutex mu;
-  static std::map<std::string, MetadataAnswer> cache;
-  static std::set<std::string> unusable;  // servers that gave no HTTP answer: not asked again
+  static std::map<std::string, MetadataAnswer> answers;
+  static std::map<std::string, Clock::time_point> resting;  // server -> not before
   std::string cache_key = self->metadata_url + key;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(cache_key);
-  if (it == cache.end()) {
-    if (unusable.count(self->metadata_url) > 0) return std::nullopt;
-    MetadataAnswer a = GetMetadata(self->metadata_url, key, self->metadata_timeout);
-    if (a.http_status == 0) unusable.insert(self->metadata_url);
-    if (!a.value) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO,
-                  "metadata " + key + ": " + a.error + " (" + self->metadata_url + ")");
-    }
-    it = cache.emplace(cache_key, std::move(a)).first;
+  if (auto it = answers.find(cache_key); it != answers.end()) return it->second.value;
+  auto rest = resting.find(self->metadata_url);
+  if (rest != resting.end() && Clock::now() < rest->second) return std::nullopt;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return std::nullopt;
+  MetadataAnswer a = GetMetadata(self->metadata_url, key, left);
+  if (!a.value) {
+    plugin::Log(self->host, RAYACCEL_LOG_INFO,
+                "metadata " + key + ": " + a.error + " (" + self->metadata_url + ")");
   }
-  return it->second.value;
+  if (a.http_status == 200 || a.http_status == 404) {
+    answers.emplace(cache_key, a);
+  } else if (a.http_status == 0) {
+    resting[self->metadata_url] = Clock::now() + std::chrono::minutes(1);
+  }
+  return a.value;
 }
 
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
@@ -97,6 +105,11 @@ rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugi
   return RAYACCEL_STATUS_OK;
 }
 
+// Stable across restarts and rebinding: the PCI bus id, else the device node's name.
+std::string ChipId(const Chip& chip) {
+  return "tpu-" + (chip.pci ? chip.pci->bus_id : chip.node.substr(chip.node.rfind('/') + 1));
+}
+
 const Generation* GenerationOf(const rayaccel_plugin_instance* self, const Chip& chip) {
   if (chip.pci) {
     if (const Generation* g = GenerationFromPciDevice(chip.pci->device)) return g;
@@ -113,14 +126,23 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     // A chip whose device node disappears stays listed, unhealthy, so that a scheduler sees
     // the loss instead of a smaller host.
     std::set<std::string> present;
+    std::set<uint32_t> present_index;
     for (const Chip& c : scan.chips) {
-      present.insert(c.node);
-      self->seen[c.node] = c;
+      present.insert(ChipId(c));
+      present_index.insert(c.index);
     }
+    // A chip found again under another node (its driver rebound to vfio, say), or one whose
+    // index is taken again, is not a vanished one.
+    for (auto it = self->seen.begin(); it != self->seen.end();) {
+      it = present_index.count(it->second.index) > 0 && present.count(it->first) == 0
+               ? self->seen.erase(it)
+               : std::next(it);
+    }
+    for (const Chip& c : scan.chips) self->seen[ChipId(c)] = c;
     self->vanished.clear();
-    for (const auto& [node, chip] : self->seen) {
-      if (present.count(node) == 0) {
-        self->vanished.insert(node);
+    for (const auto& [id, chip] : self->seen) {
+      if (present.count(id) == 0) {
+        self->vanished.insert(chip.node);
         scan.chips.push_back(chip);
       }
     }
@@ -137,9 +159,10 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
           const char* v = std::getenv(name);
           return v == nullptr ? std::nullopt : std::optional<std::string>(v);
         },
-        [self](const std::string& key) -> std::optional<std::string> {
+        [self, deadline = std::chrono::steady_clock::now() + self->metadata_timeout](
+            const std::string& key) -> std::optional<std::string> {
           if (!self->metadata) return std::nullopt;
-          return CachedMetadata(self, key);
+          return CachedMetadata(self, key, deadline);
         },
         present.size());
     for (const std::string& p : self->slice.problems) {
@@ -148,8 +171,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     for (const Chip& chip : self->chips) {
       const Generation* g = GenerationOf(self, chip);
       std::string name = g != nullptr ? g->marketing : "TPU";
-      std::string id =
-          "tpu-" + (chip.pci ? chip.pci->bus_id : chip.node.substr(chip.node.rfind('/') + 1));
+      std::string id = ChipId(chip);
       std::string type =
           self->slice.pod_type.empty() ? "" : RayAcceleratorType(self->slice.pod_type);
       std::string reason;

@@ -144,14 +144,17 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
     return it == ray.labels.end() ? "" : it->second;
   };
   if (ray.resources.count("TPU") > 0) {
-    // The slice name becomes a resource unless it would collide with one (e.g. "TPU").
+    // As Ray's get_current_node_additional_resources: both only when the slice name, the
+    // worker id and a valid pod type are all known. The slice name becomes a resource unless
+    // it would collide with one (e.g. "TPU").
     std::string slice = label("ray.io/tpu-slice-name");
-    if (!slice.empty() && !IsReservedRayResource(slice) && ray.resources.count(slice) == 0) {
-      ray.resources[slice] = 1;
-    }
+    std::string worker = label("ray.io/tpu-worker-id");
     std::string pod = NormalizeTpuPodType(label("ray.io/tpu-pod-type"));
-    if (!pod.empty() && label("ray.io/tpu-worker-id") == "0") {
-      ray.resources["TPU-" + pod + "-head"] = 1;
+    if (!slice.empty() && !worker.empty() && !pod.empty()) {
+      if (!IsReservedRayResource(slice) && ray.resources.count(slice) == 0) {
+        ray.resources[slice] = 1;
+      }
+      if (worker == "0") ray.resources["TPU-" + pod + "-head"] = 1;
     }
   }
   return out;
