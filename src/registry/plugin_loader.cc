@@ -19,6 +19,7 @@
 #include "registry/collector.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
+#include "transport/table.h"
 
 namespace rayaccel {
 namespace {
@@ -297,6 +298,13 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   if (!missing.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("NULL mandatory hook: ", absl::StrJoin(missing, ", ")));
+  }
+  // A 1.1 transport table is checked whole (a 1.0 one was experimental and is never used).
+  if ((t.capabilities & RAYACCEL_CAP_TRANSPORT) && negotiation.chosen_abi_minor >= 1) {
+    if (absl::Status ok = transport::CheckTransportTable(t.transport); !ok.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("RAYACCEL_CAP_TRANSPORT claimed, but ", ok.message()));
+    }
   }
   spdlog::info("plugin {} ({}): host speaks ABI {}.{}, plugin chose {}.{}", plugin->name_, path,
                kHostAbiMajor, kHostAbiMinor, negotiation.chosen_abi_major,

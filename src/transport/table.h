@@ -14,6 +14,10 @@ namespace rayaccel::transport {
 // had another shape), a table smaller than 1.1's, or a hook left NULL.
 absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin);
 
+// The same checks on a raw table (at least 1.1's size, no hook left NULL), for the loader,
+// which refuses a plugin that claims RAYACCEL_CAP_TRANSPORT with a table it cannot use.
+absl::Status CheckTransportTable(const rayaccel_transport_api* table);
+
 }  // namespace rayaccel::transport
 
 #endif  // RAYACCEL_TRANSPORT_TABLE_H_

@@ -16,26 +16,15 @@
 namespace rayaccel {
 namespace transport {
 
-absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin) {
-  const rayaccel_plugin_api& api = plugin.api();
-  if ((api.capabilities & RAYACCEL_CAP_TRANSPORT) == 0 || api.transport == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("plugin ", plugin.name(), " offers no transport (RAYACCEL_CAP_TRANSPORT)"));
-  }
-  if (plugin.chosen_minor() < 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "plugin ", plugin.name(),
-        " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.1"));
-  }
-  const rayaccel_transport_api* t = api.transport;
-  rayaccel_transport_api copy{};
+absl::Status CheckTransportTable(const rayaccel_transport_api* t) {
+  if (t == nullptr) return absl::InvalidArgumentError("no transport table");
   if (t->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plugin ", plugin.name(), ": transport table of ", t->struct_size,
-                     " bytes, smaller than ABI 1.1's ", sizeof(rayaccel_transport_api)));
+    return absl::InvalidArgumentError(absl::StrCat("transport table of ", t->struct_size,
+                                                   " bytes, smaller than ABI 1.1's ",
+                                                   sizeof(rayaccel_transport_api)));
   }
+  rayaccel_transport_api copy{};
   std::memcpy(&copy, t, std::min(t->struct_size, sizeof(copy)));
-  copy.struct_size = sizeof(copy);
   std::vector<std::string> missing;
 #define RAYACCEL_REQUIRE_HOOK(h) \
   if (copy.h == nullptr) missing.push_back(#h);
@@ -55,9 +44,29 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
   RAYACCEL_REQUIRE_HOOK(close)
 #undef RAYACCEL_REQUIRE_HOOK
   if (!missing.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plugin ", plugin.name(), ": transport hooks left NULL: ", absl::StrJoin(missing, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("transport hooks left NULL: ", absl::StrJoin(missing, ", ")));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin) {
+  const rayaccel_plugin_api& api = plugin.api();
+  if ((api.capabilities & RAYACCEL_CAP_TRANSPORT) == 0 || api.transport == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("plugin ", plugin.name(), " offers no transport (RAYACCEL_CAP_TRANSPORT)"));
+  }
+  if (plugin.chosen_minor() < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "plugin ", plugin.name(),
+        " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.1"));
+  }
+  if (absl::Status ok = CheckTransportTable(api.transport); !ok.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("plugin ", plugin.name(), ": ", ok.message()));
+  }
+  rayaccel_transport_api copy{};
+  std::memcpy(&copy, api.transport, std::min(api.transport->struct_size, sizeof(copy)));
+  copy.struct_size = sizeof(copy);
   return copy;
 }
 

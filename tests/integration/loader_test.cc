@@ -80,6 +80,9 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"null-discover", State::kRefused, "NULL mandatory hook: discover"},
         Refusal{"cap-without-hook", State::kRefused,
                 "wait_health_events (RAYACCEL_CAP_HEALTH_EVENTS claimed)"},
+        Refusal{"transport-null-hooks", State::kRefused,
+                "RAYACCEL_CAP_TRANSPORT claimed, but transport hooks left NULL: close_endpoint, "
+                "register_memory"},
         Refusal{"init-fails", State::kFailed, "initialize failed: vendor driver 1.2.3 is too old"},
         Refusal{"discover-fails", State::kFailed, "discover failed: NVML_ERROR_GPU_IS_LOST"},
         Refusal{"non-utf8-property", State::kFailed, "vendor is not UTF-8"},

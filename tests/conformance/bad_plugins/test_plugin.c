@@ -305,6 +305,17 @@ static rayaccel_status get_topology(rayaccel_plugin_instance *instance, const ra
   return sink->add_link(sink->host_context, &link);
 }
 
+#ifdef FAULT_TRANSPORT_NULL_HOOKS
+/* Claims the transport with a full-size table whose hooks are mostly missing. */
+static rayaccel_status no_endpoint(rayaccel_endpoint_args *args, rayaccel_error *error) {
+  (void)args;
+  return rayaccel_error_set(error, RAYACCEL_STATUS_UNSUPPORTED, "no transport here");
+}
+static const rayaccel_transport_api kTransport = {
+    sizeof(rayaccel_transport_api), no_endpoint, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL,                           NULL,        NULL, NULL, NULL, NULL, NULL};
+#endif
+
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
@@ -320,6 +331,8 @@ static const rayaccel_plugin_api kApi = {
     STR(PLUGIN_NAME),
 #ifdef FAULT_CAP_WITHOUT_HOOK
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
+#elif defined(FAULT_TRANSPORT_NULL_HOOKS)
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT,
 #else
     RAYACCEL_CAP_TOPOLOGY,
 #endif
@@ -337,7 +350,11 @@ static const rayaccel_plugin_api kApi = {
     NULL, /* wait_health_events */
     NULL, /* validate_quantity */
     NULL, /* prepare_allocation */
+#ifdef FAULT_TRANSPORT_NULL_HOOKS
+    &kTransport,
+#else
     NULL, /* transport */
+#endif
 };
 
 #ifndef FAULT_NO_ENTRY
