@@ -61,19 +61,28 @@ std::optional<Properties> ReadProperties(const std::string& path) {
   return props;
 }
 
-std::vector<uint32_t> NumberedEntries(const std::string& dir) {
-  std::vector<uint32_t> out;
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> out;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return out;
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<uint32_t> NumberedEntries(const std::string& dir) {
+  std::vector<uint32_t> out;
+  for (const std::string& name : Entries(dir)) {
     if (name.empty() || name.size() > 9 ||
         !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       continue;
     }
     out.push_back(static_cast<uint32_t>(std::strtoul(name.c_str(), nullptr, 10)));
   }
-  closedir(d);
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -30,6 +30,9 @@ struct Properties {
 };
 std::optional<Properties> ReadProperties(const std::string& path);
 
+// The names in a folder, sorted, without "." and ".."; empty when it cannot be read.
+std::vector<std::string> Entries(const std::string& dir);
+
 // The numeric entries of a folder ("0", "1", "12"), sorted numerically; empty when absent.
 std::vector<uint32_t> NumberedEntries(const std::string& dir);
 

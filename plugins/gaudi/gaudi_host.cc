@@ -1,7 +1,5 @@
 #include "gaudi/gaudi_host.h"
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -9,20 +7,16 @@
 namespace rayaccel::gaudi {
 namespace {
 
+// accel<N> entries of a folder, sorted.
 std::vector<std::string> AccelEntries(const std::string& dir) {
   std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
+  for (const std::string& name : plugin::Entries(dir)) {
     if (name.rfind("accel", 0) == 0 && name.size() > 5 &&
         std::all_of(name.begin() + 5, name.end(),
                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
       out.push_back(name);
     }
   }
-  closedir(d);
-  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -1,6 +1,5 @@
 #include "tpu/tpu_host.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -11,19 +10,6 @@
 
 namespace rayaccel::tpu {
 namespace {
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") out.push_back(name);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 bool AllDigits(const std::string& s) {
   return !s.empty() && s.size() <= 9 &&
@@ -44,7 +30,7 @@ std::string Lower(std::string s) {
 
 // The Google PCI function in an IOMMU group, or nullopt when it holds none.
 std::optional<plugin::PciFunction> GoogleFunctionIn(const std::string& group_dir) {
-  for (const std::string& name : Entries(group_dir + "/devices")) {
+  for (const std::string& name : plugin::Entries(group_dir + "/devices")) {
     std::optional<plugin::PciFunction> f = plugin::ReadPciFunction(group_dir + "/devices/" + name);
     if (f && f->vendor == kGooglePciVendor) return f;
   }
@@ -55,7 +41,7 @@ std::optional<plugin::PciFunction> GoogleFunctionIn(const std::string& group_dir
 
 ChipScan FindChips(const std::string& dev_root, const std::string& sysfs_root) {
   ChipScan scan;
-  for (const std::string& name : Entries(dev_root)) {
+  for (const std::string& name : plugin::Entries(dev_root)) {
     if (name.rfind("accel", 0) != 0 || plugin::IsDirectory(dev_root + "/" + name)) continue;
     Chip chip;
     chip.node = dev_root + "/" + name;
@@ -72,7 +58,7 @@ ChipScan FindChips(const std::string& dev_root, const std::string& sysfs_root) {
     return scan;
   }
   std::vector<uint32_t> groups;
-  for (const std::string& name : Entries(dev_root + "/vfio")) {
+  for (const std::string& name : plugin::Entries(dev_root + "/vfio")) {
     if (AllDigits(name)) groups.push_back(static_cast<uint32_t>(std::stoul(name)));
   }
   std::sort(groups.begin(), groups.end());
