@@ -47,13 +47,22 @@ absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path) {
   return config;
 }
 
-std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin) {
+std::vector<std::string> RayaccelEnvironment() {
+  std::vector<std::string> out;
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    if (absl::StartsWith(*env, "RAYACCEL_")) out.emplace_back(*env);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin,
+                                                     const std::vector<std::string>& environment) {
   std::string prefix = "RAYACCEL_";
   for (char c : plugin) prefix.push_back(c == '-' ? '_' : absl::ascii_toupper(c));
   prefix.push_back('_');
   std::map<std::string, std::string> out;
-  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
-    absl::string_view entry(*env);
+  for (const std::string& text : environment) {
+    absl::string_view entry(text);
     size_t eq = entry.find('=');
     if (eq == absl::string_view::npos || !absl::StartsWith(entry, prefix)) continue;
     std::string key = absl::AsciiStrToLower(entry.substr(prefix.size(), eq - prefix.size()));

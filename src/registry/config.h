@@ -21,10 +21,16 @@ absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* con
 // allowed. Errors name the file and line.
 absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path);
 
-// RAYACCEL_<PLUGIN>_<KEY>=value entries of the environment for `plugin` ('-' in the plugin
-// name reads as '_'); keys come back lower-case: RAYACCEL_SIM_SPEC -> {"spec": ...}. Empty
-// values are skipped.
-std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin);
+// The RAYACCEL_* entries of this process's environment, as they are now. The registry takes
+// this copy before any plugin code runs, so that no plugin's setenv or unsetenv can change
+// what another is configured with.
+std::vector<std::string> RayaccelEnvironment();
+
+// RAYACCEL_<PLUGIN>_<KEY>=value entries of `environment` for `plugin` ('-' in the plugin name
+// reads as '_'); keys come back lower-case: RAYACCEL_SIM_SPEC -> {"spec": ...}. Empty values
+// are skipped.
+std::map<std::string, std::string> EnvironmentConfig(const std::string& plugin,
+                                                     const std::vector<std::string>& environment);
 
 }  // namespace rayaccel
 

@@ -182,6 +182,7 @@ class Registry::Impl {
   }
 
   absl::Status Load() {
+    if (options_.use_environment) environment_ = RayaccelEnvironment();  // before plugin code
     PluginConfig file_config;
     if (!options_.config_file.empty()) {
       absl::StatusOr<PluginConfig> parsed = ReadConfigFile(options_.config_file);
@@ -544,7 +545,7 @@ class Registry::Impl {
     std::map<std::string, std::string> config;
     if (auto it = file_config.find(name); it != file_config.end()) config = it->second;
     if (options_.use_environment) {
-      for (auto& [k, v] : EnvironmentConfig(name)) config[k] = v;
+      for (auto& [k, v] : EnvironmentConfig(name, environment_)) config[k] = v;
     }
     if (auto it = options_.config.find(name); it != options_.config.end()) {
       for (auto& [k, v] : it->second) config[k] = v;
@@ -648,7 +649,8 @@ class Registry::Impl {
   }
 
   RegistryOptions options_;
-  std::unique_ptr<HostTopology> host_;  // guarded by plugins_mu_, like the two below
+  std::vector<std::string> environment_;  // RAYACCEL_* as it was before any plugin ran
+  std::unique_ptr<HostTopology> host_;    // guarded by plugins_mu_, like the two below
   bool host_attempted_ = false;
   std::string host_description_;
   mutable std::mutex plugins_mu_;    // one caller into the plugins at a time

@@ -103,6 +103,27 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Every plugin's RAYACCEL_<PLUGIN>_<KEY> configuration is taken before any plugin code runs:
+// a plugin that rewrites the environment in its initialize cannot change what the next one
+// is given.
+TEST(Loader, APluginCannotRewriteAnothersConfiguration) {
+  setenv("RAYACCEL_SIM_SPEC", Example("dgx-h100.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {TestPlugin("rewrites-environment"), SimPlugin()};
+  options.use_environment = true;  // what Load() turns off
+  options.host_topology = false;
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+  const char* now = std::getenv("RAYACCEL_SIM_SPEC");
+  EXPECT_STREQ(now, "/nonexistent/spec.json") << "the plugin did rewrite it";
+  EXPECT_NE(StatusOf(*snap, "sim").state, PluginStatus::State::kFailed)
+      << StatusOf(*snap, "sim").message;
+  EXPECT_EQ(StatusOf(*snap, "sim").device_count, 8u)
+      << "sim got the spec set before any plugin ran";
+  unsetenv("RAYACCEL_SIM_SPEC");
+}
+
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {
   RegistryOptions options;
   options.config["sim"]["spec"] = Example("tpu-v4-host.json");

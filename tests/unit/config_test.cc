@@ -37,9 +37,13 @@ TEST(Config, Environment) {
   setenv("RAYACCEL_SIM_SPEC", "/tmp/x.json", 1);
   setenv("RAYACCEL_MY_PLUGIN_SOME_KEY", "v", 1);
   setenv("RAYACCEL_SIMX_SPEC", "no", 1);
-  EXPECT_EQ(EnvironmentConfig("sim"),
+  std::vector<std::string> env = RayaccelEnvironment();
+  EXPECT_EQ(EnvironmentConfig("sim", env),
             (std::map<std::string, std::string>{{"spec", "/tmp/x.json"}}));
-  EXPECT_EQ(EnvironmentConfig("my-plugin")["some_key"], "v");
+  EXPECT_EQ(EnvironmentConfig("my-plugin", env)["some_key"], "v");
+  // A copy: later changes to the environment do not reach it.
+  setenv("RAYACCEL_SIM_SPEC", "/elsewhere.json", 1);
+  EXPECT_EQ(EnvironmentConfig("sim", env)["spec"], "/tmp/x.json");
   unsetenv("RAYACCEL_SIM_SPEC");
   unsetenv("RAYACCEL_MY_PLUGIN_SOME_KEY");
   unsetenv("RAYACCEL_SIMX_SPEC");

@@ -4,6 +4,9 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
+#ifdef FAULT_REWRITES_ENVIRONMENT
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +53,11 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
     char *lost = malloc(256 * 1024);
     if (lost != NULL) memset(lost, 1, 256 * 1024);
   }
+#endif
+#ifdef FAULT_REWRITES_ENVIRONMENT
+  /* Points the next plugin's configuration elsewhere, and removes another's. */
+  setenv("RAYACCEL_SIM_SPEC", "/nonexistent/spec.json", 1);
+  unsetenv("RAYACCEL_SIM_FLAVOUR");
 #endif
 #ifdef FAULT_INIT_FAILS
   (void)args;
