@@ -183,7 +183,7 @@ absl::Status CheckPermissions(const std::string& path) {
 absl::Status FromPluginStatus(rayaccel_status code, const char* message, const std::string& what) {
   std::string text =
       (message != nullptr && message[0] != '\0' && IsValidUtf8(absl::string_view(message)))
-          ? std::string(message)
+          ? EscapeControl(message)
           : std::string("(no message)");
   std::string full = absl::StrCat(what, ": ", text);
   switch (code) {
@@ -316,7 +316,7 @@ void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level, rayacce
   auto* self = static_cast<LoadedPlugin*>(host_context);
   absl::string_view text(message.data != nullptr ? message.data : "",
                          message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
-  std::string line = IsValidUtf8(text) ? std::string(text) : std::string("<non-UTF-8 message>");
+  std::string line = IsValidUtf8(text) ? EscapeControl(text) : std::string("<non-UTF-8 message>");
   if (absl::StartsWith(line, "0 devices")) {
     std::lock_guard<std::mutex> lock(self->log_mu_);
     self->zero_devices_reason_ = line;

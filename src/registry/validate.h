@@ -25,6 +25,11 @@ inline constexpr uint64_t kMaxLinkBandwidthMbps = 100'000'000;
 
 bool IsValidUtf8(absl::string_view text);
 
+// Plugin text made safe for a terminal and a log line: control characters (C0, DEL and the
+// C1 range, which terminals also obey) become visible escapes (\n, \r, \t, \x1b, \u009b),
+// so no plugin can colour, clear or forge lines of what an operator reads.
+std::string EscapeControl(absl::string_view text);
+
 // Bounded, valid UTF-8, no control characters. `what` names the field in the error.
 absl::Status CheckText(absl::string_view text, absl::string_view what);
 

@@ -85,6 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "register_memory"},
         Refusal{"init-fails", State::kFailed, "initialize failed: vendor driver 1.2.3 is too old"},
         Refusal{"discover-fails", State::kFailed, "discover failed: NVML_ERROR_GPU_IS_LOST"},
+        Refusal{"control-chars", State::kFailed,
+                "discover failed: line one\\nline two \\x1b[31mred\\u009b2J"},
         Refusal{"non-utf8-property", State::kFailed, "vendor is not UTF-8"},
         Refusal{"bad-resource-name", State::kFailed, "is not a Ray resource name"},
         Refusal{"absurd-count", State::kFailed, "more than 4096 devices reported"},
@@ -122,6 +124,27 @@ TEST(Loader, APluginCannotRewriteAnothersConfiguration) {
   EXPECT_EQ(StatusOf(*snap, "sim").device_count, 8u)
       << "sim got the spec set before any plugin ran";
   unsetenv("RAYACCEL_SIM_SPEC");
+}
+
+// A plugin's text cannot clear the operator's screen or forge log lines: control characters
+// arrive escaped in the table, in JSON, and in the log.
+TEST(Loader, PluginTextReachesTheTerminalEscaped) {
+  for (const char* mode : {"none", "process"}) {
+    testing::CommandResult r =
+        testing::Run({RAYACCEL_CLI, "plugins", "--plugin", TestPlugin("control-chars"),
+                      "--isolation", mode, "--log-level", "info"});
+    EXPECT_EQ(r.exit_code, 0) << mode;
+    for (const std::string* text : {&r.out, &r.err}) {
+      EXPECT_EQ(text->find('\x1b'), std::string::npos) << mode << ": " << *text;
+      EXPECT_EQ(text->find('\r'), std::string::npos) << mode << ": " << *text;
+      EXPECT_EQ(text->find("\xc2\x9b"), std::string::npos) << mode << ": " << *text;
+    }
+    EXPECT_NE(r.out.find("line one\\nline two \\x1b[31mred"), std::string::npos) << r.out;
+    if (std::string(mode) == "none") {
+      EXPECT_NE(r.err.find("\\x1b[2J\\r[error] plugin sim failed: forged\\n"), std::string::npos)
+          << r.err;
+    }
+  }
 }
 
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {

@@ -23,6 +23,7 @@
 
 struct rayaccel_plugin_instance {
   int initialized;
+  const rayaccel_host_api *host;
   char marker[256]; /* FAULT_CRASH_ONCE: crash in discover unless this file exists */
 };
 
@@ -66,6 +67,7 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
   struct rayaccel_plugin_instance *self = calloc(1, sizeof(*self));
   if (self == NULL) return rayaccel_error_set(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "oom");
   self->initialized = 1;
+  self->host = args->host;
   {
     size_t i;
     for (i = 0; i < args->config_count; ++i) {
@@ -239,6 +241,21 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   (void)sink;
   (void)add_gpu;
   return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "NVML_ERROR_GPU_IS_LOST on GPU 1");
+#elif defined(FAULT_CONTROL_CHARS)
+  /* Tries to clear the operator's screen and forge a log line, then fails the same way. */
+  {
+    static const char forged[] = "\x1b[2J\r[error] plugin sim failed: forged\n";
+    rayaccel_string text;
+    text.data = forged;
+    text.size = sizeof(forged) - 1;
+    if (instance->host != NULL && instance->host->log != NULL) {
+      instance->host->log(instance->host->host_context, RAYACCEL_LOG_WARN, text);
+    }
+  }
+  (void)sink;
+  (void)add_gpu;
+  return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL,
+                            "line one\nline two \x1b[31mred\xc2\x9b" "2J");
 #else
   add_gpu(sink, 0, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
 #if defined(FAULT_DUPLICATE_ID)
