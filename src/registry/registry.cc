@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,19 @@ struct Slot {
   std::string crash;          // the last cause
 };
 
+// Whether `plugin`'s devices read the same in both snapshots (ids, health and reasons): what
+// a health event is about.
+bool SameDevices(const NodeSnapshot& a, const NodeSnapshot& b, const std::string& plugin) {
+  auto view = [&](const NodeSnapshot& s) {
+    std::vector<std::tuple<std::string, Health, std::string>> out;
+    for (const Device& d : s.devices) {
+      if (d.plugin == plugin) out.emplace_back(d.id, d.health, d.health_reason);
+    }
+    return out;
+  };
+  return view(a) == view(b);
+}
+
 void AppendMessage(std::string* message, const std::string& text) {
   if (text.empty()) return;
   if (!message->empty()) message->append("; ");
@@ -129,6 +143,10 @@ class Registry::Impl {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
           }
         };
+        // A plugin that answers "changed" while nothing changes would drive a rescan storm:
+        // each such answer doubles a pause before the next wait (10 ms up to 1 s); a real
+        // change clears it.
+        std::chrono::milliseconds spurious_pause{0};
         while (!stopping_) {
           std::shared_ptr<PluginHandle> plugin;
           {
@@ -151,7 +169,21 @@ class Registry::Impl {
               Rescan();
             } else if (st.ok()) {
               spdlog::info("plugin {}: health changed; rescanning", name);
-              Rescan();
+              std::shared_ptr<const NodeSnapshot> before = snapshot();
+              std::shared_ptr<const NodeSnapshot> after = Rescan();
+              if (SameDevices(*before, *after, name)) {
+                spurious_pause =
+                    std::min(std::chrono::milliseconds(1000),
+                             std::max(std::chrono::milliseconds(10), 2 * spurious_pause));
+                spdlog::debug("plugin {}: reported a change, but nothing changed", name);
+                for (auto waited = std::chrono::milliseconds(0);
+                     waited < spurious_pause && !stopping_;
+                     waited += std::chrono::milliseconds(10)) {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                }
+              } else {
+                spurious_pause = std::chrono::milliseconds(0);
+              }
             } else if (st.code() == absl::StatusCode::kUnimplemented) {
               spdlog::info("plugin {}: no health events: {}", name, std::string(st.message()));
               break;

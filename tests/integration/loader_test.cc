@@ -3,6 +3,9 @@
 // host and the other plugins carry on.
 #include <sys/stat.h>
 
+#include <chrono>
+#include <thread>
+
 #include "gtest/gtest.h"
 #include "rayaccel/registry.h"
 #include "support/test_support.h"
@@ -145,6 +148,23 @@ TEST(Loader, PluginTextReachesTheTerminalEscaped) {
           << r.err;
     }
   }
+}
+
+// A health watch that answers "changed" at once while nothing changes does not become a
+// rescan storm: each empty answer doubles a pause, up to a second.
+TEST(Loader, ABusyHealthWatchIsNotARescanStorm) {
+  RegistryOptions options;
+  options.plugins = {TestPlugin("busy-health")};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.watch_health = true;
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  uint64_t first = (*registry)->snapshot()->generation;
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  uint64_t rescans = (*registry)->snapshot()->generation - first;
+  EXPECT_GE(rescans, 1u) << "the watch runs";
+  EXPECT_LE(rescans, 20u) << "10, 20, 40 ... 1000 ms apart: about 8 in two seconds";
 }
 
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {

@@ -341,6 +341,17 @@ static const rayaccel_transport_api kTransport = {
     NULL,                           NULL,        NULL, NULL, NULL, NULL, NULL};
 #endif
 
+#ifdef FAULT_BUSY_HEALTH
+/* Claims a health change at once, every time, and reports none. */
+static rayaccel_status busy_health(rayaccel_plugin_instance *instance,
+                                   rayaccel_health_wait_args *args, rayaccel_error *error) {
+  (void)instance;
+  (void)args;
+  (void)error;
+  return RAYACCEL_STATUS_OK;
+}
+#endif
+
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
@@ -358,6 +369,8 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_TRANSPORT_NULL_HOOKS)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT,
+#elif defined(FAULT_BUSY_HEALTH)
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #else
     RAYACCEL_CAP_TOPOLOGY,
 #endif
@@ -372,7 +385,11 @@ static const rayaccel_plugin_api kApi = {
     get_labels,
     get_topology,
     NULL, /* get_health */
+#ifdef FAULT_BUSY_HEALTH
+    busy_health,
+#else
     NULL, /* wait_health_events */
+#endif
     NULL, /* validate_quantity */
     NULL, /* prepare_allocation */
 #ifdef FAULT_TRANSPORT_NULL_HOOKS
