@@ -74,6 +74,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     return Outcome::Fail(absl::StrCat("suite: fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
+    setpgid(0, 0);  // a group of its own: a plugin signalling its group reaches only the check
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
     close(result_pipe[0]);
@@ -94,6 +95,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     WriteAll(result_pipe[1], tag + o.message);
     _exit(0);
   }
+  setpgid(pid, pid);
   close(result_pipe[1]);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -127,7 +129,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
       }
     }
   }
-  if (timed_out) kill(pid, SIGKILL);
+  if (timed_out) kill(-pid, SIGKILL);
   for (pollfd& f : fds) {
     if (f.fd >= 0) close(f.fd);
   }
@@ -136,12 +138,15 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   while (waitpid(pid, &status, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() >= deadline) {
       timed_out = true;
-      kill(pid, SIGKILL);
+      kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       break;
     }
     usleep(2000);
   }
+  // Helpers the plugin started outlive nothing: the rest of the check's group goes too. (The
+  // group outlives its leader while members remain, so this is safe after the wait.)
+  kill(-pid, SIGKILL);
   if (timed_out) {
     return Outcome::Fail(
         absl::StrCat("hung: no answer within ", options.timeout_seconds, " s (killed)"));

@@ -61,6 +61,13 @@ void ReapLeftovers() {
                    g_unreaped.end());
 }
 
+// Kills a plugin host and everything it started (its process group), before it is reaped, so
+// the group id cannot have been reused.
+void KillGroup(pid_t pid) {
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);  // in case the child had not yet made its group
+}
+
 // Waits up to a second for a killed child; leaves it for later rather than hang the registry.
 bool Reap(pid_t pid, int* status) {
   for (int i = 0; i < 1000; ++i) {
@@ -92,8 +99,10 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
   }
   if (pid == 0) {
-    // The child: the protocol on fd 3, nothing else inherited, stdin from /dev/null, dies
-    // with the registry, bounded memory, then exec.
+    // The child: a process group of its own (a plugin that signals "its" group, or spawns
+    // helpers, reaches only this one), the protocol on fd 3, nothing else inherited, stdin
+    // from /dev/null, dies with the registry, bounded memory, then exec.
+    setpgid(0, 0);
     if (sv[1] == 3) {
       fcntl(3, F_SETFD, 0);
     } else {
@@ -112,6 +121,7 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
           static_cast<char*>(nullptr));
     _exit(127);
   }
+  setpgid(pid, pid);  // as the child does: whichever runs first, the group exists
   close(sv[1]);
   std::unique_ptr<RemotePlugin> p(new RemotePlugin());
   p->options_ = options;
@@ -136,7 +146,7 @@ RemotePlugin::~RemotePlugin() {
     (void)Call(Done(w), "shutdown");
   }
   if (pid_ > 0) {
-    kill(pid_, SIGKILL);
+    KillGroup(pid_);
     int status = 0;
     Reap(pid_, &status);
   }
@@ -159,7 +169,7 @@ absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const
   }
   // The host is dead, silent or confused: end it and say why.
   bool timed_out = frame.status().code() == absl::StatusCode::kDeadlineExceeded;
-  kill(pid_, SIGKILL);
+  KillGroup(pid_);
   int status = 0;
   bool reaped = Reap(pid_, &status);
   pid_ = -1;

@@ -107,6 +107,33 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// A plugin that signals its process group reaches only its own plugin host, or its own
+// conformance check: both run in groups of their own. (setsid keeps this test's own group out
+// of reach should that ever break.)
+TEST(Isolation, APluginSignallingItsGroupCostsOnlyItself) {
+  testing::CommandResult r = testing::Run(
+      {"/usr/bin/setsid", "-w", RAYACCEL_CLI, "plugins", "--isolation", "process", "--plugin",
+       testing::TestPlugin("kills-group"), "--plugin", testing::SimPlugin(), "--config",
+       "sim.spec=" + testing::Example("dgx-h100.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto line_of = [&](const std::string& name) {
+    size_t at = r.out.find("\n" + name + " ");
+    return at == std::string::npos ? std::string()
+                                   : r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_NE(line_of("sim").find("active  1.1  8"), std::string::npos) << r.out;
+  EXPECT_NE(line_of("kills-group").find("crashed with signal 15 (Terminated) during discover"),
+            std::string::npos)
+      << r.out;
+
+  testing::CommandResult suite =
+      testing::Run({"/usr/bin/setsid", "-w", RAYACCEL_CONFORMANCE,
+                    testing::TestPlugin("kills-group"), "--timeout", "5"});
+  EXPECT_EQ(suite.exit_code, 1) << suite.err;  // it fails its checks, and the suite reports
+  EXPECT_NE(suite.out.find("Tier reached"), std::string::npos) << suite.out;
+  EXPECT_NE(suite.out.find("discovery.answers_valid"), std::string::npos) << suite.out;
+}
+
 TEST(Isolation, ACrashedPluginIsRestarted) {
   std::string dir = testing::MakeTempDir("crash-once");
   RegistryOptions options = Isolated({TestPlugin("crash-once")});

@@ -4,8 +4,8 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
-#ifdef FAULT_REWRITES_ENVIRONMENT
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+#if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP)
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill */
 #endif
 #include <signal.h>
 #include <stdio.h>
@@ -145,6 +145,9 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   (void)error;
 #ifdef FAULT_SEGFAULT
   raise(SIGSEGV); /* what a wild pointer does, without undefined behaviour here */
+#endif
+#ifdef FAULT_KILLS_GROUP
+  kill(0, SIGTERM); /* every process of "its" group: the host's, were the host careless */
 #endif
 #ifdef FAULT_CRASH_ONCE
   {
