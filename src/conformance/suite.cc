@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -105,14 +106,29 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_seconds);
   int open_fds = 3;
   bool timed_out = false;
+  bool held_open = false;  // the check ended, but a process it left keeps its output open
+  std::optional<std::chrono::steady_clock::time_point> exited_at;
   while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    auto now = std::chrono::steady_clock::now();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (left.count() <= 0) {
       timed_out = true;
       break;
     }
-    if (poll(fds, 3, static_cast<int>(left.count())) < 0 && errno != EINTR) {
+    // Notice the check's own exit (without reaping it, so its group id stays ours): output
+    // still open 200 ms later belongs to something it left running.
+    siginfo_t info{};
+    if (!exited_at &&
+        waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pid) {
+      exited_at = now;
+    }
+    if (exited_at && now - *exited_at > std::chrono::milliseconds(200)) {
+      held_open = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (poll(fds, 3, static_cast<int>(std::min<int64_t>(left.count(), 50))) < 0 && errno != EINTR) {
       timed_out = true;  // cannot watch the child any more: treat as hung
       break;
     }
@@ -150,6 +166,11 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   if (timed_out) {
     return Outcome::Fail(
         absl::StrCat("hung: no answer within ", options.timeout_seconds, " s (killed)"));
+  }
+  if (held_open) {
+    return Outcome::Fail(
+        "left a process running that holds the check's stdout or stderr open (killed): a "
+        "plugin must not leave helpers or daemons behind");
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);

@@ -134,6 +134,19 @@ TEST(Isolation, APluginSignallingItsGroupCostsOnlyItself) {
   EXPECT_NE(suite.out.find("discovery.answers_valid"), std::string::npos) << suite.out;
 }
 
+// A helper a plugin leaves running keeps the check's output open: the suite says so, names
+// no hang, and kills it with the check's group.
+TEST(Isolation, AHelperLeftRunningIsNamedNotHung) {
+  testing::CommandResult suite =
+      testing::Run({"/usr/bin/setsid", "-w", RAYACCEL_CONFORMANCE,
+                    testing::TestPlugin("spawns-helper"), "--timeout", "20"});
+  EXPECT_EQ(suite.exit_code, 1) << suite.err;
+  EXPECT_NE(suite.out.find("left a process running that holds the check's stdout or stderr"),
+            std::string::npos)
+      << suite.out;
+  EXPECT_EQ(suite.out.find("hung:"), std::string::npos) << suite.out;
+}
+
 TEST(Isolation, ACrashedPluginIsRestarted) {
   std::string dir = testing::MakeTempDir("crash-once");
   RegistryOptions options = Isolated({TestPlugin("crash-once")});

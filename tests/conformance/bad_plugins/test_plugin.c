@@ -4,8 +4,10 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
-#if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP)
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill */
+#if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
+    defined(FAULT_SPAWNS_HELPER)
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork */
+#include <unistd.h>
 #endif
 #include <signal.h>
 #include <stdio.h>
@@ -148,6 +150,13 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
 #endif
 #ifdef FAULT_KILLS_GROUP
   kill(0, SIGTERM); /* every process of "its" group: the host's, were the host careless */
+#endif
+#ifdef FAULT_SPAWNS_HELPER
+  /* A helper daemon that outlives the call, holding every descriptor it inherited. */
+  if (fork() == 0) {
+    sleep(60);
+    _exit(0);
+  }
 #endif
 #ifdef FAULT_CRASH_ONCE
   {
