@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "conformance/elf_symbols.h"
 #include "ray/accelerator_type.h"
+#include "ray/ray_mapping.h"
 #include "rayaccel/transport.h"
 #include "registry/collector.h"
 #include "registry/plugin_loader.h"
@@ -399,6 +400,25 @@ Outcome Table(const Options& o) {
     Loaded l = Load(o, /*initialize=*/false);  // Open checks size, major, name, hooks, caps
     return l.plugin == nullptr ? Outcome::Fail(l.error)
                                : Outcome::Pass(absl::StrCat("plugin \"", l.plugin->name(), "\""));
+  });
+}
+
+// The resource the plugin's devices count toward must be a name Ray takes, and not one of
+// Ray's own (CPU, memory, ...): the registry refuses both, so a plugin that passed here would
+// fail on every node.
+Outcome ResourceName(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    absl::StatusOr<PluginProperties> props = p.GetProperties();
+    if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
+    const std::string& r = props->resource_name;
+    if (!IsResourceName(r)) {
+      return Outcome::Fail(absl::StrCat("resource name \"", r,
+                                        "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
+    }
+    if (IsReservedRayResource(r)) {
+      return Outcome::Fail(absl::StrCat("resource name \"", r, "\" is one of Ray's own resources"));
+    }
+    return Outcome::Pass(r);
   });
 }
 
@@ -910,6 +930,9 @@ const std::vector<Check>& AllChecks() {
        "the table is at least 1.0-sized, names itself, has every required hook and every hook "
        "its capabilities claim",
        false, Table},
+      {"identity.resource_name", 1,
+       "the Ray resource is a name Ray takes and not one of Ray's own (CPU, memory, ...)", false,
+       ResourceName},
       {"lifecycle.repeated", 1, "initialize/shutdown work three times in a row", false,
        LifecycleRepeated},
       {"lifecycle.two_instances", 1, "two instances of one library coexist", false, TwoInstances},

@@ -47,6 +47,14 @@ bool IsReservedRayResource(const std::string& name) {
   return kNames.count(name) > 0;
 }
 
+bool IsResourceName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':';
+  });
+}
+
 RayMapping MapToRay(const NodeSnapshot& snapshot) {
   RayMapping out;
   RayView& ray = out.view;

@@ -19,6 +19,10 @@ bool IsRayDefinedLabelKey(const std::string& key);
 // a plugin's resource name may not be one of them.
 bool IsReservedRayResource(const std::string& name);
 
+// Ray resource names as `ray start --resources` and the raylet's static resource list take
+// them: [A-Za-z0-9_.:-], 1 to 64 characters (no commas, the list separator; no spaces).
+bool IsResourceName(const std::string& name);
+
 // The rayaccel label namespace for everything Ray does not define.
 inline constexpr char kRayaccelLabelPrefix[] = "rayaccel.io/";
 

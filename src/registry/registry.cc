@@ -75,16 +75,6 @@ const char* PluginStateName(PluginStatus::State state) {
 
 namespace {
 
-// Ray resource names as `ray start --resources` and the raylet's static resource list take
-// them: no commas (the list separator), no spaces.
-bool IsResourceName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == ':';
-  });
-}
-
 // A plugin slot: the loaded plugin (null when refused) and its status.
 struct Slot {
   // Shared with the slot's health watch, which keeps a handle alive through a restart.

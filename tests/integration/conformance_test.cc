@@ -99,6 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"wrong-major", "abi.negotiation", "a 1.0 host must get ABI 1.0"},
         Expectation{"small-table", "abi.table", "smaller than the smallest 1.0 table"},
         Expectation{"null-discover", "abi.table", "NULL mandatory hook: discover"},
+        Expectation{"bad-resource-name", "identity.resource_name",
+                    "resource name \"GPU, CPU\" is not a Ray resource name"},
         Expectation{"duplicate-id", "discovery.answers_valid", "duplicate id"},
         Expectation{"bad-label", "labels.valid", "bad key with spaces"},
         Expectation{"link-out-of-range", "topology.valid", "endpoint is not a reported device"},
