@@ -301,9 +301,9 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   }
   // A 1.1 transport table is checked whole (a 1.0 one was experimental and is never used).
   if ((t.capabilities & RAYACCEL_CAP_TRANSPORT) && negotiation.chosen_abi_minor >= 1) {
-    if (absl::Status ok = transport::CheckTransportTable(t.transport); !ok.ok()) {
+    if (auto table = transport::CheckTransportTable(t.transport); !table.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("RAYACCEL_CAP_TRANSPORT claimed, but ", ok.message()));
+          absl::StrCat("RAYACCEL_CAP_TRANSPORT claimed, but ", table.status().message()));
     }
   }
   spdlog::info("plugin {} ({}): host speaks ABI {}.{}, plugin chose {}.{}", plugin->name_, path,

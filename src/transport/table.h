@@ -14,9 +14,10 @@ namespace rayaccel::transport {
 // had another shape), a table smaller than 1.1's, or a hook left NULL.
 absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin);
 
-// The same checks on a raw table (at least 1.1's size, no hook left NULL), for the loader,
-// which refuses a plugin that claims RAYACCEL_CAP_TRANSPORT with a table it cannot use.
-absl::Status CheckTransportTable(const rayaccel_transport_api* table);
+// The same checks on a raw table (at least 1.1's size, no hook left NULL), and its zero-padded
+// copy; the loader uses them to refuse a plugin that claims RAYACCEL_CAP_TRANSPORT with a table
+// it cannot use.
+absl::StatusOr<rayaccel_transport_api> CheckTransportTable(const rayaccel_transport_api* table);
 
 }  // namespace rayaccel::transport
 

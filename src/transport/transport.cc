@@ -16,7 +16,7 @@
 namespace rayaccel {
 namespace transport {
 
-absl::Status CheckTransportTable(const rayaccel_transport_api* t) {
+absl::StatusOr<rayaccel_transport_api> CheckTransportTable(const rayaccel_transport_api* t) {
   if (t == nullptr) return absl::InvalidArgumentError("no transport table");
   if (t->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close)) {
     return absl::InvalidArgumentError(absl::StrCat("transport table of ", t->struct_size,
@@ -25,6 +25,7 @@ absl::Status CheckTransportTable(const rayaccel_transport_api* t) {
   }
   rayaccel_transport_api copy{};
   std::memcpy(&copy, t, std::min(t->struct_size, sizeof(copy)));
+  copy.struct_size = sizeof(copy);
   std::vector<std::string> missing;
 #define RAYACCEL_REQUIRE_HOOK(h) \
   if (copy.h == nullptr) missing.push_back(#h);
@@ -47,7 +48,7 @@ absl::Status CheckTransportTable(const rayaccel_transport_api* t) {
     return absl::InvalidArgumentError(
         absl::StrCat("transport hooks left NULL: ", absl::StrJoin(missing, ", ")));
   }
-  return absl::OkStatus();
+  return copy;
 }
 
 absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin) {
@@ -61,13 +62,12 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
         "plugin ", plugin.name(),
         " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.1"));
   }
-  if (absl::Status ok = CheckTransportTable(api.transport); !ok.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("plugin ", plugin.name(), ": ", ok.message()));
+  absl::StatusOr<rayaccel_transport_api> table = CheckTransportTable(api.transport);
+  if (!table.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plugin ", plugin.name(), ": ", table.status().message()));
   }
-  rayaccel_transport_api copy{};
-  std::memcpy(&copy, api.transport, std::min(api.transport->struct_size, sizeof(copy)));
-  copy.struct_size = sizeof(copy);
-  return copy;
+  return table;
 }
 
 }  // namespace transport
