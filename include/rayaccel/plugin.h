@@ -68,13 +68,23 @@ extern "C" {
 #define RAYACCEL_PLUGIN_EXPORT __attribute__((visibility("default")))
 #endif
 
+/* An enum whose values cross the ABI. In C++ it gets a fixed 32-bit underlying type, so that a
+ * value outside the enumerators (a newer peer's, or a broken one's) is representable until it
+ * is checked; without one, even loading such a value is undefined in C++. The layout is that
+ * of the C enum (every value is non-negative: an unsigned int). Since 1.1. */
+#if defined(__cplusplus)
+#define RAYACCEL_ENUM(name) enum name : uint32_t
+#else
+#define RAYACCEL_ENUM(name) enum name
+#endif
+
 /* ---------------------------------------------------------------------------------------- */
 /* Status and errors                                                                        */
 /* ---------------------------------------------------------------------------------------- */
 
 /* Pinned values: never renumbered. New codes may be added in a minor version; a host treats
  * an unknown code as RAYACCEL_STATUS_INTERNAL. */
-typedef enum rayaccel_status {
+typedef RAYACCEL_ENUM(rayaccel_status) {
   RAYACCEL_STATUS_OK = 0,
   RAYACCEL_STATUS_INVALID_ARGUMENT = 1,    /* the caller passed something malformed */
   RAYACCEL_STATUS_NOT_FOUND = 2,           /* a named device, key or peer does not exist */
@@ -127,7 +137,7 @@ typedef struct rayaccel_string {
 /* Opaque plugin instance, created by `initialize`, destroyed by `shutdown`. */
 typedef struct rayaccel_plugin_instance rayaccel_plugin_instance;
 
-typedef enum rayaccel_log_level {
+typedef RAYACCEL_ENUM(rayaccel_log_level) {
   RAYACCEL_LOG_TRACE = 0,
   RAYACCEL_LOG_DEBUG = 1,
   RAYACCEL_LOG_INFO = 2,
@@ -135,7 +145,7 @@ typedef enum rayaccel_log_level {
   RAYACCEL_LOG_ERROR = 4
 } rayaccel_log_level;
 
-typedef enum rayaccel_health {
+typedef RAYACCEL_ENUM(rayaccel_health) {
   RAYACCEL_HEALTH_UNKNOWN = 0, /* the plugin cannot tell; also the value of an absent field */
   RAYACCEL_HEALTH_HEALTHY = 1,
   RAYACCEL_HEALTH_UNHEALTHY = 2
@@ -204,7 +214,7 @@ typedef struct rayaccel_device_info {
 } rayaccel_device_info;
 
 /* Typed device attributes, as in Kubernetes DRA. */
-typedef enum rayaccel_attribute_kind {
+typedef RAYACCEL_ENUM(rayaccel_attribute_kind) {
   RAYACCEL_ATTRIBUTE_STRING = 0,
   RAYACCEL_ATTRIBUTE_INT = 1,
   RAYACCEL_ATTRIBUTE_BOOL = 2,
@@ -221,7 +231,7 @@ typedef struct rayaccel_attribute {
 } rayaccel_attribute;
 
 /* How two devices connect. Pinned values. */
-typedef enum rayaccel_link_type {
+typedef RAYACCEL_ENUM(rayaccel_link_type) {
   RAYACCEL_LINK_PCIE = 1,      /* a PCIe path; `pcie_path` says how far */
   RAYACCEL_LINK_NVLINK = 2,    /* NVIDIA NVLink, direct or through NVSwitch */
   RAYACCEL_LINK_XGMI = 3,      /* AMD Infinity Fabric / xGMI */
@@ -231,7 +241,7 @@ typedef enum rayaccel_link_type {
 } rayaccel_link_type;
 
 /* PCIe path levels, in nvidia-smi's vocabulary, ordered from closest to farthest. */
-typedef enum rayaccel_pcie_path {
+typedef RAYACCEL_ENUM(rayaccel_pcie_path) {
   RAYACCEL_PCIE_PATH_UNKNOWN = 0,
   RAYACCEL_PCIE_PATH_PIX = 1,  /* through at most one PCIe switch */
   RAYACCEL_PCIE_PATH_PXB = 2,  /* through several PCIe switches, no host bridge */
@@ -358,12 +368,12 @@ typedef struct rayaccel_blob_sink {
 } rayaccel_blob_sink;
 
 /* Pinned values. */
-typedef enum rayaccel_memory_kind {
+typedef RAYACCEL_ENUM(rayaccel_memory_kind) {
   RAYACCEL_MEMORY_HOST = 0,  /* ordinary process memory */
   RAYACCEL_MEMORY_DEVICE = 1 /* memory of one of this plugin's devices (device_index) */
 } rayaccel_memory_kind;
 
-typedef enum rayaccel_transfer_op {
+typedef RAYACCEL_ENUM(rayaccel_transfer_op) {
   RAYACCEL_TRANSFER_READ = 0, /* remote region -> local region (a pull, what Ray's RDT does) */
   RAYACCEL_TRANSFER_WRITE = 1 /* local region -> remote region */
 } rayaccel_transfer_op;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,12 +11,20 @@
 namespace rayaccel {
 namespace {
 
-// Copies a plugin string after checking it; `what` names the field in errors.
-absl::Status ReadString(rayaccel_string s, absl::string_view what, std::string* out) {
+// Copies a plugin string after checking it; `prefix` and `field` name it in errors (joined
+// only then: a rescan reads thousands of strings).
+absl::Status ReadString(rayaccel_string s, absl::string_view prefix, absl::string_view field,
+                        std::string* out) {
   if (s.size == 0) {
     out->clear();
     return absl::OkStatus();
   }
+  if (s.size <= kMaxStringBytes && s.data != nullptr &&
+      CheckText(absl::string_view(s.data, s.size), "").ok()) {
+    out->assign(s.data, s.size);
+    return absl::OkStatus();
+  }
+  std::string what = absl::StrCat(prefix, field);
   if (s.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has a size but a NULL pointer"));
   }
@@ -88,6 +95,13 @@ rayaccel_status Collector::OverLimit(const std::string& what, size_t limit) {
   return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
 }
 
+absl::Status Collector::Text(rayaccel_string s, absl::string_view prefix, absl::string_view field,
+                             std::string* out) {
+  absl::Status st = ReadString(s, prefix, field, out);
+  if (st.ok()) text_bytes_ += out->size();
+  return st;
+}
+
 Device* Collector::FindDevice(uint32_t index) {
   auto it = device_by_index_.find(index);
   return it == device_by_index_.end() ? nullptr : &report_->devices[it->second];
@@ -98,6 +112,9 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   PluginReport* r = self->report_;
   if (r->devices.size() >= kMaxDevicesPerPlugin)
     return self->OverLimit("devices", kMaxDevicesPerPlugin);
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   rayaccel_device_info info;
   constexpr size_t kMin = RAYACCEL_STRUCT_SIZE(rayaccel_device_info, name);
   if (!CopyStruct(in, kMin, &info)) {
@@ -128,8 +145,9 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
       {info.partition_profile, "partition_profile", &d.partition_profile},
       {info.health_reason, "health_reason", &d.health_reason},
   };
+  const std::string prefix = absl::StrCat(where, ": ");
   for (const Field& f : fields) {
-    if (absl::Status st = ReadString(f.value, absl::StrCat(where, ": ", f.name), f.out); !st.ok()) {
+    if (absl::Status st = self->Text(f.value, prefix, f.name, f.out); !st.ok()) {
       return self->Refuse(std::string(st.message()));
     }
   }
@@ -187,9 +205,12 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
   if (d->attributes.size() >= kMaxAttributesPerDevice) {
     return self->OverLimit("attributes on one device", kMaxAttributesPerDevice);
   }
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   Attribute a;
   std::string where = absl::StrCat("device ", attr.device_index, ": attribute");
-  if (absl::Status st = ReadString(attr.name, where, &a.name); !st.ok()) {
+  if (absl::Status st = self->Text(attr.name, where, "", &a.name); !st.ok()) {
     return self->Refuse(std::string(st.message()));
   }
   if (absl::Status st = CheckLabelKey(a.name); !st.ok()) {
@@ -201,7 +222,7 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
   a.kind = static_cast<Attribute::Kind>(attr.kind);
   if (a.kind == Attribute::Kind::kString || a.kind == Attribute::Kind::kVersion) {
     if (absl::Status st =
-            ReadString(attr.string_value, absl::StrCat(where, " ", a.name), &a.string_value);
+            self->Text(attr.string_value, where, " " + a.name, &a.string_value);
         !st.ok()) {
       return self->Refuse(std::string(st.message()));
     }
@@ -225,8 +246,8 @@ rayaccel_status Collector::AddLabel(void* ctx, rayaccel_string key_in, rayaccel_
     return self->OverLimit("labels", kMaxLabelsPerPlugin);
   }
   std::string key, value;
-  absl::Status st = ReadString(key_in, "label key", &key);
-  if (st.ok()) st = ReadString(value_in, "label value", &value);
+  absl::Status st = self->Text(key_in, "label key", "", &key);
+  if (st.ok()) st = self->Text(value_in, "label value", "", &value);
   if (st.ok()) st = CheckLabelKey(key);
   if (st.ok()) st = CheckLabelValue(value);
   if (!st.ok()) return self->Refuse(std::string(st.message()));
@@ -247,24 +268,25 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
   if (!CopyStruct(in, RAYACCEL_STRUCT_SIZE(rayaccel_link, type), &link)) {
     return self->Refuse("link: struct_size too small");
   }
-  std::string where = absl::StrCat("link ", link.device_a, "-", link.device_b);
+  // Built only for a refusal: a rescan checks thousands of links.
+  auto where = [&link] { return absl::StrCat("link ", link.device_a, "-", link.device_b); };
   if (self->FindDevice(link.device_a) == nullptr || self->FindDevice(link.device_b) == nullptr) {
-    return self->Refuse(absl::StrCat(where, ": endpoint is not a reported device"));
+    return self->Refuse(absl::StrCat(where(), ": endpoint is not a reported device"));
   }
-  if (link.device_a == link.device_b) return self->Refuse(absl::StrCat(where, ": self link"));
+  if (link.device_a == link.device_b) return self->Refuse(absl::StrCat(where(), ": self link"));
   if (Raw(link.type) < RAYACCEL_LINK_PCIE || Raw(link.type) > RAYACCEL_LINK_OTHER) {
-    return self->Refuse(absl::StrCat(where, ": unknown type ", Raw(link.type)));
+    return self->Refuse(absl::StrCat(where(), ": unknown type ", Raw(link.type)));
   }
   if (Raw(link.pcie_path) > RAYACCEL_PCIE_PATH_SYS) {
-    return self->Refuse(absl::StrCat(where, ": unknown pcie_path ", Raw(link.pcie_path)));
+    return self->Refuse(absl::StrCat(where(), ": unknown pcie_path ", Raw(link.pcie_path)));
   }
   if (link.count > kMaxLinkCount) {
-    return self->Refuse(absl::StrCat(where, ": count ", link.count, " is absurd"));
+    return self->Refuse(absl::StrCat(where(), ": count ", link.count, " is absurd"));
   }
   if (link.bandwidth_mbps > kMaxLinkBandwidthMbps ||
       link.min_bandwidth_mbps > kMaxLinkBandwidthMbps) {
     return self->Refuse(
-        absl::StrCat(where, ": bandwidth over ", kMaxLinkBandwidthMbps, " MB/s is absurd"));
+        absl::StrCat(where(), ": bandwidth over ", kMaxLinkBandwidthMbps, " MB/s is absurd"));
   }
   ReportedLink r{std::min(link.device_a, link.device_b),
                  std::max(link.device_a, link.device_b),
@@ -275,8 +297,9 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
                  link.weight,
                  link.hops,
                  link.min_bandwidth_mbps};
-  if (!self->link_keys_.insert({r.a, r.b, r.type}).second) {
-    return self->Refuse(absl::StrCat(where, ": reported twice for the same type"));
+  uint64_t key = (uint64_t{r.a} << 32 | r.b) * 8 + Raw(link.type);  // type < 8: a unique key
+  if (!self->link_keys_.insert(key).second) {
+    return self->Refuse(absl::StrCat(where(), ": reported twice for the same type"));
   }
   self->report_->links.push_back(r);
   return RAYACCEL_STATUS_OK;
@@ -292,8 +315,8 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
     return self->Refuse("domain: struct_size too small");
   }
   ReportedDomain r;
-  absl::Status st = ReadString(dom.kind, "domain kind", &r.kind);
-  if (st.ok()) st = ReadString(dom.id, "domain id", &r.id);
+  absl::Status st = self->Text(dom.kind, "domain kind", "", &r.kind);
+  if (st.ok()) st = self->Text(dom.id, "domain id", "", &r.id);
   if (!st.ok()) return self->Refuse(std::string(st.message()));
   std::string where = absl::StrCat("domain ", r.kind, "/", r.id);
   if (r.kind.empty() || r.id.empty())
@@ -301,7 +324,10 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
   if (dom.device_count > kMaxDevicesPerPlugin || (dom.device_count > 0 && dom.devices == nullptr)) {
     return self->Refuse(absl::StrCat(where, ": bad device list"));
   }
-  std::set<uint32_t> seen;
+  if (self->domain_members_ + dom.device_count > kMaxDomainMembersPerPlugin) {
+    return self->OverLimit("domain members", kMaxDomainMembersPerPlugin);
+  }
+  absl::flat_hash_set<uint32_t> seen;
   for (size_t i = 0; i < dom.device_count; ++i) {
     uint32_t index = dom.devices[i];
     if (self->FindDevice(index) == nullptr) {
@@ -315,6 +341,7 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
   if (!self->domain_keys_.insert({r.kind, r.id}).second) {
     return self->Refuse(absl::StrCat(where, ": reported twice"));
   }
+  self->domain_members_ += r.devices.size();
   self->report_->domains.push_back(std::move(r));
   return RAYACCEL_STATUS_OK;
 }
@@ -327,7 +354,7 @@ rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_
         absl::StrCat("health of device ", device_index, ": unknown state ", Raw(health)));
   }
   std::string reason;
-  if (absl::Status st = ReadString(reason_in, "health reason", &reason); !st.ok()) {
+  if (absl::Status st = self->Text(reason_in, "health reason", "", &reason); !st.ok()) {
     return self->Refuse(std::string(st.message()));
   }
   if (self->report_->health.size() >= kMaxDevicesPerPlugin &&
@@ -341,8 +368,8 @@ rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_
 rayaccel_status Collector::SetEnv(void* ctx, rayaccel_string name_in, rayaccel_string value_in) {
   auto* self = static_cast<Collector*>(ctx);
   std::string name, value;
-  absl::Status st = ReadString(name_in, "environment name", &name);
-  if (st.ok()) st = ReadString(value_in, "environment value", &value);
+  absl::Status st = self->Text(name_in, "environment name", "", &name);
+  if (st.ok()) st = self->Text(value_in, "environment value", "", &value);
   if (!st.ok()) return self->Refuse(std::string(st.message()));
   bool valid_name = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
                     std::all_of(name.begin(), name.end(), [](char c) {

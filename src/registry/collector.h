@@ -4,13 +4,13 @@
 #define RAYACCEL_REGISTRY_COLLECTOR_H_
 
 #include <map>
-#include <set>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 
@@ -79,14 +79,19 @@ class Collector {
   rayaccel_status Refuse(std::string problem);
   rayaccel_status OverLimit(const std::string& what, size_t limit);
   Device* FindDevice(uint32_t index);
+  // ReadString, charging the answer's text budget.
+  absl::Status Text(rayaccel_string s, absl::string_view prefix, absl::string_view field,
+                    std::string* out);
 
   PluginReport* report_;
   rayaccel_sink sink_{};
-  // Indexes over `report_`, so that checking each item stays O(log n).
-  std::unordered_map<uint32_t, size_t> device_by_index_;
-  std::set<std::string> device_ids_;
-  std::set<std::tuple<uint32_t, uint32_t, LinkType>> link_keys_;
-  std::set<std::pair<std::string, std::string>> domain_keys_;
+  // Indexes over `report_`, so that checking each item stays O(1).
+  absl::flat_hash_map<uint32_t, size_t> device_by_index_;
+  absl::flat_hash_set<std::string> device_ids_;
+  absl::flat_hash_set<uint64_t> link_keys_;  // min index, max index and type, packed
+  absl::flat_hash_set<std::pair<std::string, std::string>> domain_keys_;
+  size_t text_bytes_ = 0;
+  size_t domain_members_ = 0;
   bool refused_any_ = false;
 };
 

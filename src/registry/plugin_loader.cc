@@ -401,9 +401,9 @@ absl::StatusOr<PluginProperties> LoadedPlugin::GetProperties() const {
   return out;
 }
 
-absl::Status LoadedPlugin::Query(PluginReport* report, SinkTap* tap) {
+absl::Status LoadedPlugin::Query(PluginReport* report) {
   Collector collector(report);
-  const rayaccel_sink* sink = tap != nullptr ? tap->Wrap(collector.sink()) : collector.sink();
+  const rayaccel_sink* sink = collector.sink();
   ErrorBuffer err;
   rayaccel_status rc =
       CallPlugin(&err, [&](rayaccel_error* e) { return api_.discover(instance_, sink, e); });

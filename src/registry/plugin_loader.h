@@ -17,13 +17,6 @@
 
 namespace rayaccel {
 
-// Lets the plugin host see every sink call before the Collector does: `wrap` returns the sink
-// to hand to the plugin, forwarding to `inner`.
-struct SinkTap {
-  virtual ~SinkTap() = default;
-  virtual const rayaccel_sink* Wrap(const rayaccel_sink* inner) = 0;
-};
-
 // The host's ABI version (what this build of librayaccel speaks).
 inline constexpr uint32_t kHostAbiMajor = RAYACCEL_ABI_VERSION_MAJOR;
 inline constexpr uint32_t kHostAbiMinor = RAYACCEL_ABI_VERSION_MINOR;
@@ -66,9 +59,7 @@ class LoadedPlugin : public PluginHandle {
 
   absl::Status Initialize(const std::map<std::string, std::string>& config) override;
   absl::StatusOr<PluginProperties> GetProperties() const override;
-  absl::Status Query(PluginReport* report) override { return Query(report, nullptr); }
-  // The same, with every sink call also going to `tap` first (the plugin host records them).
-  absl::Status Query(PluginReport* report, SinkTap* tap);
+  absl::Status Query(PluginReport* report) override;
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override;

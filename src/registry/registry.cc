@@ -17,7 +17,7 @@
 #include "registry/collector.h"
 #include "registry/config.h"
 #include "registry/plugin_loader.h"
-#include "registry/remote_plugin.h"
+#include "isolation/remote_plugin.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "topology/allocation.h"
@@ -459,11 +459,11 @@ class Registry::Impl {
       if (!p.ok()) return p.status();
       return std::unique_ptr<PluginHandle>(*std::move(p));
     }
-    RemoteOptions remote;
+    isolation::RemoteOptions remote;
     remote.host_binary = options_.plugin_host.empty() ? DefaultPluginHost() : options_.plugin_host;
     remote.call_timeout = std::chrono::milliseconds(options_.call_timeout_ms);
     remote.memory_limit_bytes = options_.plugin_memory_limit_bytes;
-    absl::StatusOr<std::unique_ptr<RemotePlugin>> p = RemotePlugin::Open(path, remote);
+    absl::StatusOr<std::unique_ptr<isolation::RemotePlugin>> p = isolation::RemotePlugin::Open(path, remote);
     if (!p.ok()) return p.status();
     return std::unique_ptr<PluginHandle>(*std::move(p));
   }

@@ -17,6 +17,10 @@ inline constexpr size_t kMaxAttributesPerDevice = 256;
 inline constexpr size_t kMaxLinksPerPlugin = 1 << 20;
 inline constexpr size_t kMaxDomainsPerPlugin = 4096;
 inline constexpr size_t kMaxLabelsPerPlugin = 256;
+inline constexpr size_t kMaxDomainMembersPerPlugin = 1 << 20;  // over all domains
+// All the text of one answer together (ids, names, attribute values, ...): each string is
+// bounded, and this bounds their sum, so an answer's size is bounded in every mode.
+inline constexpr size_t kMaxTextBytesPerReport = size_t{64} << 20;
 inline constexpr uint64_t kMaxMemoryBytes = uint64_t{1} << 50;  // 1 PiB per device
 inline constexpr uint32_t kMaxLinkCount = 1024;
 // 100 TB/s per link: far above any fabric, low enough that scores summed over every pair of

@@ -1,5 +1,5 @@
 // rayaccel-plugin-host PLUGIN.so: hosts one plugin in a process of its own, for a registry in
-// isolation mode. It speaks the framed protocol of src/registry/wire.h on file descriptor 3;
+// isolation mode. It speaks the framed protocol of src/isolation/wire.h on file descriptor 3;
 // the plugin's stdout goes to stderr so it can never corrupt anything. A crash, abort, hang or
 // runaway allocation here costs this process only: the registry sees it, marks the plugin
 // failed with the cause, and restarts the host later.
@@ -10,13 +10,14 @@
 #include <memory>
 #include <string>
 
+#include "isolation/report_codec.h"
+#include "isolation/wire.h"
 #include "registry/plugin_loader.h"
-#include "registry/wire.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"
 
-namespace rayaccel {
+namespace rayaccel::isolation {
 namespace {
 
 constexpr int kFd = 3;
@@ -43,9 +44,13 @@ json::Writer Begin() {
 
 int Serve(const std::string& path) {
   std::unique_ptr<LoadedPlugin> plugin;
+  // The last answer sent in full, and its id: a query whose answer encodes the same is
+  // answered "unchanged" when the registry holds that id.
+  std::string last_report;
+  uint64_t answer_id = 0;
   const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(24 * 365);
   while (true) {
-    absl::StatusOr<std::string> frame = wire::ReadFrame(kFd, forever);
+    absl::StatusOr<std::string> frame = wire::ReadFrame(kFd, forever, wire::kMaxJsonReplyBytes);
     if (!frame.ok()) return 0;  // the registry went away
     json::ParseError error;
     std::optional<json::Value> request = json::Parse(*frame, &error);
@@ -91,18 +96,23 @@ int Serve(const std::string& path) {
         reply = Ok(w);
       }
     } else if (op->string() == "query") {
+      // The plugin meets the same Collector as in-process: same rules, same sink answers.
       PluginReport report;
-      wire::Recorder recorder;
-      absl::Status st = plugin->Query(&report, &recorder);
-      json::Writer w = Begin();
-      w.Key("discover_error").String(st.ok() ? "" : std::string(st.message()));
-      w.Key("calls");
-      recorder.Write(&w);
-      w.Key("hook_failures").BeginArray();
-      for (const std::string& f : report.hook_failures) w.String(f);
-      w.EndArray();
-      w.Key("zero_devices_reason").String(plugin->zero_devices_reason());
-      reply = Ok(w);
+      absl::Status st = plugin->Query(&report);
+      std::string encoded;
+      EncodeReport(report, &encoded);
+      const json::Value* have = request->Find("have");
+      wire::ReportReply head;
+      head.discover_error = st.ok() ? "" : std::string(st.message());
+      head.zero_devices_reason = plugin->zero_devices_reason();
+      if (answer_id == 0 || encoded != last_report) {
+        ++answer_id;
+        last_report = std::move(encoded);
+      }
+      head.answer_id = answer_id;
+      head.unchanged = have != nullptr && have->as_uint64().value_or(0) == answer_id;
+      if (!head.unchanged) head.report = last_report;
+      reply = wire::EncodeReportReply(head);
     } else if (op->string() == "validate_quantity") {
       const json::Value* q = request->Find("quantity");
       absl::Status st = plugin->ValidateQuantity(
@@ -120,13 +130,13 @@ int Serve(const std::string& path) {
       if (!env.ok()) {
         reply = Error(env.status());
       } else {
-        json::Writer w = Begin();
-        w.Key("env").BeginArray();
-        for (const auto& [name, value] : *env) {
-          w.BeginArray().String(name).String(value).EndArray();
-        }
-        w.EndArray();
-        reply = Ok(w);
+        PluginReport report;
+        report.env = *std::move(env);
+        std::string encoded;
+        EncodeReport(report, &encoded);
+        wire::ReportReply head;
+        head.report = encoded;
+        reply = wire::EncodeReportReply(head);
       }
     } else if (op->string() == "wait_health_events") {
       // Blocks this (single-threaded) host for at most the timeout; the registry bounds it.
@@ -145,12 +155,17 @@ int Serve(const std::string& path) {
     } else {
       reply = Error(absl::InvalidArgumentError("unknown op " + op->string()));
     }
-    if (!wire::WriteFrame(kFd, reply).ok()) return 0;
+    absl::Status sent = wire::WriteFrame(kFd, reply);
+    if (sent.code() == absl::StatusCode::kResourceExhausted) {
+      // Cannot happen within the Collector's limits; if it does, say so rather than vanish.
+      sent = wire::WriteFrame(kFd, Error(absl::ResourceExhaustedError(sent.message())));
+    }
+    if (!sent.ok()) return 0;
   }
 }
 
 }  // namespace
-}  // namespace rayaccel
+}  // namespace rayaccel::isolation
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -160,5 +175,5 @@ int main(int argc, char** argv) {
   dup2(2, 1);  // whatever the plugin prints lands on stderr, never in a protocol
   spdlog::set_default_logger(spdlog::stderr_color_mt("plugin-host"));
   spdlog::set_level(spdlog::level::warn);
-  return rayaccel::Serve(argv[1]);
+  return rayaccel::isolation::Serve(argv[1]);
 }

@@ -1,4 +1,4 @@
-#include "registry/remote_plugin.h"
+#include "isolation/remote_plugin.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "isolation/report_codec.h"
+#include "isolation/wire.h"
 #include "registry/validate.h"
-#include "registry/wire.h"
 
-namespace rayaccel {
+namespace rayaccel::isolation {
 namespace {
 
 json::Writer Request(const char* op) {
@@ -156,19 +157,52 @@ RemotePlugin::~RemotePlugin() {
 absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const char* what,
                                                std::chrono::milliseconds extra) const {
   std::lock_guard<std::mutex> lock(call_mu_);
+  absl::StatusOr<std::string> frame = Exchange(request, wire::kMaxJsonReplyBytes, extra);
+  absl::StatusOr<json::Value> reply = frame.ok() ? ParseJson(*frame) : frame.status();
+  return reply.ok() ? reply : Fail(reply.status(), what);
+}
+
+absl::StatusOr<std::string> RemotePlugin::Exchange(const std::string& request, size_t max_reply,
+                                                   std::chrono::milliseconds extra) const {
   if (pid_ <= 0) return absl::UnavailableError("the plugin host is down");
   auto deadline = std::chrono::steady_clock::now() + options_.call_timeout + extra;
   absl::Status st = wire::WriteFrame(fd_, request);
-  absl::StatusOr<std::string> frame =
-      st.ok() ? wire::ReadFrame(fd_, deadline) : absl::StatusOr<std::string>(st);
-  if (frame.ok()) {
-    json::ParseError error;
-    std::optional<json::Value> reply = json::Parse(*frame, &error);
-    if (reply && reply->is_object()) return *reply;
-    frame = absl::DataLossError("the plugin host sent garbage");
+  return st.ok() ? wire::ReadFrame(fd_, deadline, max_reply) : absl::StatusOr<std::string>(st);
+}
+
+absl::StatusOr<json::Value> RemotePlugin::ParseJson(const std::string& frame) {
+  if (frame.size() > wire::kMaxJsonReplyBytes) {
+    return absl::DataLossError("the plugin host sent an oversized reply");
   }
+  json::ParseError error;
+  std::optional<json::Value> reply = json::Parse(frame, &error);
+  if (reply && reply->is_object()) return *std::move(reply);
+  return absl::DataLossError("the plugin host sent garbage");
+}
+
+absl::StatusOr<wire::ReportReply> RemotePlugin::CallForReport(const std::string& request,
+                                                              const char* what,
+                                                              std::string* frame) const {
+  absl::StatusOr<std::string> got = Exchange(request, wire::kMaxFrameBytes, {});
+  if (!got.ok()) return Fail(got.status(), what);
+  *frame = *std::move(got);
+  if (!frame->empty() && (*frame)[0] == '{') {  // the host could not run the call
+    absl::StatusOr<json::Value> reply = ParseJson(*frame);
+    if (!reply.ok()) return Fail(reply.status(), what);
+    absl::Status st = ReplyStatus(*reply);
+    return st.ok() ? Fail(absl::DataLossError("the plugin host sent no report"), what) : st;
+  }
+  absl::StatusOr<wire::ReportReply> reply = wire::DecodeReportReply(*frame);
+  if (!reply.ok()) return Fail(reply.status(), what);
+  return reply;
+}
+
+absl::Status RemotePlugin::Fail(absl::Status cause, const char* what) const {
+  if (pid_ <= 0) return cause;  // already down, and said why then
   // The host is dead, silent or confused: end it and say why.
-  bool timed_out = frame.status().code() == absl::StatusCode::kDeadlineExceeded;
+  bool timed_out = cause.code() == absl::StatusCode::kDeadlineExceeded;
+  // The host closed its end before we killed it: whatever signal ended it was not ours.
+  bool died_first = cause.code() == absl::StatusCode::kUnavailable;
   KillGroup(pid_);
   int status = 0;
   bool reaped = Reap(pid_, &status);
@@ -182,6 +216,11 @@ absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const
     return absl::UnavailableError(absl::StrCat("the plugin host stopped answering during ", what,
                                                " and was killed (not yet exited)"));
   }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && died_first) {
+    return absl::UnavailableError(absl::StrCat(
+        "the plugin host was killed with SIGKILL during ", what,
+        " (not by rayaccel: the kernel's out-of-memory killer sends this)"));
+  }
   if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
     int sig = WTERMSIG(status);
     return absl::UnavailableError(absl::StrCat("the plugin crashed with signal ", sig, " (",
@@ -192,8 +231,12 @@ absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const
         "the plugin host exited with status ", WEXITSTATUS(status), " during ", what,
         WEXITSTATUS(status) == 127 ? " (cannot run " + options_.host_binary + ")" : ""));
   }
+  if (cause.code() == absl::StatusCode::kDataLoss) {
+    return absl::UnavailableError(
+        absl::StrCat(cause.message(), " during ", what, "; the plugin host was killed"));
+  }
   return absl::UnavailableError(
-      absl::StrCat("the plugin host failed during ", what, ": ", frame.status().message()));
+      absl::StrCat("the plugin host failed during ", what, ": ", cause.message()));
 }
 
 absl::Status RemotePlugin::Initialize(const std::map<std::string, std::string>& config) {
@@ -215,25 +258,26 @@ absl::StatusOr<PluginProperties> RemotePlugin::GetProperties() const {
 }
 
 absl::Status RemotePlugin::Query(PluginReport* report) {
+  std::lock_guard<std::mutex> lock(call_mu_);
   json::Writer w = Request("query");
-  absl::StatusOr<json::Value> reply = Call(Done(w), "discover");
+  w.Key("have").Uint(answer_id_);
+  std::string frame;
+  absl::StatusOr<wire::ReportReply> reply = CallForReport(Done(w), "discover", &frame);
   if (!reply.ok()) return reply.status();
-  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
-  // Everything the plugin said goes through this process's own checks.
-  Collector collector(report);
-  const json::Value* calls = reply->Find("calls");
-  if (calls == nullptr) return absl::DataLossError("the plugin host sent no calls");
-  if (absl::Status st = wire::Replay(*calls, collector.sink()); !st.ok()) return st;
-  if (const json::Value* f = reply->Find("hook_failures"); f != nullptr && f->is_array()) {
-    for (const json::Value& v : f->array()) {
-      if (v.is_string() && CheckText(v.string(), "hook failure").ok()) {
-        report->hook_failures.push_back(v.string());
-      }
+  if (reply->unchanged && reply->answer_id == answer_id_ && answer_id_ != 0) {
+    *report = answer_;
+  } else {
+    // Everything the plugin said goes through this process's own checks.
+    PluginReport decoded;
+    if (absl::Status st = DecodeReport(reply->report, &decoded); !st.ok()) {
+      return Fail(st, "discover");
     }
+    answer_ = decoded;
+    answer_id_ = reply->answer_id;
+    *report = std::move(decoded);
   }
-  zero_devices_reason_ = Field(*reply, "zero_devices_reason");
-  std::string discover_error = Field(*reply, "discover_error");
-  if (!discover_error.empty()) return absl::InternalError(discover_error);
+  zero_devices_reason_ = reply->zero_devices_reason;
+  if (!reply->discover_error.empty()) return absl::InternalError(reply->discover_error);
   return absl::OkStatus();
 }
 
@@ -258,30 +302,21 @@ absl::Status RemotePlugin::ValidateQuantity(uint32_t quantity) const {
 
 absl::StatusOr<EnvList> RemotePlugin::PrepareAllocation(
     const std::vector<uint32_t>& indices) const {
+  std::lock_guard<std::mutex> lock(call_mu_);
   json::Writer w = Request("prepare_allocation");
   w.Key("indices").BeginArray();
   for (uint32_t i : indices) w.Uint(i);
   w.EndArray();
-  absl::StatusOr<json::Value> reply = Call(Done(w), "prepare_allocation");
+  std::string frame;
+  absl::StatusOr<wire::ReportReply> reply = CallForReport(Done(w), "prepare_allocation", &frame);
   if (!reply.ok()) return reply.status();
-  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
   // The variables pass this process's own checks too.
   PluginReport report;
-  Collector collector(&report);
-  if (const json::Value* env = reply->Find("env"); env != nullptr && env->is_array()) {
-    for (const json::Value& pair : env->array()) {
-      if (!pair.is_array() || pair.array().size() != 2 || !pair.array()[0].is_string() ||
-          !pair.array()[1].is_string()) {
-        return absl::DataLossError("the plugin host sent a malformed environment");
-      }
-      const std::string& n = pair.array()[0].string();
-      const std::string& v = pair.array()[1].string();
-      collector.sink()->set_env(collector.sink()->host_context, {n.data(), n.size()},
-                                {v.data(), v.size()});
-    }
+  if (absl::Status st = DecodeReport(reply->report, &report); !st.ok()) {
+    return Fail(st, "prepare_allocation");
   }
   if (!report.problems.empty()) return absl::InternalError(report.problems.front());
   return report.env;
 }
 
-}  // namespace rayaccel
+}  // namespace rayaccel::isolation

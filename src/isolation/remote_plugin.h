@@ -1,8 +1,8 @@
 // A plugin hosted in a child process (rayaccel-plugin-host), for isolation: a crash, abort,
 // hang (per-call timeout) or runaway memory use in vendor code ends that child only, and the
 // call that was running reports the cause.
-#ifndef RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_
-#define RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_
+#ifndef RAYACCEL_ISOLATION_REMOTE_PLUGIN_H_
+#define RAYACCEL_ISOLATION_REMOTE_PLUGIN_H_
 
 #include <sys/types.h>
 
@@ -12,10 +12,11 @@
 #include <mutex>
 #include <string>
 
+#include "isolation/wire.h"
 #include "registry/plugin_handle.h"
 #include "util/json.h"
 
-namespace rayaccel {
+namespace rayaccel::isolation {
 
 struct RemoteOptions {
   std::string host_binary;  // rayaccel-plugin-host
@@ -50,10 +51,21 @@ class RemotePlugin : public PluginHandle {
 
  private:
   RemotePlugin() = default;
-  // Sends one request and waits for the answer; a dead or silent host is killed, reaped and
-  // described ("crashed with signal 11 (Segmentation fault) during query").
+  // Sends one request and waits for its JSON answer; a dead, silent or confused host is
+  // killed, reaped and described ("crashed with signal 11 (Segmentation fault) during query").
   absl::StatusOr<json::Value> Call(const std::string& request, const char* what,
                                    std::chrono::milliseconds extra = {}) const;
+  // The same for the calls answered with a report (wire.h); `frame` keeps the bytes the
+  // reply points into. Caller holds call_mu_.
+  absl::StatusOr<wire::ReportReply> CallForReport(const std::string& request,
+                                                             const char* what,
+                                                             std::string* frame) const;
+  // One request and its reply frame. Caller holds call_mu_.
+  absl::StatusOr<std::string> Exchange(const std::string& request, size_t max_reply,
+                                       std::chrono::milliseconds extra) const;
+  static absl::StatusOr<json::Value> ParseJson(const std::string& frame);
+  // Kills and reaps the host after `cause`, and says why in the terms of `what`.
+  absl::Status Fail(absl::Status cause, const char* what) const;
 
   RemoteOptions options_;
   mutable std::mutex call_mu_;  // one request on the channel at a time
@@ -64,8 +76,11 @@ class RemotePlugin : public PluginHandle {
   uint64_t capabilities_ = 0;
   bool has_prepare_allocation_ = false;
   std::string zero_devices_reason_;
+  // The last report the host sent in full, by its id: what an "unchanged" answer means.
+  PluginReport answer_;
+  uint64_t answer_id_ = 0;
 };
 
-}  // namespace rayaccel
+}  // namespace rayaccel::isolation
 
-#endif  // RAYACCEL_REGISTRY_REMOTE_PLUGIN_H_
+#endif  // RAYACCEL_ISOLATION_REMOTE_PLUGIN_H_
