@@ -65,6 +65,15 @@ void BM_RescanIsolated(benchmark::State& state, const std::string& spec) {
   for (auto _ : state) benchmark::DoNotOptimize((*registry)->Rescan()->links.size());
 }
 
+// The floor under any isolated call: one request and one small reply over the plugin host's
+// socket (validate_quantity, which the sim plugin does not hook, so the host answers at once).
+void BM_IsolatedRoundTrip(benchmark::State& state) {
+  spdlog::set_level(spdlog::level::warn);
+  auto registry = rayaccel::Registry::Create(IsolatedOptions("dgx-h100.json"));
+  for (auto _ : state) benchmark::DoNotOptimize((*registry)->ValidateQuantity("GPU", 1).ok());
+}
+BENCHMARK(BM_IsolatedRoundTrip)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_CreateIsolated, dgx_h100_8gpu, std::string("dgx-h100.json"))
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RescanIsolated, dgx_h100_8gpu, std::string("dgx-h100.json"))

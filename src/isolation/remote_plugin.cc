@@ -281,6 +281,10 @@ absl::Status RemotePlugin::Query(PluginReport* report) {
   return absl::OkStatus();
 }
 
+void RemotePlugin::AppendAnswerKey(const PluginReport& /*report*/, std::string* key) const {
+  absl::StrAppend(key, "host ", pid_.load(), " answer ", answer_id_, ";");
+}
+
 absl::Status RemotePlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* /*report*/) {
   if ((capabilities_ & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
     return absl::UnimplementedError("the plugin offers no health events");

@@ -46,6 +46,9 @@ class RemotePlugin : public PluginHandle {
   // channel, so a query may wait up to `timeout_ms` for a wait in progress.
   absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
 
+  // The host's pid and its answer id: the host itself said whether the answer changed.
+  void AppendAnswerKey(const PluginReport& report, std::string* key) const override;
+
   // False once the host process died or was killed; every call then fails.
   bool alive() const override { return pid_.load() > 0; }
 

@@ -11,14 +11,29 @@ namespace {
 
 constexpr uint32_t kMagic = 0x50524152;  // "RARP"
 
-class Writer {
+// EncodeReport runs twice over the report: with a Counter to size the buffer, then with a
+// Filler that writes into it.
+class Counter {
  public:
-  explicit Writer(std::string* out) : out_(out) {}
-  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  size_t size() const { return size_; }
+  void U8(uint8_t) { size_ += 1; }
+  void U32(uint32_t) { size_ += 4; }
+  void U64(uint64_t) { size_ += 8; }
+  void Str(absl::string_view s) { size_ += 4 + s.size(); }
+
+ private:
+  size_t size_ = 0;
+};
+
+class Filler {
+ public:
+  explicit Filler(char* at) : at_(at) {}
+  void U8(uint8_t v) { *at_++ = static_cast<char>(v); }
   void U32(uint32_t v) {
-    char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
-                 static_cast<char>(v >> 24)};
-    out_->append(b, 4);
+    unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                          static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+    std::memcpy(at_, b, 4);
+    at_ += 4;
   }
   void U64(uint64_t v) {
     U32(static_cast<uint32_t>(v));
@@ -26,11 +41,12 @@ class Writer {
   }
   void Str(absl::string_view s) {
     U32(static_cast<uint32_t>(s.size()));
-    out_->append(s.data(), s.size());
+    if (!s.empty()) std::memcpy(at_, s.data(), s.size());
+    at_ += s.size();
   }
 
  private:
-  std::string* out_;
+  char* at_;
 };
 
 // Reads from untrusted bytes: every read is bounds-checked, and a failed read leaves the
@@ -120,8 +136,10 @@ absl::Status ReadNotes(Reader& r, const char* what, std::vector<std::string>* ou
 
 }  // namespace
 
-void EncodeReport(const PluginReport& report, std::string* out) {
-  Writer w(out);
+namespace {
+
+template <typename Writer>
+void Encode(const PluginReport& report, Writer& w) {
   w.U32(kMagic);
   w.U32(static_cast<uint32_t>(report.devices.size()));
   for (const Device& d : report.devices) {
@@ -189,6 +207,17 @@ void EncodeReport(const PluginReport& report, std::string* out) {
     for (const std::string& s : *notes) w.Str(s);
   }
   w.U8(report.over_limit ? 1 : 0);
+}
+
+}  // namespace
+
+void EncodeReport(const PluginReport& report, std::string* out) {
+  Counter measure;
+  Encode(report, measure);
+  size_t at = out->size();
+  out->resize(at + measure.size());
+  Filler fill(out->data() + at);
+  Encode(report, fill);
 }
 
 absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {

@@ -103,8 +103,11 @@ absl::Status Collector::Text(rayaccel_string s, absl::string_view prefix, absl::
 }
 
 Device* Collector::FindDevice(uint32_t index) {
-  auto it = device_by_index_.find(index);
-  return it == device_by_index_.end() ? nullptr : &report_->devices[it->second];
+  if (index < dense_.size()) {
+    return dense_[index] == 0 ? nullptr : &report_->devices[dense_[index] - 1];
+  }
+  auto it = sparse_.find(index);
+  return it == sparse_.end() ? nullptr : &report_->devices[it->second];
 }
 
 rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) {
@@ -186,7 +189,14 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   d.pci_device_id = info.pci_device_id;
   d.numa_node = info.numa_node;
   d.health = static_cast<Health>(info.health);
-  self->device_by_index_[d.index] = r->devices.size();
+  if (d.index < kDenseIndices) {
+    if (self->dense_.size() <= d.index) {
+      self->dense_.resize(std::max<size_t>(d.index + 1, 2 * self->dense_.size()), 0);
+    }
+    self->dense_[d.index] = static_cast<uint32_t>(r->devices.size() + 1);
+  } else {
+    self->sparse_[d.index] = r->devices.size();
+  }
   self->device_ids_.insert(d.id);
   r->devices.push_back(std::move(d));
   return RAYACCEL_STATUS_OK;

@@ -86,7 +86,11 @@ class Collector {
   PluginReport* report_;
   rayaccel_sink sink_{};
   // Indexes over `report_`, so that checking each item stays O(1).
-  absl::flat_hash_map<uint32_t, size_t> device_by_index_;
+  // Device position by plugin index: indices are small in practice (0..n-1), and a link's
+  // two lookups are most of what checking it costs.
+  static constexpr uint32_t kDenseIndices = 1 << 16;
+  std::vector<uint32_t> dense_;  // position + 1; 0: none
+  absl::flat_hash_map<uint32_t, size_t> sparse_;
   absl::flat_hash_set<std::string> device_ids_;
   absl::flat_hash_set<uint64_t> link_keys_;  // min index, max index and type, packed
   absl::flat_hash_set<std::pair<std::string, std::string>> domain_keys_;

@@ -51,6 +51,10 @@ class PluginHandle {
     return absl::UnimplementedError("not watched in this mode");
   }
 
+  // Appends bytes that identify `report`, the last Query's answer: equal bytes mean equal
+  // answers (Registry::Rescan skips its work when nothing changed). By default, its encoding.
+  virtual void AppendAnswerKey(const PluginReport& report, std::string* key) const;
+
   // False for an isolated plugin whose process died; it must be started again.
   virtual bool alive() const { return true; }
 };

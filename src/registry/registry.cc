@@ -5,10 +5,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +21,7 @@
 #include "registry/config.h"
 #include "registry/plugin_loader.h"
 #include "isolation/remote_plugin.h"
+#include "isolation/report_codec.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "topology/allocation.h"
@@ -262,9 +266,16 @@ class Registry::Impl {
 
   std::shared_ptr<const NodeSnapshot> Rescan() {
     std::lock_guard<std::mutex> lock(plugins_mu_);
-    auto snap = std::make_shared<NodeSnapshot>();
-    snap->generation = ++generation_;
-    std::set<std::string> ids;
+    // Each plugin's answer, and everything else the snapshot is a function of, as bytes: when
+    // they equal the last scan's (what an agent sees almost every time), the last snapshot
+    // stands under a new generation and merging, enrichment and mapping are skipped.
+    struct Answer {
+      PluginStatus status;
+      std::optional<PluginReport> report;  // to merge; none when the plugin failed
+      std::string zero_devices_reason;
+    };
+    std::vector<Answer> answers;
+    std::string inputs;
     for (Slot& slot : slots_) {
       PluginStatus status = slot.status;
       if (slot.restartable && (slot.plugin == nullptr || !slot.plugin->alive())) {
@@ -273,7 +284,7 @@ class Registry::Impl {
       }
       if (slot.plugin == nullptr || !slot.plugin->alive() ||
           status.state == PluginStatus::State::kFailed) {
-        snap->plugins.push_back(status);
+        answers.push_back({status, std::nullopt, ""});
         continue;
       }
       PluginReport report;
@@ -281,7 +292,7 @@ class Registry::Impl {
       if (!slot.plugin->alive()) {
         // Isolation did its job: the plugin's process is gone, the cause is in `st`.
         MarkCrashed(&slot, st);
-        snap->plugins.push_back(slot.status);
+        answers.push_back({slot.status, std::nullopt, ""});
         continue;
       }
       slot.failures_in_a_row = 0;
@@ -291,14 +302,34 @@ class Registry::Impl {
                                   : absl::StrCat("answers refused as absurd: ",
                                                  absl::StrJoin(report.problems, "; "));
         spdlog::warn("plugin {} failed: {}", status.name, status.message);
-        snap->plugins.push_back(status);
+        answers.push_back({status, std::nullopt, ""});
         continue;
       }
-      Merge(std::move(report), &ids, snap.get(), &status);
-      if (status.device_count == 0 && status.message.empty()) {
-        status.message = slot.plugin->zero_devices_reason();
+      slot.plugin->AppendAnswerKey(report, &inputs);
+      answers.push_back({status, std::move(report), slot.plugin->zero_devices_reason()});
+    }
+    for (const Answer& a : answers) AppendInputs(a.status, a.zero_devices_reason, &inputs);
+    inputs.append(host_description_);
+
+    auto snap = std::make_shared<NodeSnapshot>();
+    std::shared_ptr<const NodeSnapshot> last = snapshot();
+    if (last != nullptr && inputs == last_inputs_) {
+      *snap = *last;
+      snap->generation = ++generation_;
+      Publish(snap);
+      return snap;
+    }
+    last_inputs_ = std::move(inputs);
+    snap->generation = ++generation_;
+    absl::flat_hash_set<std::string> ids;
+    for (Answer& a : answers) {
+      if (a.report) {
+        Merge(*std::move(a.report), &ids, snap.get(), &a.status);
+        if (a.status.device_count == 0 && a.status.message.empty()) {
+          a.status.message = a.zero_devices_reason;
+        }
       }
-      snap->plugins.push_back(status);
+      snap->plugins.push_back(std::move(a.status));
     }
     LoadHostTopologyIfNeeded(*snap);
     snap->host_topology = host_description_;
@@ -312,12 +343,27 @@ class Registry::Impl {
       for (const std::string& note : it->second) AppendMessage(&p.message, note);
       if (p.state == PluginStatus::State::kActive) p.state = PluginStatus::State::kDegraded;
     }
+    Publish(snap);
+    return snap;
+  }
+
+  void Publish(std::shared_ptr<const NodeSnapshot> snap) {
     {
       std::lock_guard<std::mutex> snap_lock(snapshot_mu_);
-      snapshot_ = snap;
+      snapshot_ = std::move(snap);
     }
     published_.notify_all();
-    return snap;
+  }
+
+  // A plugin's status as scan input (Rescan): every field, each with its size.
+  static void AppendInputs(const PluginStatus& p, const std::string& zero_devices_reason,
+                           std::string* out) {
+    for (const std::string* f : {&p.name, &p.path, &p.message, &p.abi_version, &p.vendor,
+                                 &p.plugin_version, &p.resource_name, &p.visible_devices_env,
+                                 &zero_devices_reason}) {
+      absl::StrAppend(out, f->size(), ":", *f);
+    }
+    absl::StrAppend(out, static_cast<int>(p.state), ",", p.capabilities, ";");
   }
 
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const {
@@ -599,11 +645,13 @@ class Registry::Impl {
   }
 
   // Adds one plugin's report to the snapshot; refusals become notes in `status`.
-  void Merge(PluginReport report, std::set<std::string>* ids, NodeSnapshot* snap,
+  void Merge(PluginReport report, absl::flat_hash_set<std::string>* ids, NodeSnapshot* snap,
              PluginStatus* status) {
     std::vector<std::string> problems = std::move(report.problems);
     problems.insert(problems.end(), report.hook_failures.begin(), report.hook_failures.end());
-    std::map<uint32_t, size_t> position;  // plugin index -> snapshot position
+    absl::flat_hash_map<uint32_t, size_t> position;  // plugin index -> snapshot position
+    snap->devices.reserve(snap->devices.size() + report.devices.size());
+    snap->links.reserve(snap->links.size() + report.links.size());
     for (Device& d : report.devices) {
       if (!ids->insert(d.id).second) {
         problems.push_back(absl::StrCat("device ", d.index, ": id \"", d.id,
@@ -618,19 +666,19 @@ class Registry::Impl {
         d.health_reason = h->second.second;
       }
       if (d.accelerator_type.empty()) {
-        d.accelerator_type =
-            DeriveAcceleratorType(status->vendor, d.name, d.pci_vendor_id, d.pci_device_id);
+        d.accelerator_type = AcceleratorTypeOf(status->vendor, d);
       }
       position[d.index] = snap->devices.size();
       snap->devices.push_back(std::move(d));
     }
     status->device_count = position.size();
+    const std::string source = "plugin:" + status->name;
     for (const ReportedLink& l : report.links) {
       auto a = position.find(l.a), b = position.find(l.b);
       if (a == position.end() || b == position.end()) continue;  // device refused above
       snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
-                                 l.type, l.count, l.bandwidth_mbps, l.pcie_path,
-                                 "plugin:" + status->name, l.weight, l.hops, l.min_bandwidth_mbps});
+                                 l.type, l.count, l.bandwidth_mbps, l.pcie_path, source, l.weight,
+                                 l.hops, l.min_bandwidth_mbps});
     }
     for (ReportedDomain& r : report.domains) {
       Domain dom{status->name, r.kind, r.id, {}};
@@ -651,6 +699,20 @@ class Registry::Impl {
       status->message = absl::StrJoin(problems, "; ");
       spdlog::warn("plugin {} degraded: {}", status->name, status->message);
     }
+  }
+
+  // Ray's type string for a device that reported none; derived once per distinct device kind
+  // (the derivation matches name patterns, and a node has few kinds).
+  const std::string& AcceleratorTypeOf(const std::string& vendor, const Device& d) {
+    std::string key =
+        absl::StrCat(vendor, "\n", d.name, "\n", d.pci_vendor_id, ":", d.pci_device_id);
+    auto it = accelerator_types_.find(key);
+    if (it != accelerator_types_.end()) return it->second;
+    if (accelerator_types_.size() >= 4096) accelerator_types_.clear();  // plugins name them
+    return accelerator_types_
+        .emplace(std::move(key),
+                 DeriveAcceleratorType(vendor, d.name, d.pci_vendor_id, d.pci_device_id))
+        .first->second;
   }
 
   // The plugin that gives `resource` to Ray (NodeSnapshot::resource_owners), else the first
@@ -675,15 +737,21 @@ class Registry::Impl {
   std::unique_ptr<HostTopology> host_;    // guarded by plugins_mu_, like the two below
   bool host_attempted_ = false;
   std::string host_description_;
+  absl::flat_hash_map<std::string, std::string> accelerator_types_;  // guarded by plugins_mu_
   mutable std::mutex plugins_mu_;    // one caller into the plugins at a time
   mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
   mutable std::mutex snapshot_mu_;
   mutable std::condition_variable published_;  // a new snapshot_
   std::shared_ptr<const NodeSnapshot> snapshot_;
+  std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by plugins_mu_
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> watchers_;
 };
+
+void PluginHandle::AppendAnswerKey(const PluginReport& report, std::string* key) const {
+  isolation::EncodeReport(report, key);
+}
 
 Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Registry::~Registry() = default;

@@ -140,6 +140,15 @@ absl::Status CheckLabelValue(absl::string_view value) {
 }
 
 std::optional<std::string> NormalizePciBusId(absl::string_view text) {
+  // Already canonical (what a well-behaved plugin sends): "dddd:bb:dd.f", lower-case hex,
+  // device at most 0x1f, function at most 7.
+  auto lower_hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  if (text.size() == 12 && text[4] == ':' && text[7] == ':' && text[10] == '.' &&
+      lower_hex(text[0]) && lower_hex(text[1]) && lower_hex(text[2]) && lower_hex(text[3]) &&
+      lower_hex(text[5]) && lower_hex(text[6]) && (text[8] == '0' || text[8] == '1') &&
+      lower_hex(text[9]) && text[11] >= '0' && text[11] <= '7') {
+    return std::string(text);
+  }
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   if (parts.size() == 2) parts.insert(parts.begin(), "0");
   if (parts.size() != 3) return std::nullopt;
@@ -157,9 +166,20 @@ std::optional<std::string> NormalizePciBusId(absl::string_view text) {
       !hex(dev_fn[0], 2, 0x1F, &device) || !hex(dev_fn[1], 1, 7, &function)) {
     return std::nullopt;
   }
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", domain, bus, device, function);
-  return std::string(buf);
+  // "%04x:%02x:%02x.%x", without printf: every device of every rescan passes here.
+  static constexpr char kHex[] = "0123456789abcdef";
+  char buf[12];
+  size_t n = 0;
+  for (int shift : {12, 8, 4, 0}) buf[n++] = kHex[(domain >> shift) & 0xF];
+  buf[n++] = ':';
+  buf[n++] = kHex[bus >> 4];
+  buf[n++] = kHex[bus & 0xF];
+  buf[n++] = ':';
+  buf[n++] = kHex[device >> 4];
+  buf[n++] = kHex[device & 0xF];
+  buf[n++] = '.';
+  buf[n++] = kHex[function];
+  return std::string(buf, n);
 }
 
 }  // namespace rayaccel

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "registry/validate.h"
 
@@ -56,12 +58,28 @@ struct HostTopology::Impl {
   }
 
   hwloc_obj_t Find(const std::string& bus_id) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = found.find(bus_id);
+    if (it != found.end()) return it->second;
     unsigned domain = 0, bus = 0, dev = 0, func = 0;
-    if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &func) != 4) {
-      return nullptr;
+    hwloc_obj_t obj = nullptr;
+    if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &func) == 4) {
+      obj = hwloc_get_pcidev_by_busid(topo, domain, bus, dev, func);
     }
-    return hwloc_get_pcidev_by_busid(topo, domain, bus, dev, func);
+    if (found.size() >= kMaxCached) found.clear();
+    found.emplace(bus_id, obj);
+    return obj;
   }
+
+  // The topology never changes once loaded, and an agent asks the same questions on every
+  // rescan: answers are kept (bounded; bus ids come from plugins).
+  static constexpr size_t kMaxCached = 1 << 16;
+  mutable std::mutex mu;
+  mutable absl::flat_hash_map<std::string, hwloc_obj_t> found;
+  mutable absl::flat_hash_map<std::string, Placement> placements;
+  mutable absl::flat_hash_map<std::pair<hwloc_obj_t, hwloc_obj_t>, PciePath> paths;
+  mutable std::once_flag nvlinks_once;
+  mutable std::vector<Nvlink> nvlinks;
 
   // The innermost object with both `a` and `b` below it. Not hwloc's
   // hwloc_get_common_ancestor_obj(): it compares depths, which I/O objects do not have (they
@@ -125,6 +143,19 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
 }
 
 HostTopology::Placement HostTopology::Locate(const std::string& pci_bus_id) const {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->placements.find(pci_bus_id);
+    if (it != impl_->placements.end()) return it->second;
+  }
+  Placement out = LocateUncached(pci_bus_id);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->placements.size() >= Impl::kMaxCached) impl_->placements.clear();
+  impl_->placements.emplace(pci_bus_id, out);
+  return out;
+}
+
+HostTopology::Placement HostTopology::LocateUncached(const std::string& pci_bus_id) const {
   Placement out;
   hwloc_obj_t pci = impl_->Find(pci_bus_id);
   if (pci == nullptr) return out;
@@ -155,6 +186,19 @@ PciePath HostTopology::PathBetween(const std::string& bus_a, const std::string& 
   hwloc_obj_t a = impl_->Find(bus_a);
   hwloc_obj_t b = impl_->Find(bus_b);
   if (a == nullptr || b == nullptr || a == b) return PciePath::kUnknown;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->paths.find({a, b});
+    if (it != impl_->paths.end()) return it->second;
+  }
+  PciePath path = PathUncached(a, b);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->paths.size() >= Impl::kMaxCached) impl_->paths.clear();
+  impl_->paths.emplace(std::make_pair(a, b), path);
+  return path;
+}
+
+PciePath HostTopology::PathUncached(hwloc_obj_t a, hwloc_obj_t b) const {
   hwloc_obj_t common = impl_->Common(a, b);
   if (common == nullptr) return PciePath::kUnknown;
   if (IsPciBridge(common)) {
@@ -175,7 +219,12 @@ PciePath HostTopology::PathBetween(const std::string& bus_a, const std::string& 
   return PciePath::kSys;
 }
 
-std::vector<HostTopology::Nvlink> HostTopology::NvlinkBandwidth() const {
+const std::vector<HostTopology::Nvlink>& HostTopology::NvlinkBandwidth() const {
+  std::call_once(impl_->nvlinks_once, [this] { impl_->nvlinks = NvlinkUncached(); });
+  return impl_->nvlinks;
+}
+
+std::vector<HostTopology::Nvlink> HostTopology::NvlinkUncached() const {
   std::vector<Nvlink> out;
   unsigned nr = 1;
   hwloc_distances_s* dist = nullptr;

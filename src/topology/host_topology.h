@@ -12,6 +12,8 @@
 #include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
 
+struct hwloc_obj;
+
 namespace rayaccel {
 
 class HostTopology {
@@ -31,7 +33,8 @@ class HostTopology {
     std::string cpuset;  // local CPUs as a list, "0-13,28-41"
     std::vector<std::string> nearest_nics;  // network/OpenFabrics names, nearest level only
   };
-  // `pci_bus_id` in "dddd:bb:dd.f" form.
+  // `pci_bus_id` in "dddd:bb:dd.f" form. Answers here and below are computed once: the
+  // topology does not change once loaded, and an agent asks again on every rescan.
   Placement Locate(const std::string& pci_bus_id) const;
 
   // The PCIe path level between two PCI devices (nvidia-smi's vocabulary); kUnknown when
@@ -46,11 +49,14 @@ class HostTopology {
     uint64_t bandwidth_mbps = 0;
     uint32_t count = 0;  // always 0 (unknown): hwloc gives bandwidth, not link counts
   };
-  std::vector<Nvlink> NvlinkBandwidth() const;
+  const std::vector<Nvlink>& NvlinkBandwidth() const;
 
  private:
   struct Impl;
   explicit HostTopology(std::unique_ptr<Impl> impl, std::string source);
+  Placement LocateUncached(const std::string& pci_bus_id) const;
+  PciePath PathUncached(hwloc_obj* a, hwloc_obj* b) const;
+  std::vector<Nvlink> NvlinkUncached() const;
   std::unique_ptr<Impl> impl_;
   std::string source_;
 };

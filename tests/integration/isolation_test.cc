@@ -3,6 +3,9 @@
 // crashed plugin comes back after its backoff.
 #include <unistd.h>
 
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rayaccel/registry.h"
 #include "support/test_support.h"
@@ -64,6 +67,96 @@ TEST(Isolation, SameAnswersAsInProcess) {
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "1,2");
   EXPECT_EQ(a->Rescan()->generation, 2u);
+}
+
+// Everything a registry made of its plugins, as text, for comparing the two modes.
+std::string Describe(const NodeSnapshot& s) {
+  std::string out;
+  for (const PluginStatus& p : s.plugins) {
+    absl::StrAppend(&out, "plugin ", p.name, " ", PluginStateName(p.state), " abi ",
+                    p.abi_version, " ", p.vendor, "/", p.resource_name, " devices ",
+                    p.device_count, ": ", p.message, "\n");
+  }
+  for (const Device& d : s.devices) {
+    absl::StrAppend(&out, "device ", d.index, " ", d.id, " ", d.name, " ", d.pci_bus_id, " numa ",
+                    d.numa_node, " health ", HealthName(d.health), " ", d.health_reason,
+                    " attributes ", d.attributes.size(), "\n");
+  }
+  absl::StrAppend(&out, s.links.size(), " links, ", s.domains.size(), " domains\n");
+  for (const Link& l : s.links) {
+    if (&l - s.links.data() < 64) absl::StrAppend(&out, l.a, "-", l.b, " ", l.source, "\n");
+  }
+  for (const auto& [k, v] : s.plugin_labels) absl::StrAppend(&out, "label ", k, "=", v, "\n");
+  for (const auto& [k, v] : s.ray.resources) absl::StrAppend(&out, "ray ", k, "=", v, "\n");
+  for (const auto& [k, v] : s.ray.labels) absl::StrAppend(&out, "ray ", k, "=", v, "\n");
+  return out;
+}
+
+// The plugin host runs the registry's own checks, so a plugin's answer, refusals and
+// messages are the same in both modes, for every plugin of the zoo that the test process
+// itself survives in-process (the crashing ones are IsolatedFault's).
+TEST(Isolation, EveryZooPluginAnswersAsInProcess) {
+  for (const char* name :
+       {"testgpu", "init-fails", "discover-fails", "duplicate-id", "non-utf8-name",
+        "pass-back-refusal", "stdout", "non-utf8-property", "bad-resource-name", "bad-label",
+        "link-out-of-range", "absurd-count", "tiny-device-struct", "old-device-struct",
+        "new-device-struct", "control-chars", "null-strings", "long-string", "many-links",
+        "cap-without-hook", "transport-null-hooks", "null-discover", "small-table"}) {
+    SCOPED_TRACE(name);
+    RegistryOptions isolated = Isolated({TestPlugin(name), SimPlugin()});
+    isolated.call_timeout_ms = 10000;
+    RegistryOptions local = isolated;
+    local.isolation = RegistryOptions::Isolation::kInProcess;
+    std::unique_ptr<Registry> a = Make(isolated);
+    std::unique_ptr<Registry> b = Make(local);
+    std::string in_process = Describe(*b->snapshot());
+    EXPECT_EQ(Describe(*a->snapshot()), in_process);
+    // And again on a rescan, where the host may answer "unchanged".
+    EXPECT_EQ(Describe(*a->Rescan()), Describe(*b->Rescan()));
+    EXPECT_EQ(Describe(*a->Rescan()), in_process);
+  }
+}
+
+// What used to differ: a legal plugin too large for the old 16 MiB frame, strings with a
+// size and no pointer, and a size far past the bytes behind it.
+TEST(Isolation, LargeAndLyingAnswersMatchInProcess) {
+  RegistryOptions options = Isolated({TestPlugin("many-links")});
+  options.call_timeout_ms = 10000;
+  std::shared_ptr<const NodeSnapshot> many = Make(options)->snapshot();
+  EXPECT_EQ(StatusOf(*many, "many-links").state, PluginStatus::State::kActive)
+      << StatusOf(*many, "many-links").message;
+  EXPECT_EQ(many->devices.size(), 512u);
+  EXPECT_EQ(many->links.size(), 130816u);
+
+  std::shared_ptr<const NodeSnapshot> nulls =
+      Make(Isolated({TestPlugin("null-strings")}))->snapshot();
+  const PluginStatus& n = StatusOf(*nulls, "null-strings");
+  EXPECT_EQ(nulls->devices.size(), 2u);
+  EXPECT_NE(n.message.find("device 1: id has a size but a NULL pointer"), std::string::npos)
+      << n.message;
+  EXPECT_NE(n.message.find("label value has a size but a NULL pointer"), std::string::npos)
+      << n.message;
+  EXPECT_EQ(nulls->plugin_labels.count("example.com/null-value"), 0u);
+
+  std::shared_ptr<const NodeSnapshot> lying =
+      Make(Isolated({TestPlugin("long-string")}))->snapshot();
+  const PluginStatus& l = StatusOf(*lying, "long-string");
+  EXPECT_EQ(l.state, PluginStatus::State::kDegraded) << l.message;
+  EXPECT_EQ(lying->devices.size(), 1u);
+  EXPECT_NE(l.message.find("name is 1073741824 bytes long"), std::string::npos) << l.message;
+}
+
+// A flood ends at the limit as in-process does (the sink says RESOURCE_EXHAUSTED to the
+// plugin in the host too), not at the call timeout.
+TEST(Isolation, AFloodIsRefusedAtTheLimitNotTheTimeout) {
+  RegistryOptions options = Isolated({TestPlugin("absurd-count")});
+  options.call_timeout_ms = 10000;
+  auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<const NodeSnapshot> s = Make(options)->snapshot();
+  const PluginStatus& p = StatusOf(*s, "absurd-count");
+  EXPECT_EQ(p.state, PluginStatus::State::kFailed);
+  EXPECT_NE(p.message.find("more than 4096 devices"), std::string::npos) << p.message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 struct Fault {

@@ -4,10 +4,16 @@
  * registry must catch (see tests/integration/loader_test.cc). Written in C on purpose: it
  * proves the header is usable from C and that the host needs nothing C++ from a plugin.
  */
+#ifdef FAULT_LONG_STRING
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#endif
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
-    defined(FAULT_SPAWNS_HELPER)
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork */
+    defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING)
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap */
 #include <unistd.h>
+#endif
+#ifdef FAULT_LONG_STRING
+#include <sys/mman.h>
 #endif
 #include <signal.h>
 #include <stdio.h>
@@ -249,6 +255,58 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
     }
     return RAYACCEL_STATUS_OK;
   }
+#elif defined(FAULT_MANY_LINKS)
+  /* Legal and large: 512 devices (linked all to all in get_topology). */
+  {
+    uint32_t i;
+    for (i = 0; i < 512; ++i) {
+      char id[16];
+      snprintf(id, sizeof(id), "GPU-many-%u", (unsigned)i);
+      if (add_gpu(sink, i, id, "NVIDIA A100-SXM4-40GB") != RAYACCEL_STATUS_OK) {
+        return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "device refused");
+      }
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+#elif defined(FAULT_NULL_STRINGS)
+  /* Sizes with NULL pointers: device 1's id, and (in get_labels) a label's value. */
+  add_gpu(sink, 0, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
+  {
+    rayaccel_device_info d;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = sizeof(d);
+    d.index = 1;
+    d.id.data = NULL;
+    d.id.size = 10;
+    d.name.data = "NVIDIA A100-SXM4-40GB";
+    d.name.size = strlen(d.name.data);
+    sink->add_device(sink->host_context, &d);
+  }
+  add_gpu(sink, 2, "GPU-test-2", "NVIDIA A100-SXM4-40GB");
+  return RAYACCEL_STATUS_OK;
+#elif defined(FAULT_LONG_STRING)
+  /* A name whose size claims a gigabyte, over a few bytes that end where the mapping does: a
+   * host that reads before checking the size faults. */
+  {
+    long page = sysconf(_SC_PAGESIZE);
+    char *region = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    rayaccel_device_info d;
+    if (region == MAP_FAILED) return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "mmap");
+    mprotect(region + page, (size_t)page, PROT_NONE);
+    memcpy(region + page - 4, "A100", 4);
+    memset(&d, 0, sizeof(d));
+    d.struct_size = sizeof(d);
+    d.index = 1;
+    d.id.data = "GPU-long-1";
+    d.id.size = 10;
+    d.name.data = region + page - 4;
+    d.name.size = (size_t)1 << 30;
+    add_gpu(sink, 0, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
+    sink->add_device(sink->host_context, &d);
+    munmap(region, (size_t)page * 2);
+    return RAYACCEL_STATUS_OK;
+  }
 #elif defined(FAULT_DISCOVER_FAILS)
   (void)sink;
   (void)add_gpu;
@@ -302,6 +360,15 @@ static rayaccel_status get_labels(rayaccel_plugin_instance *instance, const raya
                                   rayaccel_error *error) {
   (void)instance;
   (void)error;
+#ifdef FAULT_NULL_STRINGS
+  {
+    rayaccel_string key = STR("example.com/null-value");
+    rayaccel_string value;
+    value.data = NULL;
+    value.size = 3;
+    sink->add_label(sink->host_context, key, value);
+  }
+#endif
 #ifdef FAULT_BAD_LABEL
   {
     rayaccel_string key = STR("bad key with spaces");
@@ -335,6 +402,21 @@ static rayaccel_status get_topology(rayaccel_plugin_instance *instance, const ra
 #if defined(FAULT_OLD_DEVICE_STRUCT) || defined(FAULT_NEW_DEVICE_STRUCT)
   (void)sink;
   return RAYACCEL_STATUS_OK; /* one device only: nothing to link */
+#endif
+#ifdef FAULT_MANY_LINKS
+  { /* all 130 816 pairs of 512 devices: within the limits, as in-process accepts */
+    uint32_t a, b;
+    for (a = 0; a < 512; ++a) {
+      for (b = a + 1; b < 512; ++b) {
+        link.device_a = a;
+        link.device_b = b;
+        if (sink->add_link(sink->host_context, &link) != RAYACCEL_STATUS_OK) {
+          return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "link refused");
+        }
+      }
+    }
+    return RAYACCEL_STATUS_OK;
+  }
 #endif
 #ifdef FAULT_LINK_OUT_OF_RANGE
   link.device_b = 7;
