@@ -546,9 +546,11 @@ typedef struct rayaccel_plugin_api {
                                 rayaccel_error *error);
 
   /* Blocks up to args->timeout_ms for health changes and reports them (set_health). Returns
-   * OK after reporting at least one change, TIMEOUT when none came. The host calls it from a
-   * dedicated thread, concurrently with the other hooks: it must be thread-safe with them.
-   * Optional; RAYACCEL_CAP_HEALTH_EVENTS. Since 1.0. */
+   * OK after reporting at least one change, TIMEOUT when none came. OK without a report means
+   * "something changed that only a rescan reads" (a GPU lost): the host rescans, and backs
+   * off when the rescan shows nothing new. The host calls it from a dedicated thread,
+   * concurrently with the other hooks: it must be thread-safe with them. Optional;
+   * RAYACCEL_CAP_HEALTH_EVENTS. Since 1.0. */
   rayaccel_status (*wait_health_events)(rayaccel_plugin_instance *instance,
                                         rayaccel_health_wait_args *args, rayaccel_error *error);
 

@@ -231,6 +231,33 @@ bool SpecChanged(rayaccel_plugin_instance* self) {
   return changed;
 }
 
+// A spec edit is the sim's health event. It reports every device's health as the new spec
+// has it (an edit can touch any of them), unknown for devices the spec no longer lists, and
+// unknown for all when the spec no longer reads: always at least one change to report.
+void ReportSpecHealth(rayaccel_plugin_instance* self, const rayaccel_sink* sink) {
+  std::lock_guard<std::mutex> lock(self->mu);
+  const size_t before = self->spec.devices.size();
+  char text[256] = "";
+  rayaccel_error problem{sizeof(problem), text, sizeof(text)};
+  if (Reload(self, &problem) != RAYACCEL_STATUS_OK) {
+    std::string reason = std::string("spec unreadable: ") + text;
+    for (size_t i = 0; i < before; ++i) {
+      sink->set_health(sink->host_context, static_cast<uint32_t>(i), RAYACCEL_HEALTH_UNKNOWN,
+                       Str(reason));
+    }
+    return;
+  }
+  const std::vector<SimDevice>& now = self->spec.devices;
+  for (size_t i = 0; i < now.size(); ++i) {
+    sink->set_health(sink->host_context, static_cast<uint32_t>(i), now[i].health,
+                     Str(now[i].health_reason));
+  }
+  for (size_t i = now.size(); i < before; ++i) {
+    sink->set_health(sink->host_context, static_cast<uint32_t>(i), RAYACCEL_HEALTH_UNKNOWN,
+                     Str(std::string("no longer in the spec")));
+  }
+}
+
 // Waits for the spec to change. The folder is watched, not the file, so that an editor's
 // write-to-a-temporary-and-rename counts; the stat comparison filters out other files.
 rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health_wait_args* args,
@@ -266,7 +293,10 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args->timeout_ms);
     while (true) {
-      if (SpecChanged(self)) return RAYACCEL_STATUS_OK;
+      if (SpecChanged(self)) {
+        ReportSpecHealth(self, args->sink);
+        return RAYACCEL_STATUS_OK;
+      }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return RAYACCEL_STATUS_TIMEOUT;

@@ -1,14 +1,19 @@
 // rayaccel-plugin-host PLUGIN.so: hosts one plugin in a process of its own, for a registry in
-// isolation mode. It speaks the framed protocol of src/isolation/wire.h on file descriptor 3;
+// isolation mode. It speaks the framed protocol of src/isolation/wire.h on file descriptor 3
+// and sends health events on 4;
 // the plugin's stdout goes to stderr so it can never corrupt anything. A crash, abort, hang or
 // runaway allocation here costs this process only: the registry sees it, marks the plugin
 // failed with the cause, and restarts the host later.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "isolation/report_codec.h"
 #include "isolation/wire.h"
@@ -20,7 +25,8 @@
 namespace rayaccel::isolation {
 namespace {
 
-constexpr int kFd = 3;
+constexpr int kFd = 3;        // requests and replies
+constexpr int kHealthFd = 4;  // health events, host -> registry
 
 std::string Error(const absl::Status& st) {
   json::Writer w;
@@ -42,8 +48,75 @@ json::Writer Begin() {
   return w;
 }
 
+// Runs the plugin's wait_health_events on a thread of its own (the ABI has it run alongside
+// the other hooks) and sends each outcome on kHealthFd, so a health wait never holds up a
+// query, a lease or a shutdown on the request channel.
+class HealthWatch {
+ public:
+  explicit HealthWatch(LoadedPlugin* plugin) : plugin_(plugin), thread_([this] { Run(); }) {}
+  ~HealthWatch() { Stop(); }
+  // True when the thread ended in time: each wait is bounded (kWait), but a plugin may ignore
+  // its timeout. The thread is then left behind, and the plugin must not be shut down under it.
+  bool Stop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    bool ended = done_cv_.wait_for(lock, 2 * kWait, [this] { return done_; });
+    lock.unlock();
+    if (thread_.joinable()) ended ? thread_.join() : thread_.detach();
+    return ended;
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kWait{250};
+
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_;
+  }
+
+  void Run() {
+    // A wait that fails, or answers OK without reporting a change, is retried after a pause
+    // that doubles (10 ms up to 1 s) until a reported change: never a tight loop.
+    std::chrono::milliseconds pause{0};
+    while (!stopping()) {
+      PluginReport report;
+      absl::Status st = plugin_->WaitHealthEvents(static_cast<uint32_t>(kWait.count()), &report);
+      if (stopping()) break;
+      if (st.code() == absl::StatusCode::kDeadlineExceeded) continue;
+      json::Writer w = Begin();
+      if (!wire::WriteFrame(kHealthFd, st.ok() ? Ok(w) : Error(st)).ok()) break;
+      if (st.code() == absl::StatusCode::kUnimplemented) break;
+      if (st.ok() && !report.health.empty()) {
+        pause = std::chrono::milliseconds(0);
+        continue;
+      }
+      pause = std::min(std::chrono::milliseconds(1000),
+                       std::max(std::chrono::milliseconds(10), 2 * pause));
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait_for(lock, pause, [this] { return stop_; });
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    done_cv_.notify_all();
+  }
+
+  LoadedPlugin* plugin_;
+  std::mutex mu_;
+  std::condition_variable done_cv_;  // done_, or stop_ for the retry pause
+  bool stop_ = false;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
 int Serve(const std::string& path) {
   std::unique_ptr<LoadedPlugin> plugin;
+  std::unique_ptr<HealthWatch> watch;
+  // Ends the plugin: not while a health wait it ignores the timeout of is still inside it.
+  auto finish = [&] {
+    if (watch != nullptr && !watch->Stop()) _exit(0);
+    watch.reset();
+    plugin.reset();
+  };
   // The last answer sent in full, and its id: a query whose answer encodes the same is
   // answered "unchanged" when the registry holds that id.
   std::string last_report;
@@ -51,7 +124,10 @@ int Serve(const std::string& path) {
   const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(24 * 365);
   while (true) {
     absl::StatusOr<std::string> frame = wire::ReadFrame(kFd, forever, wire::kMaxJsonReplyBytes);
-    if (!frame.ok()) return 0;  // the registry went away
+    if (!frame.ok()) {  // the registry went away
+      finish();
+      return 0;
+    }
     json::ParseError error;
     std::optional<json::Value> request = json::Parse(*frame, &error);
     const json::Value* op = request ? request->Find("op") : nullptr;
@@ -138,17 +214,12 @@ int Serve(const std::string& path) {
         head.report = encoded;
         reply = wire::EncodeReportReply(head);
       }
-    } else if (op->string() == "wait_health_events") {
-      // Blocks this (single-threaded) host for at most the timeout; the registry bounds it.
-      const json::Value* t = request->Find("timeout_ms");
-      uint64_t timeout = t != nullptr ? t->as_uint64().value_or(0) : 0;
-      PluginReport report;
-      absl::Status st = plugin->WaitHealthEvents(
-          static_cast<uint32_t>(std::min<uint64_t>(timeout, 10000)), &report);
+    } else if (op->string() == "watch_health") {
+      if (watch == nullptr) watch = std::make_unique<HealthWatch>(plugin.get());
       json::Writer w = Begin();
-      reply = st.ok() ? Ok(w) : Error(st);
+      reply = Ok(w);
     } else if (op->string() == "shutdown") {
-      plugin.reset();
+      finish();
       json::Writer w = Begin();
       (void)wire::WriteFrame(kFd, Ok(w));
       return 0;

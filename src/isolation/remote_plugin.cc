@@ -1,6 +1,7 @@
 #include "isolation/remote_plugin.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -88,28 +89,35 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
   if (options.host_binary.empty() || options.host_binary[0] != '/') {
     return absl::NotFoundError("rayaccel-plugin-host not found (give its absolute path)");
   }
-  int sv[2];
+  // Requests and replies on one socket, health events on another (the host's fds 3 and 4).
+  int sv[2], hv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, hv) != 0) {
+    int err = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(err)));
   }
   pid_t pid = fork();
   if (pid < 0) {
     int err = errno;
-    close(sv[0]);
-    close(sv[1]);
+    for (int fd : {sv[0], sv[1], hv[0], hv[1]}) close(fd);
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
   }
   if (pid == 0) {
     // The child: a process group of its own (a plugin that signals "its" group, or spawns
-    // helpers, reaches only this one), the protocol on fd 3, nothing else inherited, stdin
-    // from /dev/null, dies with the registry, bounded memory, then exec.
+    // helpers, reaches only this one), the protocol on fds 3 and 4, nothing else inherited,
+    // stdin from /dev/null, dies with the registry, bounded memory, then exec.
     setpgid(0, 0);
-    if (sv[1] == 3) {
-      fcntl(3, F_SETFD, 0);
-    } else {
-      dup2(sv[1], 3);  // clears close-on-exec on the copy
-    }
-    close_range(4, ~0U, 0);
+    // Out of the way first (fcntl F_DUPFD: the lowest free fd >= 5), then into place; dup2
+    // clears close-on-exec on the copies.
+    int request = fcntl(sv[1], F_DUPFD, 5);
+    int health = fcntl(hv[1], F_DUPFD, 5);
+    dup2(request, 3);
+    dup2(health, 4);
+    close_range(5, ~0U, 0);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0 && null != 0) dup2(null, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -124,10 +132,12 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
   }
   setpgid(pid, pid);  // as the child does: whichever runs first, the group exists
   close(sv[1]);
+  close(hv[1]);
   std::unique_ptr<RemotePlugin> p(new RemotePlugin());
   p->options_ = options;
   p->pid_ = pid;
   p->fd_ = sv[0];
+  p->health_fd_ = hv[0];
   json::Writer w = Request("open");
   absl::StatusOr<json::Value> reply = p->Call(Done(w), "open");
   if (!reply.ok()) return reply.status();
@@ -143,8 +153,10 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
 
 RemotePlugin::~RemotePlugin() {
   if (pid_ > 0) {
+    // A plugin's shutdown gets a second at most: a hung one must not hold up every command
+    // that ends, and the host is killed below whatever it does.
     json::Writer w = Request("shutdown");
-    (void)Call(Done(w), "shutdown");
+    (void)Call(Done(w), "shutdown", std::min(options_.call_timeout, kShutdownTimeout));
   }
   if (pid_ > 0) {
     KillGroup(pid_);
@@ -152,20 +164,22 @@ RemotePlugin::~RemotePlugin() {
     Reap(pid_, &status);
   }
   if (fd_ >= 0) close(fd_);
+  if (health_fd_ >= 0) close(health_fd_);
 }
 
 absl::StatusOr<json::Value> RemotePlugin::Call(const std::string& request, const char* what,
-                                               std::chrono::milliseconds extra) const {
+                                               std::chrono::milliseconds timeout) const {
   std::lock_guard<std::mutex> lock(call_mu_);
-  absl::StatusOr<std::string> frame = Exchange(request, wire::kMaxJsonReplyBytes, extra);
+  absl::StatusOr<std::string> frame = Exchange(request, wire::kMaxJsonReplyBytes, timeout);
   absl::StatusOr<json::Value> reply = frame.ok() ? ParseJson(*frame) : frame.status();
   return reply.ok() ? reply : Fail(reply.status(), what);
 }
 
 absl::StatusOr<std::string> RemotePlugin::Exchange(const std::string& request, size_t max_reply,
-                                                   std::chrono::milliseconds extra) const {
+                                                   std::chrono::milliseconds timeout) const {
   if (pid_ <= 0) return absl::UnavailableError("the plugin host is down");
-  auto deadline = std::chrono::steady_clock::now() + options_.call_timeout + extra;
+  if (timeout.count() <= 0) timeout = options_.call_timeout;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   absl::Status st = wire::WriteFrame(fd_, request);
   return st.ok() ? wire::ReadFrame(fd_, deadline, max_reply) : absl::StatusOr<std::string>(st);
 }
@@ -183,7 +197,7 @@ absl::StatusOr<json::Value> RemotePlugin::ParseJson(const std::string& frame) {
 absl::StatusOr<wire::ReportReply> RemotePlugin::CallForReport(const std::string& request,
                                                               const char* what,
                                                               std::string* frame) const {
-  absl::StatusOr<std::string> got = Exchange(request, wire::kMaxFrameBytes, {});
+  absl::StatusOr<std::string> got = Exchange(request, wire::kMaxFrameBytes, {});  // default
   if (!got.ok()) return Fail(got.status(), what);
   *frame = *std::move(got);
   if (!frame->empty() && (*frame)[0] == '{') {  // the host could not run the call
@@ -289,12 +303,29 @@ absl::Status RemotePlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* /
   if ((capabilities_ & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
     return absl::UnimplementedError("the plugin offers no health events");
   }
-  json::Writer w = Request("wait_health_events");
-  w.Key("timeout_ms").Uint(timeout_ms);
-  // The host answers after the plugin's wait: the call's deadline grows by that much.
-  absl::StatusOr<json::Value> reply =
-      Call(Done(w), "wait_health_events", std::chrono::milliseconds(timeout_ms));
-  return reply.ok() ? ReplyStatus(*reply) : reply.status();
+  // The host waits on a thread of its own and sends what it sees on the health socket, so
+  // this waits there, never on the request channel (a query or lease is never held up).
+  if (!watching_.exchange(true)) {
+    json::Writer w = Request("watch_health");
+    absl::StatusOr<json::Value> reply = Call(Done(w), "wait_health_events");
+    if (!reply.ok()) return reply.status();
+    if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  }
+  if (!alive()) return absl::UnavailableError("the plugin host is down");
+  pollfd p{health_fd_, POLLIN, 0};
+  int ready = poll(&p, 1, static_cast<int>(std::min<uint32_t>(timeout_ms, INT32_MAX)));
+  if (ready == 0 || (ready < 0 && errno == EINTR)) return absl::DeadlineExceededError("no change");
+  if (ready < 0) return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+  // A frame has begun: the rest follows at once from a working host.
+  absl::StatusOr<std::string> frame = wire::ReadFrame(
+      health_fd_, std::chrono::steady_clock::now() + options_.call_timeout,
+      wire::kMaxJsonReplyBytes);
+  absl::StatusOr<json::Value> reply = frame.ok() ? ParseJson(*frame) : frame.status();
+  if (!reply.ok()) {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    return Fail(reply.status(), "wait_health_events");
+  }
+  return ReplyStatus(*reply);
 }
 
 absl::Status RemotePlugin::ValidateQuantity(uint32_t quantity) const {

@@ -42,8 +42,8 @@ class RemotePlugin : public PluginHandle {
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override { return zero_devices_reason_; }
-  // The health watch's thread calls this while others may query: calls take turns on the one
-  // channel, so a query may wait up to `timeout_ms` for a wait in progress.
+  // The health watch's thread calls this while others may query: the host watches on a thread
+  // and socket of its own, so neither waits for the other.
   absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
 
   // The host's pid and its answer id: the host itself said whether the answer changed.
@@ -56,8 +56,9 @@ class RemotePlugin : public PluginHandle {
   RemotePlugin() = default;
   // Sends one request and waits for its JSON answer; a dead, silent or confused host is
   // killed, reaped and described ("crashed with signal 11 (Segmentation fault) during query").
+  // `timeout` 0: the call timeout of the options.
   absl::StatusOr<json::Value> Call(const std::string& request, const char* what,
-                                   std::chrono::milliseconds extra = {}) const;
+                                   std::chrono::milliseconds timeout = {}) const;
   // The same for the calls answered with a report (wire.h); `frame` keeps the bytes the
   // reply points into. Caller holds call_mu_.
   absl::StatusOr<wire::ReportReply> CallForReport(const std::string& request,
@@ -65,7 +66,7 @@ class RemotePlugin : public PluginHandle {
                                                              std::string* frame) const;
   // One request and its reply frame. Caller holds call_mu_.
   absl::StatusOr<std::string> Exchange(const std::string& request, size_t max_reply,
-                                       std::chrono::milliseconds extra) const;
+                                       std::chrono::milliseconds timeout) const;
   static absl::StatusOr<json::Value> ParseJson(const std::string& frame);
   // Kills and reaps the host after `cause`, and says why in the terms of `what`.
   absl::Status Fail(absl::Status cause, const char* what) const;
@@ -74,6 +75,9 @@ class RemotePlugin : public PluginHandle {
   mutable std::mutex call_mu_;  // one request on the channel at a time
   mutable std::atomic<pid_t> pid_{-1};
   mutable int fd_ = -1;
+  int health_fd_ = -1;  // health events from the host's watch thread
+  std::atomic<bool> watching_{false};
+  static constexpr std::chrono::milliseconds kShutdownTimeout{1000};
   std::string name_;
   std::string abi_version_;
   uint64_t capabilities_ = 0;

@@ -132,15 +132,23 @@ class Registry::Impl {
       }
       std::string name = slot.status.name;
       watchers_.emplace_back([this, i, name] {
-        auto pause = [this] {
-          for (int k = 0; k < 10 && !stopping_; ++k) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        auto sleep = [this](std::chrono::milliseconds d) {
+          for (auto waited = std::chrono::milliseconds(0); waited < d && !stopping_;
+               waited += std::chrono::milliseconds(10)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
           }
         };
-        // A plugin that answers "changed" while nothing changes would drive a rescan storm:
-        // each such answer doubles a pause before the next wait (10 ms up to 1 s); a real
-        // change clears it.
-        std::chrono::milliseconds spurious_pause{0};
+        // A watch that fails, or "changes" nothing a snapshot shows, would drive a rescan
+        // storm: each such answer doubles a pause before the next wait (10 ms up to 1 s); a
+        // real change clears it. Real changes are coalesced: at
+        // most one health rescan per kMinInterval, later events join the next one.
+        constexpr std::chrono::milliseconds kMinInterval{5};
+        std::chrono::milliseconds backoff{0};
+        auto back_off = [&] {
+          backoff = std::min(std::chrono::milliseconds(1000),
+                             std::max(std::chrono::milliseconds(10), 2 * backoff));
+          sleep(backoff);
+        };
         while (!stopping_) {
           std::shared_ptr<PluginHandle> plugin;
           {
@@ -148,7 +156,7 @@ class Registry::Impl {
             plugin = slots_[i].plugin;
           }
           if (plugin == nullptr || !plugin->alive()) {
-            pause();  // crashed: the next rescan restarts it after its backoff
+            sleep(std::chrono::milliseconds(1000));  // the next rescan restarts it
             continue;
           }
           try {
@@ -159,35 +167,34 @@ class Registry::Impl {
               // The plugin's process died while waiting: publish that (the rescan marks it
               // failed); a later rescan restarts it after its backoff.
               spdlog::warn("plugin {}: died during its health watch: {}", name,
-                           std::string(st.message()));
+                           EscapeControl(st.message()));
               Rescan();
             } else if (st.ok()) {
               spdlog::info("plugin {}: health changed; rescanning", name);
+              auto started = std::chrono::steady_clock::now();
               std::shared_ptr<const NodeSnapshot> before = snapshot();
               std::shared_ptr<const NodeSnapshot> after = Rescan();
               if (SameDevices(*before, *after, name)) {
-                spurious_pause =
-                    std::min(std::chrono::milliseconds(1000),
-                             std::max(std::chrono::milliseconds(10), 2 * spurious_pause));
                 spdlog::debug("plugin {}: reported a change, but nothing changed", name);
-                for (auto waited = std::chrono::milliseconds(0);
-                     waited < spurious_pause && !stopping_;
-                     waited += std::chrono::milliseconds(10)) {
-                  std::this_thread::sleep_for(std::chrono::milliseconds(10));
-                }
+                back_off();
               } else {
-                spurious_pause = std::chrono::milliseconds(0);
+                backoff = std::chrono::milliseconds(0);
+                sleep(std::chrono::duration_cast<std::chrono::milliseconds>(
+                    kMinInterval - (std::chrono::steady_clock::now() - started)));
               }
             } else if (st.code() == absl::StatusCode::kUnimplemented) {
-              spdlog::info("plugin {}: no health events: {}", name, std::string(st.message()));
+              spdlog::info("plugin {}: no health events: {}", name, EscapeControl(st.message()));
               break;
             } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
-              // A transient failure: try again shortly rather than stop watching for good.
-              spdlog::warn("plugin {}: health watch: {}", name, std::string(st.message()));
-              pause();
+              // A transient failure: try again after the backoff, not stop watching for good.
+              if (backoff.count() == 0) {
+                spdlog::warn("plugin {}: health watch: {}", name, EscapeControl(st.message()));
+              }
+              back_off();
             }
           } catch (const std::exception& e) {
             spdlog::error("plugin {}: health watch: {}", name, e.what());
+            back_off();
           }
         }
       });

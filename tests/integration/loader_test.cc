@@ -150,21 +150,53 @@ TEST(Loader, PluginTextReachesTheTerminalEscaped) {
   }
 }
 
-// A health watch that answers "changed" at once while nothing changes does not become a
-// rescan storm: each empty answer doubles a pause, up to a second.
+// A health watch that answers OK at once while nothing changes does not become a rescan
+// storm, in either mode: a rescan that shows nothing new doubles a pause, up to a second.
 TEST(Loader, ABusyHealthWatchIsNotARescanStorm) {
+  for (auto mode : {RegistryOptions::Isolation::kInProcess,
+                    RegistryOptions::Isolation::kChildProcess}) {
+    RegistryOptions options;
+    options.plugins = {TestPlugin("busy-health")};
+    options.use_environment = false;
+    options.host_topology = false;
+    options.watch_health = true;
+    options.isolation = mode;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    uint64_t first = (*registry)->snapshot()->generation;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    uint64_t rescans = (*registry)->snapshot()->generation - first;
+    EXPECT_GE(rescans, 1u) << "the watch runs";
+    EXPECT_LE(rescans, 20u) << "10, 20, 40 ... 1000 ms apart: about 8 in two seconds";
+    EXPECT_EQ(StatusOf(*(*registry)->snapshot(), "busy-health").state,
+              PluginStatus::State::kActive);
+  }
+}
+
+// A health wait that never returns holds up nothing: queries and leases go on, the plugin
+// stays active, and the registry (the agent, on SIGTERM) still stops.
+TEST(Loader, AHungHealthWaitHoldsUpNothingWhenIsolated) {
   RegistryOptions options;
-  options.plugins = {TestPlugin("busy-health")};
+  options.plugins = {TestPlugin("hung-health")};
   options.use_environment = false;
   options.host_topology = false;
   options.watch_health = true;
+  options.isolation = RegistryOptions::Isolation::kChildProcess;
+  options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  options.call_timeout_ms = 1000;  // a wait on the request channel would be killed at this
   absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
   ASSERT_TRUE(registry.ok()) << registry.status();
-  uint64_t first = (*registry)->snapshot()->generation;
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  uint64_t rescans = (*registry)->snapshot()->generation - first;
-  EXPECT_GE(rescans, 1u) << "the watch runs";
-  EXPECT_LE(rescans, 20u) << "10, 20, 40 ... 1000 ms apart: about 8 in two seconds";
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::shared_ptr<const NodeSnapshot> s = (*registry)->Rescan();
+    EXPECT_EQ(StatusOf(*s, "hung-health").state, PluginStatus::State::kActive)
+        << StatusOf(*s, "hung-health").message;
+    EXPECT_EQ(s->devices.size(), 2u);
+    auto env = (*registry)->PrepareAllocation({"GPU-test-0"});
+    EXPECT_TRUE(env.ok()) << env.status();
+  }
+  registry->reset();  // returns: the host's stuck thread is left to the host's exit
 }
 
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {

@@ -8,7 +8,7 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #endif
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
-    defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING)
+    defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH)
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap */
 #include <unistd.h>
 #endif
@@ -446,6 +446,18 @@ static rayaccel_status busy_health(rayaccel_plugin_instance *instance,
 }
 #endif
 
+#ifdef FAULT_HUNG_HEALTH
+/* Ignores its timeout: the wait never returns. */
+static rayaccel_status hung_health(rayaccel_plugin_instance *instance,
+                                   rayaccel_health_wait_args *args, rayaccel_error *error) {
+  (void)instance;
+  (void)args;
+  (void)error;
+  for (;;) sleep(60);
+  return RAYACCEL_STATUS_OK; /* not reached */
+}
+#endif
+
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
@@ -463,7 +475,7 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_TRANSPORT_NULL_HOOKS)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT,
-#elif defined(FAULT_BUSY_HEALTH)
+#elif defined(FAULT_BUSY_HEALTH) || defined(FAULT_HUNG_HEALTH)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #else
     RAYACCEL_CAP_TOPOLOGY,
@@ -481,6 +493,8 @@ static const rayaccel_plugin_api kApi = {
     NULL, /* get_health */
 #ifdef FAULT_BUSY_HEALTH
     busy_health,
+#elif defined(FAULT_HUNG_HEALTH)
+    hung_health,
 #else
     NULL, /* wait_health_events */
 #endif
