@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Times `rayaccel discover --json` (8-GPU sim spec) against hwloc's `lstopo-no-graphics --of
-# xml` on this machine: both are "tell me what this host has" commands an operator runs.
-# Prints the mean wall time of each over N runs and their ratio.
+# Times `rayaccel discover --json` (8-GPU sim spec, every installed plugin loaded) against
+# hwloc's `lstopo-no-graphics --of xml` on this machine: both are "tell me what this host has"
+# commands an operator runs. Also times the floors that bound what rayaccel can reach here:
+# an empty program, an empty program linked as `rayaccel` is, and hwloc's I/O discovery
+# alone (lstopo with and without it). Prints mean wall times over N runs and the ratios.
 # Usage: bench/compare_lstopo.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
 build=${1:-build}
@@ -19,9 +21,23 @@ mean_ms() {  # mean wall time in ms of "$@" over $runs runs, output discarded
   awk -v ns=$((end - start)) -v n="$runs" 'BEGIN { printf "%.2f", ns / n / 1e6 }'
 }
 
-ours=$(mean_ms "$cli" discover --json --config "sim.spec=$root/examples/dgx-h100.json")
+spec="sim.spec=$root/examples/dgx-h100.json"
+ours=$(mean_ms "$cli" discover --json --config "$spec")
+ours_nohost=$(mean_ms "$cli" discover --json --config "$spec" --no-host-topology)
 theirs=$(mean_ms lstopo-no-graphics --of xml)
-echo "runs:                                   $runs"
-echo "rayaccel discover --json (dgx-h100):    $ours ms"
-echo "lstopo-no-graphics --of xml:            $theirs ms"
-awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo:               %.2f\n", a / b }'
+theirs_noio=$(mean_ms lstopo-no-graphics --of xml --filter io:none)
+empty=$(mean_ms /bin/true)
+linked=""
+[ -x "$build/bin/rayaccel_bench_empty" ] && linked=$(mean_ms "$build/bin/rayaccel_bench_empty")
+
+echo "runs:                                              $runs"
+echo "rayaccel discover --json (dgx-h100):               $ours ms"
+echo "rayaccel discover --json --no-host-topology:       $ours_nohost ms"
+echo "lstopo-no-graphics --of xml:                       $theirs ms"
+echo "floor: lstopo without I/O (--filter io:none):      $theirs_noio ms"
+echo "floor: /bin/true (process start):                   $empty ms"
+[ -n "$linked" ] && echo "floor: empty program linked as rayaccel is:        $linked ms"
+awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (host view on):            %.2f\n", a / b }'
+awk -v a="$ours_nohost" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (--no-host-topology):      %.2f\n", a / b }'
+[ -n "$linked" ] && awk -v a="$linked" -v b="$theirs" 'BEGIN { printf "ratio floor / lstopo:                              %.2f\n", a / b }'
+awk -v a="$theirs" -v b="$theirs_noio" 'BEGIN { printf "hwloc I/O discovery alone (lstopo difference):    %.2f ms\n", a - b }'

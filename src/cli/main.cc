@@ -1,6 +1,11 @@
 // The `rayaccel` command: what this node's accelerators are, and what Ray would be given.
 // Exit codes: 0 when discovery ran (even with no devices or refused plugins), 1 when
 // rayaccel itself failed, 2 for usage errors.
+//
+// Built twice from this file: `rayaccel` (RAYACCEL_CLI_RPC off) runs the local commands and
+// maps no RPC stack (gRPC, Protobuf and OpenSSL are most of a short command's start-up);
+// for serve, sink and --agent it execs `rayaccel-agent`, the same program with RPC, from its
+// own folder.
 #include <limits.h>
 #include <unistd.h>
 
@@ -12,15 +17,18 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "cli/agent_client.h"
 #include "cli/log_format.h"
 #include "cli/render.h"
+#include "cli/transfer_command.h"
+#if RAYACCEL_CLI_RPC
+#include "cli/agent_client.h"
 #include "cli/serve_command.h"
 #include "cli/sink_command.h"
-#include "cli/transfer_command.h"
+#endif
 #include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 #include "registry/config.h"
+#include "rpc/server_options.h"
 #include "spdlog/spdlog.h"
 
 namespace rayaccel::cli {
@@ -68,7 +76,7 @@ Options:
   --no-host-topology          do not consult hwloc
   --isolation process|none    run each plugin in a child process of its own, so that a
                               crash or hang in vendor code fails that plugin only
-                              (default: none, in this process)
+                              (default: process for serve, none for the other commands)
   --dot                       Graphviz output (topo)
   --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
                               tcp://HOST:PORT (port 0: any free one)
@@ -108,7 +116,29 @@ struct Args {
   RegistryOptions options;
   std::string log_level = "warn";
   std::string log_format = "text";
+  bool isolation_given = false;  // --isolation; serve isolates by default, the rest do not
 };
+
+#if !RAYACCEL_CLI_RPC
+// serve, sink and --agent: `rayaccel-agent` from this program's folder, with the same
+// arguments. Returns only when it cannot be run.
+int ExecAgent(char** argv) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string agent = "rayaccel-agent";
+  if (n > 0) {
+    std::string path(self, static_cast<size_t>(n));
+    agent = path.substr(0, path.rfind('/') + 1) + agent;
+  }
+  std::vector<char*> args;
+  args.push_back(agent.data());
+  for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  execv(agent.c_str(), args.data());
+  std::fprintf(stderr, "rayaccel: cannot run %s: %s\n", agent.c_str(), std::strerror(errno));
+  return kExitFailure;
+}
+#endif
 
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel: %s\n\n%s", problem.c_str(), kUsage);
@@ -150,6 +180,7 @@ int Parse(int argc, char** argv, Args* args) {
       }
       args->options.isolation = v == "process" ? RegistryOptions::Isolation::kChildProcess
                                                : RegistryOptions::Isolation::kInProcess;
+      args->isolation_given = true;
     } else if (flag == "--no-host-topology") {
       args->options.host_topology = false;
     } else if (flag == "--hwloc-xml") {
@@ -272,17 +303,22 @@ int Run(int argc, char** argv) {
                 RAYACCEL_ABI_VERSION_MINOR);
     return kExitOk;
   }
-  if (cmd == "sink") {
-    if (args.server.listen.empty()) return Usage("sink needs --listen ADDRESS");
-    return RunSink(args.server, args.json);
+  if (cmd == "sink" && args.server.listen.empty()) return Usage("sink needs --listen ADDRESS");
+  if (cmd == "serve" && args.raylet.empty() != args.node_id.empty()) {
+    return Usage("serve: --raylet and --node-id go together");
   }
+#if RAYACCEL_CLI_RPC
+  if (cmd == "sink") return RunSink(args.server, args.json);
   if (cmd == "serve") {
-    if (args.raylet.empty() != args.node_id.empty()) {
-      return Usage("serve: --raylet and --node-id go together");
-    }
+    // The agent runs plugins isolated unless told otherwise: a crash in vendor code must not
+    // take every plugin's devices down with the agent.
+    if (!args.isolation_given) args.options.isolation = RegistryOptions::Isolation::kChildProcess;
     return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
                      args.raylet_tls_ca_file, args.rescan_interval_s});
   }
+#else
+  if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);
+#endif
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
       cmd != "topo" && cmd != "allocate") {
     return Usage("unknown command \"" + cmd + "\"");
@@ -292,6 +328,7 @@ int Run(int argc, char** argv) {
   std::shared_ptr<const NodeSnapshot> snap;
   absl::StatusOr<std::unique_ptr<Registry>> registry;
   if (!args.agent.empty()) {
+#if RAYACCEL_CLI_RPC
     absl::StatusOr<std::shared_ptr<const NodeSnapshot>> fetched = FetchSnapshot(
         {args.agent, args.server.token_file, args.tls_ca_file, args.server.allow_insecure_tcp});
     if (!fetched.ok()) {
@@ -300,6 +337,7 @@ int Run(int argc, char** argv) {
                                                                            : kExitFailure;
     }
     snap = *std::move(fetched);
+#endif
   } else {
     registry = Registry::Create(args.options);
     if (!registry.ok()) {

@@ -17,18 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "rpc/listen_address.h"
+#include "rpc/server_options.h"
 
 namespace rayaccel::rpc {
-
-struct ServerOptions {
-  std::string listen;  // unix:PATH, an absolute path, or tcp://HOST:PORT
-  // TLS for TCP: the server's certificate chain and key (PEM); with a client CA, clients must
-  // present a certificate it signed (mutual TLS).
-  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
-  std::string token_file;           // a bearer token every call must carry; empty: none
-  bool allow_insecure_tcp = false;  // plain TCP on a non-loopback address
-  int max_receive_message_bytes = 4 << 20;
-};
 
 // The contents of a credentials file (a PEM certificate or key), or why it cannot be read.
 absl::StatusOr<std::string> ReadCredentialFile(const std::string& path, const char* what);

@@ -125,6 +125,13 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
   hwloc_topology_set_io_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_ALL);
   hwloc_topology_set_cache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
   hwloc_topology_set_icache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_type_filter(impl->topo, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
+  // Components that only add what rayaccel does not read, at a cost: OpenGL displays (it tries
+  // to connect to an X server), OpenCL, CUDA runtime, Level Zero and ROCm SMI devices (the
+  // plugins report accelerators themselves). NVML stays: its NVLink matrix is used.
+  for (const char* unused : {"gl", "opencl", "cuda", "levelzero", "rsmi"}) {
+    hwloc_topology_set_components(impl->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unused);
+  }
   std::string source = "this machine";
   if (!xml_path.empty()) {
     if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <shared_mutex>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "registry/plugin_loader.h"
@@ -233,7 +233,12 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
   absl::StatusOr<rayaccel_transport_api> table = transport::TransportTable(*impl->plugin);
   if (!table.ok()) return table.status();
   impl->api = *table;
-  impl->endpoint_id = absl::Uniform<uint64_t>(absl::BitGen(), 1, UINT64_MAX);
+  // A random id: a descriptor names the endpoint that made it, and a restarted one must not
+  // take a dead one's name. The kernel's generator (getrandom), never 0.
+  std::random_device random;
+  while (impl->endpoint_id == 0) {
+    impl->endpoint_id = (uint64_t{random()} << 32) | random();
+  }
 
   Collect address;
   rayaccel_endpoint_args args{};

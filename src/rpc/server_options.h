@@ -1,0 +1,22 @@
+// Where and to whom an RPC server listens: plain data, so that the command line can hold it
+// without the RPC stack (src/cli/main.cc).
+#ifndef RAYACCEL_RPC_SERVER_OPTIONS_H_
+#define RAYACCEL_RPC_SERVER_OPTIONS_H_
+
+#include <string>
+
+namespace rayaccel::rpc {
+
+struct ServerOptions {
+  std::string listen;  // unix:PATH, an absolute path, or tcp://HOST:PORT
+  // TLS for TCP: the server's certificate chain and key (PEM); with a client CA, clients must
+  // present a certificate it signed (mutual TLS).
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  std::string token_file;           // a bearer token every call must carry; empty: none
+  bool allow_insecure_tcp = false;  // plain TCP on a non-loopback address
+  int max_receive_message_bytes = 4 << 20;
+};
+
+}  // namespace rayaccel::rpc
+
+#endif  // RAYACCEL_RPC_SERVER_OPTIONS_H_
