@@ -513,6 +513,36 @@ TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
   rmdir(dir.c_str());
 }
 
+// The agent isolates plugins unless told otherwise: a plugin that segfaults in discover
+// costs only itself, the agent serves the other plugins' devices and says why.
+TEST(ServeCommand, IsolatesPluginsByDefault) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock";
+  pid_t agent = testing::Spawn(
+      RAYACCEL_CLI,
+      {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin, "--plugin",
+       std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/librayaccel-segfault.so", "--config", kDgxSpec,
+       "--rescan-interval", "0"},
+      "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+  auto stub = v1::AcceleratorRegistry::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::NodeSnapshot s;
+  ASSERT_TRUE(stub->GetSnapshot(&context, {}, &s).ok());
+  EXPECT_EQ(s.resources_total().at("GPU"), 8);
+  bool found = false;
+  for (const v1::PluginStatus& p : s.plugins()) {
+    if (p.name() != "segfault") continue;
+    found = true;
+    EXPECT_EQ(p.state(), v1::PluginStatus::STATE_FAILED);
+    EXPECT_NE(p.message().find("crashed with signal 11"), std::string::npos) << p.message();
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(Stop(agent), 0);
+  rmdir(dir.c_str());
+}
+
 TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
   const std::string dir = TempDir();
   const std::string err = dir + "/err.txt";
