@@ -140,9 +140,22 @@ struct Allocation {
   uint64_t generation = 0;              // the snapshot the positions refer to
   std::string reason;                   // why none is possible, or what made this set best
   // The set's score and its parts (docs/topology.md): direct-link bandwidth inside the set,
-  // PCIe closeness, NUMA/NIC locality, and the connectivity of the devices left over.
+  // PCIe closeness, NUMA/NIC locality; and the connectivity of the devices left over (the
+  // whole-partition objective: the other sets of the split; request-first: every pair left).
   int64_t link_score = 0;
   int64_t leftover_score = 0;
+};
+
+// What a preferred allocation optimizes (docs/topology.md).
+enum class AllocationObjective {
+  // The available devices are split into sets of the requested size (and one set of the rest)
+  // with the most connectivity in total; the request gets the split's best set, so what is
+  // left stays as usable as it can be for the requests to come (the objective of NVIDIA's
+  // go-gpuallocator best-effort policy). The default.
+  kWholePartition,
+  // The best set for this request alone; the connectivity left over only breaks ties. For a
+  // node that serves one request and nothing after it.
+  kRequestFirst,
 };
 
 struct RegistryOptions {
@@ -180,6 +193,8 @@ struct RegistryOptions {
   uint32_t call_timeout_ms = 10000;
   uint32_t restart_backoff_ms = 1000;
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
+
+  AllocationObjective allocation_objective = AllocationObjective::kWholePartition;
 
   // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS from a thread each
   // (isolated ones through their host): a reported change triggers a rescan, so a new snapshot

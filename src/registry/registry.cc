@@ -453,7 +453,8 @@ class Registry::Impl {
       none.reason = std::string(st.message());
     }
     if (!none.reason.empty()) return none;
-    Allocation chosen = ChoosePreferred(*snap, *available, *must, size);
+    Allocation chosen =
+        ChoosePreferred(*snap, *available, *must, size, options_.allocation_objective);
     for (size_t p : chosen.devices) chosen.device_ids.push_back(snap->devices[p].id);
     chosen.generation = snap->generation;
     return chosen;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "registry/validate.h"
+#include "topology/partition.h"
 
 namespace rayaccel {
 namespace {
@@ -67,7 +68,52 @@ class Search {
     total_ /= 2;
   }
 
-  // Best set of `size` from `pool` containing `must` (snapshot positions).
+  // The whole-partition answer for `pool` (docs/topology.md): the best split of the pool into
+  // sets of `size`, and its best set holding `must`. Exact for small pools; larger ones start
+  // a local search from the request-first answer.
+  Candidate Partitioned(const std::vector<size_t>& pool, const std::vector<size_t>& must,
+                        size_t size, std::string* method) const {
+    std::vector<size_t> sorted = pool;  // lowest positions first: ties go to them
+    std::sort(sorted.begin(), sorted.end());
+    PairWeights w;
+    w.n = sorted.size();
+    w.w.assign(w.n * w.n, 0);
+    std::vector<size_t> rows(w.n);
+    for (size_t i = 0; i < w.n; ++i) rows[i] = Row(sorted[i]);
+    for (size_t i = 0; i < w.n; ++i) {
+      for (size_t j = 0; j < w.n; ++j) w.w[i * w.n + j] = i == j ? 0 : W(rows[i], rows[j]);
+    }
+    auto local = [&](const std::vector<size_t>& positions) {
+      std::vector<uint32_t> out;
+      for (size_t p : positions) {
+        out.push_back(static_cast<uint32_t>(std::lower_bound(sorted.begin(), sorted.end(), p) -
+                                            sorted.begin()));
+      }
+      return out;
+    };
+    Partition split;
+    if (w.n <= kExactPartitionPool) {
+      split = PartitionExactly(w, size, local(must), kExactPartitionSets);
+      *method = absl::StrCat("whole partition, exact over ", w.n, " devices");
+    }
+    if (split.sets.empty()) {  // too large, or too many near-equal splits to settle in time
+      std::string unused;
+      Candidate alone = Best(pool, must, size, &unused);
+      split = PartitionByLocalSearch(w, size, local(must), local(alone.set));
+      *method = absl::StrCat("whole partition, local search over ", w.n,
+                             " devices from the best set for this request alone");
+    }
+    if (split.sets.empty()) return Best(pool, must, size, method);  // cannot happen: checked
+    // The split's best set holding `must` (equals: the lowest positions, as go-gpuallocator
+    // answers). Its leftover, all pairs among the devices left, ranks it against the answers
+    // of other domains.
+    std::vector<size_t> set_rows;
+    for (uint32_t i : split.sets[split.chosen]) set_rows.push_back(rows[i]);
+    return Make(set_rows, w.SetWeight(split.sets[split.chosen]));
+  }
+
+  // Best set of `size` from `pool` containing `must` (snapshot positions), for the request
+  // alone; the connectivity left over breaks ties.
   Candidate Best(const std::vector<size_t>& pool, const std::vector<size_t>& must, size_t size,
                  std::string* method) const {
     std::vector<size_t> must_rows, cand;
@@ -295,7 +341,8 @@ AffinityMatrix::AffinityMatrix(const NodeSnapshot& snap, const std::vector<size_
 }
 
 Allocation ChoosePreferred(const NodeSnapshot& snap, const std::vector<size_t>& available,
-                           const std::vector<size_t>& must, size_t size) {
+                           const std::vector<size_t>& must, size_t size,
+                           AllocationObjective objective) {
   Allocation out;
   if (size == 0 || must.size() > size || available.size() < size) {
     out.reason = "the request cannot be met from these devices";
@@ -319,13 +366,24 @@ Allocation ChoosePreferred(const NodeSnapshot& snap, const std::vector<size_t>& 
   }
   if (pools.empty()) pools.emplace_back(nullptr, available);
 
+  // A TPU job needs a contiguous sub-mesh of its host's ICI grid, and the strongest set is one;
+  // a split's best total could trade it for a better leftover. ICI families go request-first.
+  std::vector<bool> member(snap.devices.size(), false);
+  for (size_t p : available) member[p] = true;
+  bool mesh = std::any_of(snap.links.begin(), snap.links.end(), [&](const Link& l) {
+    return l.type == LinkType::kIci && member[l.a] && member[l.b];
+  });
+  if (mesh) objective = AllocationObjective::kRequestFirst;
+
   Candidate best;
   const Domain* best_domain = nullptr;
   std::string best_method;
   bool have = false;
   for (const auto& [domain, pool] : pools) {
     std::string method;
-    Candidate c = search.Best(pool, must, size, &method);
+    Candidate c = objective == AllocationObjective::kWholePartition
+                      ? search.Partitioned(pool, must, size, &method)
+                      : search.Best(pool, must, size, &method);
     if (!have || c > best) {
       best = std::move(c);
       best_domain = domain;
@@ -337,6 +395,7 @@ Allocation ChoosePreferred(const NodeSnapshot& snap, const std::vector<size_t>& 
   out.link_score = best.score;
   out.leftover_score = best.leftover;
   out.reason = best_method;
+  if (mesh) out.reason += "; request first: ICI meshes are allocated as contiguous sub-meshes";
   if (best_domain != nullptr) {
     out.reason += absl::StrCat("; kept inside ", best_domain->kind, " domain ", best_domain->id);
   }

@@ -17,8 +17,10 @@ using Set = std::vector<size_t>;
 
 class Allocator {
  public:
-  explicit Allocator(const std::string& spec) {
+  explicit Allocator(const std::string& spec,
+                     AllocationObjective objective = AllocationObjective::kWholePartition) {
     RegistryOptions options;
+    options.allocation_objective = objective;
     options.plugins = {SimPlugin()};
     options.use_environment = false;
     options.host_topology = false;  // the specs carry their own topology
@@ -52,16 +54,109 @@ TEST(Allocation, Dgx1HybridCubeMesh) {
   Set four = dgx1.Get(4).devices;
   EXPECT_TRUE(four == (Set{0, 1, 2, 3}) || four == (Set{4, 5, 6, 7}))
       << ::testing::PrintToString(four);
-  // Two GPUs: a double NVLink (NV2) whose two GPUs also share a PCIe switch (PIX): only 2-3
-  // and 6-7 have both.
-  Set two = dgx1.Get(2).devices;
-  EXPECT_TRUE(two == (Set{2, 3}) || two == (Set{6, 7})) << ::testing::PrintToString(two);
-  // One GPU with 0 taken, from {1,2,3}: every choice scores 0 inside the set, so the leftover
-  // decides. Taking 1 leaves 2-3 (NV2, same switch); taking 2 leaves 1-3 (NV1); taking 3
-  // leaves 1-2 (NV2 across switches). So 1.
+  // Two GPUs: the eight split best into four double-NVLink (NV2) pairs of one socket each,
+  // 0-3, 1-2, 4-7, 5-6; the request gets the first. 2-3 alone would be stronger (NV2 and one
+  // PCIe switch), but would leave 0 and 1 with a single link.
+  Allocation two = dgx1.Get(2);
+  EXPECT_EQ(two.devices, (Set{0, 3}));
+  EXPECT_NE(two.reason.find("whole partition, exact over 8 devices"), std::string::npos)
+      << two.reason;
+  // Request first, the pair alone decides: 2-3 or 6-7.
+  Allocator alone(Example("dgx1-v100.json"), AllocationObjective::kRequestFirst);
+  Set strongest = alone.Get(2).devices;
+  EXPECT_TRUE(strongest == (Set{2, 3}) || strongest == (Set{6, 7}))
+      << ::testing::PrintToString(strongest);
+  // One GPU with 0 taken, from {1,2,3}: taking 1 leaves 2-3 (NV2, same switch); taking 2
+  // leaves 1-3 (NV1); taking 3 leaves 1-2 (NV2 across switches). So 1, in both objectives.
   EXPECT_EQ(dgx1.Get(1, Ids({1, 2, 3})).devices, (Set{1}));
+  EXPECT_EQ(alone.Get(1, Ids({1, 2, 3})).devices, (Set{1}));
   // Must-include 5, two GPUs: 5's double links go to 1 and 6; 6 shares 5's socket, so {5, 6}.
   EXPECT_EQ(dgx1.Get(2, {}, Ids({5})).devices, (Set{5, 6}));
+}
+
+// NVIDIA's go-gpuallocator best-effort policy publishes its answers on three machines; every
+// one of them is rayaccel's answer too. A sequence takes devices one request after another,
+// as a device plugin does; the policy cases ask once from the given devices.
+struct Request {
+  size_t size;
+  Set available;  // empty: whatever earlier requests left
+  Set must;
+  Set expected;   // empty: no answer
+};
+
+void ExpectSequence(const std::string& spec, const std::vector<Request>& requests) {
+  Allocator a(spec);
+  std::set<size_t> taken;
+  size_t all = a.registry().snapshot()->devices.size();
+  for (const Request& r : requests) {
+    std::vector<std::string> available;
+    for (size_t p = 0; p < all; ++p) {
+      if (taken.count(p) == 0) available.push_back(std::to_string(p));
+    }
+    SCOPED_TRACE(::testing::PrintToString(available) + " size " + std::to_string(r.size));
+    if (available.empty()) {  // nothing left: no answer, as the policy gives
+      EXPECT_TRUE(r.expected.empty());
+      continue;
+    }
+    Allocation got = a.Get(r.size, available);
+    EXPECT_EQ(got.devices, r.expected) << got.reason;
+    taken.insert(got.devices.begin(), got.devices.end());
+  }
+}
+
+TEST(Allocation, AgreesWithGoGpuallocatorSequences) {
+  const std::string go = Fixture("specs/go-gpuallocator/");
+  const std::string volta = Example("dgx1-v100.json");
+  for (size_t one = 0; one < 8; ++one) {
+    std::vector<Request> ones;
+    for (size_t i = 0; i < 8; ++i) ones.push_back({1, {}, {}, {i}});
+    ones.push_back({1, {}, {}, {}});
+    ExpectSequence(go + "dgx1-p100.json", ones);
+    ExpectSequence(volta, ones);
+  }
+  ExpectSequence(go + "dgx1-p100.json",
+                 {{2, {}, {}, {0, 2}}, {2, {}, {}, {1, 3}}, {2, {}, {}, {4, 6}},
+                  {2, {}, {}, {5, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(go + "dgx1-p100.json",
+                 {{4, {}, {}, {0, 1, 2, 3}}, {4, {}, {}, {4, 5, 6, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(go + "dgx1-p100.json", {{8, {}, {}, {0, 1, 2, 3, 4, 5, 6, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(volta, {{2, {}, {}, {0, 3}}, {2, {}, {}, {1, 2}}, {2, {}, {}, {4, 7}},
+                         {2, {}, {}, {5, 6}}, {1, {}, {}, {}}});
+  ExpectSequence(volta, {{4, {}, {}, {0, 1, 2, 3}}, {4, {}, {}, {4, 5, 6, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(volta, {{8, {}, {}, {0, 1, 2, 3, 4, 5, 6, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(go + "rtx8000-4gpu.json",
+                 {{1, {}, {}, {0}}, {1, {}, {}, {1}}, {1, {}, {}, {2}}, {1, {}, {}, {3}},
+                  {1, {}, {}, {}}});
+  ExpectSequence(go + "rtx8000-4gpu.json",
+                 {{2, {}, {}, {0, 3}}, {2, {}, {}, {1, 2}}, {1, {}, {}, {}}});
+  ExpectSequence(go + "rtx8000-4gpu.json", {{4, {}, {}, {0, 1, 2, 3}}, {1, {}, {}, {}}});
+  // Fourteen GPUs in pairs: the four-link pair is the best set of the best split.
+  ExpectSequence(go + "14gpu-pairs.json", {{2, {}, {}, {12, 13}}});
+}
+
+TEST(Allocation, AgreesWithGoGpuallocatorPolicyCases) {
+  Allocator volta(Example("dgx1-v100.json"));
+  const std::vector<Request> cases = {
+      {2, {0, 2, 4, 5}, {}, {4, 5}},                  // single NVLink, same switch
+      {2, {0, 4, 5, 6}, {}, {5, 6}},                  // single NVLink, same socket
+      {2, {0, 3, 1}, {}, {0, 3}},                     // dual NVLink, same socket
+      {2, {0, 1, 4}, {}, {0, 4}},                     // dual NVLink across sockets
+      {1, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4}},        // must-include, size 1
+      {2, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4, 7}},     // must-include, size 2
+      {4, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4, 5, 6, 7}},
+      {4, {1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {}},   // a must-include is not available
+      {4, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 2, 4, 6}, {0, 2, 4, 6}},
+      {4, {0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 5, 6}, {}},  // more must-includes than size
+      {1, {1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 6}, {}},
+  };
+  for (const Request& r : cases) {
+    std::vector<std::string> available, must;
+    for (size_t p : r.available) available.push_back(std::to_string(p));
+    for (size_t p : r.must) must.push_back(std::to_string(p));
+    Allocation got = volta.Get(r.size, available, must);
+    EXPECT_EQ(got.devices, r.expected) << ::testing::PrintToString(r.available) << " must "
+                                       << ::testing::PrintToString(r.must) << ": " << got.reason;
+  }
 }
 
 TEST(Allocation, WorkstationWithTwoNvlinkPairsAcrossSockets) {
@@ -69,7 +164,8 @@ TEST(Allocation, WorkstationWithTwoNvlinkPairsAcrossSockets) {
   // The NVLink bridge 0-1 on socket 0 (2-3 on socket 1 ties; lowest positions win ties).
   EXPECT_EQ(ws.Get(2).devices, (Set{0, 1}));
   EXPECT_EQ(ws.Get(2, {}, Ids({3})).devices, (Set{2, 3}));
-  // With 0 busy, one GPU: take 1, the one without a free partner, to keep 2-3 whole.
+  // With 0 busy, one GPU: every split into single GPUs scores the same, so the lowest position
+  // wins: 1, which also keeps 2-3 whole.
   EXPECT_EQ(ws.Get(1, Ids({1, 2, 3})).devices, (Set{1}));
   // Only 0 and 2 free: the only possible pair, even across sockets.
   EXPECT_EQ(ws.Get(2, Ids({0, 2})).devices, (Set{0, 2}));
@@ -114,7 +210,7 @@ TEST(Allocation, Nvl72DomainStaysWholeAndLocal) {
   std::shared_ptr<const NodeSnapshot> snap = nvl.registry().snapshot();
   for (size_t p : eight.devices) numa.insert(snap->devices[p].numa_node);
   EXPECT_EQ(numa.size(), 1u);                                 // all on one NUMA node
-  EXPECT_NE(eight.reason.find("greedy"), std::string::npos);  // too many sets to enumerate
+  EXPECT_NE(eight.reason.find("local search"), std::string::npos);  // too many for exact
 }
 
 TEST(Allocation, ImpossibleRequestsSayWhy) {
