@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <random>
 
 namespace rayaccel {
 namespace {
@@ -278,8 +279,9 @@ class SwapSearch {
     total_ /= 2;
   }
 
-  // Swaps while one helps, at most about `work` evaluations.
-  void Improve(uint64_t work) {
+  // Swaps while one helps, at most about `work` evaluations (at least one pass); returns what
+  // is left of `work`.
+  uint64_t Improve(uint64_t work) {
     const size_t k = sets_.size();
     bool improved = true;
     while (improved && work > 0) {
@@ -287,7 +289,7 @@ class SwapSearch {
       for (size_t a = 0; a < n_ && work > 0; ++a) {
         if (locked_[a]) continue;
         for (size_t b = a + 1; b < n_; ++b) {
-          --work;
+          if (work > 0) --work;
           size_t x = set_of_[a], y = set_of_[b];
           if (x == y || locked_[b]) continue;
           int64_t delta = conn_[b * k + x] - conn_[a * k + x] + conn_[a * k + y] -
@@ -305,6 +307,7 @@ class SwapSearch {
         }
       }
     }
+    return work;
   }
 
   Partition Result() const {
@@ -390,17 +393,43 @@ Partition PartitionByLocalSearch(const PairWeights& weights, size_t size,
   const size_t n = weights.n;
   if (n == 0 || size == 0 || size > n || required.size() > size) return best;
   const std::vector<int64_t> w = ZeroDiagonal(weights);
-  std::vector<std::vector<uint32_t>> starts[2] = {Greedy(w, n, size, required), {}};
-  if (!seed.empty()) starts[1] = Greedy(w, n, size, seed);
+  // Descents from the greedy splits, then from random splits (a fixed generator: the same
+  // question gets the same answer) while the work budget lasts; the best total wins, the
+  // earliest among equals.
+  std::mt19937 rng(static_cast<uint32_t>(n * 131 + size));
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t left = work;
   bool have = false;
-  for (auto& start : starts) {
-    if (start.empty()) continue;
-    SwapSearch search(w, n, std::move(start), required);
-    search.Improve(work / 2);
+  int fruitless = 0;  // random starts since the best last rose
+  constexpr int kMaxFruitless = 16;
+  for (int start = 0; left > 0 && fruitless < kMaxFruitless; ++start) {
+    std::vector<std::vector<uint32_t>> sets;
+    if (start == 0) {
+      sets = Greedy(w, n, size, required);
+    } else if (start == 1 && !seed.empty()) {
+      sets = Greedy(w, n, size, seed);
+    } else {
+      if (start == 1 && seed.empty()) continue;
+      // The required devices first, the rest shuffled, cut into sets.
+      std::shuffle(order.begin(), order.end(), rng);
+      std::stable_partition(order.begin(), order.end(), [&](uint32_t d) {
+        return std::find(required.begin(), required.end(), d) != required.end();
+      });
+      for (size_t i = 0; i < n; i += size) {
+        sets.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
+                          order.begin() + static_cast<std::ptrdiff_t>(std::min(n, i + size)));
+      }
+    }
+    SwapSearch search(w, n, std::move(sets), required);
+    left = search.Improve(left);
     Partition p = search.Result();
     if (!have || p.total > best.total) {
       best = std::move(p);
       have = true;
+      fruitless = 0;
+    } else if (start >= 2) {
+      ++fruitless;
     }
   }
   best.chosen = ChooseSet(weights, best.sets, size, required);

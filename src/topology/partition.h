@@ -41,13 +41,15 @@ Partition PartitionExactly(const PairWeights& weights, size_t size,
                            const std::vector<uint32_t>& required,
                            uint64_t max_sets = UINT64_MAX);
 
-// A good partition for any pool: a greedy split (the required devices' set first), improved by
-// swapping devices between sets while the total rises, also started from `seed` when given (a
-// strong set for the request alone). Bounded work: about `work` pair evaluations.
+// A good partition for any pool: splits improved by swapping devices between sets while the
+// total rises, started from a greedy split (the required devices' set first), from `seed` when
+// given (a strong set for the request alone), then from random splits until 16 in a row find
+// nothing better or about `work` swap evaluations are spent (a fixed generator: the same
+// question gets the same answer).
 Partition PartitionByLocalSearch(const PairWeights& weights, size_t size,
                                  const std::vector<uint32_t>& required,
                                  const std::vector<uint32_t>& seed = {},
-                                 uint64_t work = 4'000'000);
+                                 uint64_t work = 300'000);
 
 }  // namespace rayaccel
 
