@@ -286,7 +286,18 @@ int Conformance(int argc, char** argv) {
   return kExitFailure;
 }
 
+// hwloc loads every plugin it finds when it starts, whether or not it is used; these add
+// nothing rayaccel reads (OpenGL displays, OpenCL, CUDA runtime, Level Zero and ROCm SMI
+// devices: the plugins report accelerators themselves) and libxml2 (hwloc's own XML parser
+// reads its exports), and cost a command milliseconds and the agent megabytes. An operator's
+// own HWLOC_PLUGINS_BLACKLIST is kept.
+void SkipUnusedHwlocPlugins() {
+  setenv("HWLOC_PLUGINS_BLACKLIST",
+         "hwloc_gl,hwloc_opencl,hwloc_cuda,hwloc_levelzero,hwloc_rsmi,hwloc_xml_libxml", 0);
+}
+
 int Run(int argc, char** argv) {
+  SkipUnusedHwlocPlugins();  // before any thread or hwloc call
   if (argc >= 2 && std::string(argv[1]) == "conformance") return Conformance(argc, argv);
   if (argc >= 2 && std::string(argv[1]) == "transfer") {
     SetUpLogging("text", "warn");

@@ -4,6 +4,7 @@
 // the plugin's stdout goes to stderr so it can never corrupt anything. A crash, abort, hang or
 // runaway allocation here costs this process only: the registry sees it, marks the plugin
 // failed with the cause, and restarts the host later.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,6 +185,9 @@ int Serve(const std::string& path) {
       if (answer_id == 0 || encoded != last_report) {
         ++answer_id;
         last_report = std::move(encoded);
+        // A new answer usually follows a plugin reading something anew (a spec, a driver's
+        // tables): hand the memory it freed back, so that an idle host stays small.
+        malloc_trim(0);
       }
       head.answer_id = answer_id;
       head.unchanged = have != nullptr && have->as_uint64().value_or(0) == answer_id;
