@@ -48,6 +48,8 @@ Commands:
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
   allocate         the best devices for a request: --size N [--available IDS]
                    [--must-include IDS] [--resource NAME] (IDS: positions or ids, a,b,c)
+                   [--objective partition|request] (default partition: the best set of the
+                   best split of what is available; request: the best set for this one)
   conformance      check a plugin .so and report its tier: conformance PLUGIN.so
                    [--config KEY=VALUE] [--tier N] [--junit FILE] [--json]
                    (runs rayaccel-conformance, installed next to this command)
@@ -185,6 +187,14 @@ int Parse(int argc, char** argv, Args* args) {
       args->options.host_topology = false;
     } else if (flag == "--hwloc-xml") {
       if (!take(&args->options.hwloc_xml)) return Usage("--hwloc-xml needs a file");
+    } else if (flag == "--objective") {
+      std::string v;
+      if (!take(&v) || (v != "partition" && v != "request")) {
+        return Usage("--objective is partition or request");
+      }
+      args->options.allocation_objective = v == "partition"
+                                               ? AllocationObjective::kWholePartition
+                                               : AllocationObjective::kRequestFirst;
     } else if (flag == "--size") {
       std::string v;
       if (!take(&v) || !absl::SimpleAtoi(v, &args->size) || args->size < 0) {

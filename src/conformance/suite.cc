@@ -175,7 +175,11 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    std::string why = absl::StrCat("crashed with signal ", sig, " (", strsignal(sig), ")");
+    std::string why =
+        sig == SIGKILL
+            ? "was killed with SIGKILL, not by the suite (the kernel's out-of-memory killer "
+              "sends this)"
+            : absl::StrCat("crashed with signal ", sig, " (", strsignal(sig), ")");
     if (err.find("terminate called") != std::string::npos) {
       why += ": a C++ exception escaped a hook";
     }

@@ -107,6 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"non-utf8-name", "discovery.answers_valid", "name is not UTF-8"},
         Expectation{"segfault", "discovery.answers_valid", "crashed with signal 11"},
         Expectation{"abort", "discovery.answers_valid", "crashed with signal 6"},
+        Expectation{"sigkill", "discovery.answers_valid", "was killed with SIGKILL, not by"},
         Expectation{"hang", "discovery.answers_valid", "hung: no answer within 1 s"},
         Expectation{"throws", "discovery.answers_valid", "a C++ exception escaped a hook"},
         Expectation{"leak", "process.no_leak", "heap grew by"},

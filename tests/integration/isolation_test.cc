@@ -193,7 +193,9 @@ INSTANTIATE_TEST_SUITE_P(
         Fault{"abort", "crashed with signal 6 (Aborted) during discover"},
         Fault{"hang", "no answer within 1000 ms during discover; the plugin host was killed"},
         Fault{"throws", "a C++ exception escaped the plugin: vendor library exploded"},
-        Fault{"memory-hog", "crashed with signal 6 (Aborted) during discover"}),
+        Fault{"memory-hog", "crashed with signal 6 (Aborted) during discover"},
+        Fault{"sigkill", "the plugin host was killed with SIGKILL during discover (not by "
+                         "rayaccel: the kernel's out-of-memory killer sends this)"}),
     [](const ::testing::TestParamInfo<Fault>& info) {
       std::string name = info.param.plugin;
       for (char& c : name) c = c == '-' ? '_' : c;

@@ -154,6 +154,9 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
 #ifdef FAULT_SEGFAULT
   raise(SIGSEGV); /* what a wild pointer does, without undefined behaviour here */
 #endif
+#ifdef FAULT_SIGKILL
+  raise(SIGKILL); /* what the kernel's out-of-memory killer does */
+#endif
 #ifdef FAULT_KILLS_GROUP
   kill(0, SIGTERM); /* every process of "its" group: the host's, were the host careless */
 #endif
