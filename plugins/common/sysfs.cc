@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -48,15 +49,12 @@ std::optional<Properties> ReadProperties(const std::string& path) {
     size_t space = line.find(' ');
     std::string name = line.substr(0, space);
     std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    errno = 0;
-    char* end = nullptr;
-    unsigned long long v =
-        value.empty() || value[0] == '-' ? 0 : std::strtoull(value.c_str(), &end, 10);
-    if (value.empty() || value[0] == '-' || errno != 0 || end == nullptr || *end != '\0') {
+    std::optional<uint64_t> v = ParseUnsigned(value);
+    if (!v) {
       props.bad.push_back(name + ": \"" + value + "\"");
       continue;
     }
-    props.values[name] = static_cast<uint64_t>(v);
+    props.values[name] = *v;
   }
   return props;
 }
@@ -99,19 +97,33 @@ std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint3
   return buf;
 }
 
+std::optional<uint64_t> ParseUnsigned(std::string_view text, int base) {
+  if (text.empty()) return std::nullopt;  // from_chars takes no sign, space or prefix itself
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, base);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<int64_t> ParseSigned(std::string_view text) {
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
 std::optional<uint32_t> ParseHexId(const std::string& text) {
-  std::string t = text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r')) t.pop_back();
+  std::string_view t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r')) {
+    t.remove_suffix(1);
+  }
   if (t.size() < 3 || t.size() > 10 || t[0] != '0' || (t[1] != 'x' && t[1] != 'X')) {
     return std::nullopt;
   }
-  uint32_t v = 0;
-  for (size_t i = 2; i < t.size(); ++i) {
-    int c = std::tolower(static_cast<unsigned char>(t[i]));
-    if (!std::isxdigit(c)) return std::nullopt;
-    v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
-  return v;
+  std::optional<uint64_t> v = ParseUnsigned(t.substr(2), 16);
+  if (!v) return std::nullopt;
+  return static_cast<uint32_t>(*v);
 }
 
 std::optional<PciFunction> ReadPciFunction(const std::string& path) {
@@ -134,10 +146,8 @@ std::optional<PciFunction> ReadPciFunction(const std::string& path) {
   if (std::optional<std::string> d = ReadLine(dir + "/device"))
     f.device = ParseHexId(*d).value_or(0);
   if (std::optional<std::string> numa = ReadLine(dir + "/numa_node")) {
-    char* end = nullptr;
-    long n = std::strtol(numa->c_str(), &end, 10);
-    if (end != numa->c_str() && *end == '\0' && n >= 0 && n < 4096)
-      f.numa_node = static_cast<int32_t>(n);
+    std::optional<int64_t> n = ParseSigned(*numa);
+    if (n && *n >= 0 && *n < 4096) f.numa_node = static_cast<int32_t>(*n);
   }
   return f;
 }

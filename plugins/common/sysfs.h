@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rayaccel::plugin {
@@ -52,6 +53,13 @@ std::optional<PciFunction> ReadPciFunction(const std::string& path);
 
 // "0x1ae0\n" -> 0x1ae0; nullopt for anything else.
 std::optional<uint32_t> ParseHexId(const std::string& text);
+
+// The whole of `text` as an unsigned number in `base` (10 or 16, no "0x"): digits only, no
+// sign, spaces or anything after them, and no overflow. The one number parser of the plugins:
+// "  -5" or "12abc" is not 12 or 18446744073709551611, it is nothing.
+std::optional<uint64_t> ParseUnsigned(std::string_view text, int base = 10);
+// The same for a signed decimal ("-1" is a NUMA node's "none").
+std::optional<int64_t> ParseSigned(std::string_view text);
 
 // "dddd:bb:dd.f", lower-case.
 std::string FormatPciBusId(uint32_t domain, uint32_t bus, uint32_t device, uint32_t function);

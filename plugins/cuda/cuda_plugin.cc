@@ -277,7 +277,12 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     // NVIDIA's device plugin ignores these by default: faults of the application, not the GPU.
     for (const std::string& x :
          plugin::SplitList(plugin::ConfigValue(args, "ignored_xids", "13,31,43,45,68,109"))) {
-      self->ignored_xids.insert(std::strtoull(x.c_str(), nullptr, 10));
+      std::optional<uint64_t> xid = plugin::ParseUnsigned(x);
+      if (!xid) {
+        return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                            "ignored_xids takes XID numbers, not \"" + x + "\"");
+      }
+      self->ignored_xids.insert(*xid);
     }
     self->ready = Open(self->library, &self->nvml, &self->why_not);
     if (self->ready && self->nvml.DriverVersion != nullptr) {

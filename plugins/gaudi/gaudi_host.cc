@@ -84,9 +84,9 @@ Scan ScanHost(const std::string& sysfs_root) {
     a.status = Line(dev + "/status");
     a.fw_os_version = Line(dev + "/fw_os_ver");
     a.cpucp_version = Line(dev + "/cpucp_ver");
-    a.max_power_mw = std::strtoull(Line(dev + "/max_power").c_str(), nullptr, 10);
-    a.resets = std::strtoull(Line(dev + "/hard_reset_cnt").c_str(), nullptr, 10) +
-               std::strtoull(Line(dev + "/soft_reset_cnt").c_str(), nullptr, 10);
+    a.max_power_mw = plugin::ParseUnsigned(Line(dev + "/max_power")).value_or(0);
+    a.resets = plugin::ParseUnsigned(Line(dev + "/hard_reset_cnt")).value_or(0) +
+               plugin::ParseUnsigned(Line(dev + "/soft_reset_cnt")).value_or(0);
     // The RDMA device of the accelerator's own ports is named after it: hbl_N for accelN.
     std::string nic = "hbl_" + name.substr(5);
     if (plugin::IsDirectory(sysfs_root + "/class/infiniband/" + nic)) a.scale_out_nic = nic;

@@ -48,9 +48,12 @@ std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance
     std::optional<std::string> text = plugin::ReadFile(ras + "/" + block + "_err_count");
     if (!text) continue;
     any = true;
+    // "ue: N\nce: M": the uncorrectable count, strictly a number (anything else reads as 0).
     size_t at = text->find("ue:");
-    unsigned long long ue =
-        at == std::string::npos ? 0 : std::strtoull(text->c_str() + at + 3, nullptr, 10);
+    std::string_view field = at == std::string::npos ? std::string_view() : std::string_view(*text).substr(at + 3);
+    field = field.substr(0, field.find('\n'));
+    while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+    uint64_t ue = plugin::ParseUnsigned(field).value_or(0);
     if (ue > 0) bad += (bad.empty() ? "" : ", ") + std::string(block) + " " + std::to_string(ue);
   }
   if (!any) return {RAYACCEL_HEALTH_UNKNOWN, "no RAS counters in sysfs"};

@@ -5,8 +5,10 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
+#include "common/sysfs.h"
 #include "util/json.h"
 
 namespace rayaccel::sim {
@@ -77,13 +79,13 @@ class Reader {
     const Value* v = object.Find(key);
     if (v == nullptr) return true;
     if (v->is_string()) {
-      const std::string& s = v->string();
-      char* end = nullptr;
-      unsigned long n = std::strtoul(s.c_str(), &end, 16);
-      if (s.empty() || *end != '\0' || n > 0xFFFF) {
+      std::string_view s = v->string();
+      if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s.remove_prefix(2);
+      std::optional<uint64_t> n = plugin::ParseUnsigned(s, 16);
+      if (!n || *n > 0xFFFF) {
         return Error(*v, field, "expected a 16-bit PCI id such as \"0x74a1\" or 29857");
       }
-      *out = static_cast<uint32_t>(n);
+      *out = static_cast<uint32_t>(*n);
       return true;
     }
     return Unsigned(object, key, field, out, 0xFFFF);

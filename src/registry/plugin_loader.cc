@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "registry/collector.h"
+#include "registry/elf_file.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "transport/table.h"
@@ -152,6 +153,28 @@ std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_p
   return files;
 }
 
+namespace {
+
+// Owned by root or this user, and writable by no one else: what a folder or file that decides
+// which code this process runs must be.
+absl::Status CheckOwnerAndMode(const std::string& p, const struct stat& st, uid_t me) {
+  if (st.st_uid != 0 && st.st_uid != me) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(p, " is owned by uid ", st.st_uid, ", neither root nor this user"));
+  }
+  bool group_writable = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0;
+  if ((st.st_mode & S_IWOTH) != 0 || group_writable) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        p, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group", " (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777),
+        "); a plugin runs with this process's rights, so it must be writable only by its "
+        "owner or root"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckPermissions(const std::string& path) {
   char real[PATH_MAX];
   if (realpath(path.c_str(), real) == nullptr) {
@@ -164,17 +187,27 @@ absl::Status CheckPermissions(const std::string& path) {
     if (stat(p.c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat(p, ": ", std::strerror(errno)));
     }
-    if (st.st_uid != 0 && st.st_uid != me) {
+    if (absl::Status ok = CheckOwnerAndMode(p, st, me); !ok.ok()) return ok;
+  }
+  // The folders its RUNPATH/RPATH names: the dynamic loader takes libraries from them before
+  // the system's, so whoever can write one can run code in this process. A folder that does
+  // not exist is judged by its nearest existing parent (whoever can write that can create
+  // it). A file that is not ELF is left to dlopen to refuse.
+  absl::StatusOr<std::vector<std::string>> search = LibrarySearchPath(real);
+  if (!search.ok()) return absl::OkStatus();
+  for (const std::string& dir : *search) {
+    if (dir.empty() || dir[0] != '/') {
       return absl::PermissionDeniedError(
-          absl::StrCat(p, " is owned by uid ", st.st_uid, ", neither root nor this user"));
+          absl::StrCat(path, " asks the loader to search \"", EscapeControl(dir),
+                       "\", relative to whatever the working directory is (RUNPATH/RPATH)"));
     }
-    bool group_writable = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0;
-    if ((st.st_mode & S_IWOTH) != 0 || group_writable) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          p, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group", " (mode ",
-          absl::StrFormat("%04o", st.st_mode & 07777),
-          "); a plugin runs with this process's rights, so it must be writable only by its "
-          "owner or root"));
+    std::string p = dir;
+    struct stat st;
+    while (stat(p.c_str(), &st) != 0 && p != "/") p = Dirname(p);
+    if (absl::Status ok = CheckOwnerAndMode(p, st, me); !ok.ok()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, " loads libraries from ", EscapeControl(dir),
+                       " (its RUNPATH/RPATH): ", ok.message()));
     }
   }
   return absl::OkStatus();

@@ -1,14 +1,26 @@
 #include "rpc/raylet_sink.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "registry/validate.h"
 #include "spdlog/spdlog.h"
 
 namespace rayaccel::rpc {
 namespace {
 
+// The reason may quote what the peer sent: the log line gets it escaped.
 grpc::Status Refuse(const std::string& peer, const std::string& why) {
-  spdlog::warn("sink: refused {}: {}", peer, why);
+  spdlog::warn("sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
   return {grpc::StatusCode::INVALID_ARGUMENT, why};
+}
+
+// An agent session is the agent's own random token: short printable text, checked before it
+// is logged or kept.
+bool IsSession(const std::string& s) {
+  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+           return c > ' ' && c < 0x7F;
+         });
 }
 
 }  // namespace
@@ -32,7 +44,9 @@ grpc::Status RayletSink::Publish(
   if (absl::Status st = CheckNodeId(hello.node_id()); !st.ok()) {
     return Refuse(peer, std::string(st.message()));
   }
-  if (hello.agent_session().empty()) return Refuse(peer, "hello without an agent session");
+  if (!IsSession(hello.agent_session())) {
+    return Refuse(peer, "hello without a well-formed agent session (1-128 printable bytes)");
+  }
   spdlog::info("sink: node {} agent session {} connected from {}", hello.node_id(),
                hello.agent_session(), peer);
 

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rayaccel/registry.h"
+#include "registry/plugin_loader.h"
 #include "support/test_support.h"
 
 namespace rayaccel {
@@ -197,6 +198,28 @@ TEST(Loader, AHungHealthWaitHoldsUpNothingWhenIsolated) {
     EXPECT_TRUE(env.ok()) << env.status();
   }
   registry->reset();  // returns: the host's stuck thread is left to the host's exit
+}
+
+// The permission check follows the plugin's RUNPATH: a folder the loader would take libraries
+// from, writable by anyone, is as dangerous as the plugin file being so.
+TEST(Loader, ARunpathFolderWritableByOthersIsRefused) {
+  const std::string plugin = TestPlugin("writable-runpath");
+  const std::string dir = std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/writable-runpath";
+  rmdir(dir.c_str());
+  EXPECT_TRUE(CheckPermissions(plugin).ok()) << "missing, in a folder only its owner writes";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  absl::Status st = CheckPermissions(plugin);
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("loads libraries from " + dir + " (its RUNPATH/RPATH)"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("writable by everyone"), std::string::npos) << st;
+  std::shared_ptr<const NodeSnapshot> snap = Load({plugin, SimPlugin()}, {});
+  EXPECT_EQ(StatusOf(*snap, "writable-runpath").state, PluginStatus::State::kRefused);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  EXPECT_TRUE(CheckPermissions(plugin).ok());
+  rmdir(dir.c_str());
 }
 
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {

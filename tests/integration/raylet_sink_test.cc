@@ -144,6 +144,10 @@ TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
       {"snapshot before hello", {Snapshot(5, 1)}},
       {"bad node id", {Hello("node-1", "s1"), Snapshot(5, 1)}},
       {"no session", {Hello(kNode, ""), Snapshot(5, 1)}},
+      // A session that would forge a log line, and one of 4 KiB: refused before they are
+      // logged or kept.
+      {"session with a newline", {Hello(kNode, "s1\n[error] forged"), Snapshot(5, 1)}},
+      {"oversized session", {Hello(kNode, std::string(4096, 'a')), Snapshot(5, 1)}},
       {"fractional total", {Hello(kNode, "s1"), Snapshot(5, 0.5)}},
       {"second hello", {Hello(kNode, "s1"), Hello(kNode, "s1")}},
   };

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/sysfs.h"
 #include "gtest/gtest.h"
 
 namespace rayaccel::rocm {
@@ -27,6 +28,29 @@ AmdTopology Load(const std::string& dir, std::vector<std::string>* problems = nu
 size_t Count(const AmdTopology& t, bool schedulable) {
   return std::count_if(t.devices.begin(), t.devices.end(),
                        [&](const AmdDevice& d) { return d.schedulable == schedulable; });
+}
+
+// One strict number parser for every sysfs value: "simd_count  -5" is not 2^64 - 5.
+TEST(KfdProperties, NumbersAreParsedStrictly) {
+  std::string path = ::testing::TempDir() + "/kfd-properties";
+  std::ofstream(path) << "cpu_cores_count 4\nsimd_count  -5\nmax_waves +3\narray_count 12abc\n"
+                         "max_slots_scratch_cu 18446744073709551616\nlocation_id 49920\n";
+  std::optional<plugin::Properties> props = plugin::ReadProperties(path);
+  ASSERT_TRUE(props);
+  EXPECT_EQ(props->Get("cpu_cores_count"), 4u);
+  EXPECT_EQ(props->Get("location_id"), 49920u);
+  for (const char* bad : {"simd_count", "max_waves", "array_count", "max_slots_scratch_cu"}) {
+    EXPECT_FALSE(props->Has(bad)) << bad;
+  }
+  EXPECT_EQ(props->bad.size(), 4u);
+  EXPECT_EQ(plugin::ParseUnsigned("0"), 0u);
+  EXPECT_FALSE(plugin::ParseUnsigned(" 1"));
+  EXPECT_FALSE(plugin::ParseUnsigned("1 "));
+  EXPECT_FALSE(plugin::ParseUnsigned("-1"));
+  EXPECT_EQ(plugin::ParseSigned("-1"), -1);
+  EXPECT_FALSE(plugin::ParseSigned("+1"));
+  EXPECT_EQ(plugin::ParseHexId("0x10de\n"), 0x10deu);
+  EXPECT_FALSE(plugin::ParseHexId("0x 10de"));
 }
 
 TEST(KfdTopology, Mi210TwoXgmiHives) {

@@ -90,6 +90,26 @@ TEST(SimSpec, ErrorsNameLineColumnAndField) {
   EXPECT_NE(ErrorOf("{}").find("devices: missing required field"), std::string::npos);
 }
 
+// PCI ids as strings are hex, with or without "0x", and nothing else: no spaces, no sign, no
+// text after a NUL.
+TEST(SimSpec, PciIdsAreParsedStrictly) {
+  auto spec = [](const std::string& id) {
+    return "{\"devices\": [{\"uuid\": \"a\", \"name\": \"x\", \"pci_vendor_id\": \"" + id +
+           "\"}]}";
+  };
+  for (const std::string& good : {std::string("0x10de"), std::string("10de")}) {
+    SimSpec parsed;
+    std::string error;
+    ASSERT_TRUE(ParseSpec(spec(good), "spec.json", &parsed, &error)) << error;
+    EXPECT_EQ(parsed.devices[0].pci_vendor_id, 0x10deu);
+  }
+  for (const std::string& bad : {std::string(" 0x10de"), std::string("+10de"),
+                                 std::string("0x10de "), std::string("0x"), std::string(""),
+                                 std::string("0x10de\\u0000zz"), std::string("0x110de")}) {
+    EXPECT_NE(ErrorOf(spec(bad)).find("expected a 16-bit PCI id"), std::string::npos) << bad;
+  }
+}
+
 TEST(SimSpec, MissingFileIsAnError) {
   SimSpec spec;
   std::string error;
