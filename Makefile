@@ -5,6 +5,7 @@
 #               libpciaccess component is left out there: it leaks at exit, not ours)
 #   make tsan   the suite under ThreadSanitizer (without the fault zoo: TSan takes over the
 #               signals and allocator that those tests provoke on purpose)
+#   make fuzz   every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (300) each, with clang
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
@@ -14,7 +15,11 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgt
                 libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
                 libucx-dev ucx-utils iproute2
 
-.PHONY: all deps configure build run test asan tsan bench clean format
+# libFuzzer needs clang and its runtime; only `make fuzz` installs them.
+FUZZ_DEB_PACKAGES := clang-14 libclang-rt-14-dev
+FUZZ_SECONDS ?= 300
+
+.PHONY: all deps configure build run test asan tsan bench fuzz clean format
 
 all: build
 
@@ -46,6 +51,20 @@ asan: deps
 
 tsan: deps
 	cmake --preset tsan && cmake --build --preset tsan -j $(JOBS) && ctest --preset tsan -j $(JOBS)
+
+# Every fuzz target (tests/fuzz) for FUZZ_SECONDS each, from the seed corpus; CI runs it
+# briefly as a regression check (FUZZ_SECONDS=10), this default is a search.
+fuzz: deps
+	@missing=$$(for p in $(FUZZ_DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	cmake --preset fuzz && cmake --build --preset fuzz -j $(JOBS)
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 bench: build
 	$(BUILD_DIR)/bin/rayaccel_bench_discovery

@@ -81,8 +81,13 @@ void BM_PartitionExact16(benchmark::State& state) {
     benchmark::DoNotOptimize(rayaccel::PartitionExactly(w, size, {}).total);
   }
 }
-BENCHMARK(BM_PartitionExact16)->Arg(2)->Arg(3)->Arg(4)->Arg(5)->Arg(8)->Unit(
-    benchmark::kMicrosecond);
+BENCHMARK(BM_PartitionExact16)
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
+    ->Arg(5)
+    ->Arg(8)
+    ->Unit(benchmark::kMicrosecond);
 
 // How far the local search (what pools over 16 devices get) lands from the optimum: random
 // availability patterns of 17 to 20 devices on a 72-GPU node, sizes 2, 4 and 8, each solved

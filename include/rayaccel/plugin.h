@@ -73,9 +73,9 @@ extern "C" {
  * is checked; without one, even loading such a value is undefined in C++. The layout is that
  * of the C enum (every value is non-negative: an unsigned int). Since 1.1. */
 #if defined(__cplusplus)
-#define RAYACCEL_ENUM(name) enum name : uint32_t
+#define RAYACCEL_ENUM_BASE : uint32_t
 #else
-#define RAYACCEL_ENUM(name) enum name
+#define RAYACCEL_ENUM_BASE
 #endif
 
 /* ---------------------------------------------------------------------------------------- */
@@ -84,7 +84,7 @@ extern "C" {
 
 /* Pinned values: never renumbered. New codes may be added in a minor version; a host treats
  * an unknown code as RAYACCEL_STATUS_INTERNAL. */
-typedef RAYACCEL_ENUM(rayaccel_status) {
+typedef enum rayaccel_status RAYACCEL_ENUM_BASE {
   RAYACCEL_STATUS_OK = 0,
   RAYACCEL_STATUS_INVALID_ARGUMENT = 1,    /* the caller passed something malformed */
   RAYACCEL_STATUS_NOT_FOUND = 2,           /* a named device, key or peer does not exist */
@@ -137,7 +137,7 @@ typedef struct rayaccel_string {
 /* Opaque plugin instance, created by `initialize`, destroyed by `shutdown`. */
 typedef struct rayaccel_plugin_instance rayaccel_plugin_instance;
 
-typedef RAYACCEL_ENUM(rayaccel_log_level) {
+typedef enum rayaccel_log_level RAYACCEL_ENUM_BASE {
   RAYACCEL_LOG_TRACE = 0,
   RAYACCEL_LOG_DEBUG = 1,
   RAYACCEL_LOG_INFO = 2,
@@ -145,7 +145,7 @@ typedef RAYACCEL_ENUM(rayaccel_log_level) {
   RAYACCEL_LOG_ERROR = 4
 } rayaccel_log_level;
 
-typedef RAYACCEL_ENUM(rayaccel_health) {
+typedef enum rayaccel_health RAYACCEL_ENUM_BASE {
   RAYACCEL_HEALTH_UNKNOWN = 0, /* the plugin cannot tell; also the value of an absent field */
   RAYACCEL_HEALTH_HEALTHY = 1,
   RAYACCEL_HEALTH_UNHEALTHY = 2
@@ -214,7 +214,7 @@ typedef struct rayaccel_device_info {
 } rayaccel_device_info;
 
 /* Typed device attributes, as in Kubernetes DRA. */
-typedef RAYACCEL_ENUM(rayaccel_attribute_kind) {
+typedef enum rayaccel_attribute_kind RAYACCEL_ENUM_BASE {
   RAYACCEL_ATTRIBUTE_STRING = 0,
   RAYACCEL_ATTRIBUTE_INT = 1,
   RAYACCEL_ATTRIBUTE_BOOL = 2,
@@ -231,7 +231,7 @@ typedef struct rayaccel_attribute {
 } rayaccel_attribute;
 
 /* How two devices connect. Pinned values. */
-typedef RAYACCEL_ENUM(rayaccel_link_type) {
+typedef enum rayaccel_link_type RAYACCEL_ENUM_BASE {
   RAYACCEL_LINK_PCIE = 1,      /* a PCIe path; `pcie_path` says how far */
   RAYACCEL_LINK_NVLINK = 2,    /* NVIDIA NVLink, direct or through NVSwitch */
   RAYACCEL_LINK_XGMI = 3,      /* AMD Infinity Fabric / xGMI */
@@ -241,7 +241,7 @@ typedef RAYACCEL_ENUM(rayaccel_link_type) {
 } rayaccel_link_type;
 
 /* PCIe path levels, in nvidia-smi's vocabulary, ordered from closest to farthest. */
-typedef RAYACCEL_ENUM(rayaccel_pcie_path) {
+typedef enum rayaccel_pcie_path RAYACCEL_ENUM_BASE {
   RAYACCEL_PCIE_PATH_UNKNOWN = 0,
   RAYACCEL_PCIE_PATH_PIX = 1,  /* through at most one PCIe switch */
   RAYACCEL_PCIE_PATH_PXB = 2,  /* through several PCIe switches, no host bridge */
@@ -368,12 +368,12 @@ typedef struct rayaccel_blob_sink {
 } rayaccel_blob_sink;
 
 /* Pinned values. */
-typedef RAYACCEL_ENUM(rayaccel_memory_kind) {
+typedef enum rayaccel_memory_kind RAYACCEL_ENUM_BASE {
   RAYACCEL_MEMORY_HOST = 0,  /* ordinary process memory */
   RAYACCEL_MEMORY_DEVICE = 1 /* memory of one of this plugin's devices (device_index) */
 } rayaccel_memory_kind;
 
-typedef RAYACCEL_ENUM(rayaccel_transfer_op) {
+typedef enum rayaccel_transfer_op RAYACCEL_ENUM_BASE {
   RAYACCEL_TRANSFER_READ = 0, /* remote region -> local region (a pull, what Ray's RDT does) */
   RAYACCEL_TRANSFER_WRITE = 1 /* local region -> remote region */
 } rayaccel_transfer_op;

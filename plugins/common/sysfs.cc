@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -41,8 +41,12 @@ std::optional<std::string> ReadLine(const std::string& path) {
 std::optional<Properties> ReadProperties(const std::string& path) {
   std::optional<std::string> text = ReadFile(path);
   if (!text) return std::nullopt;
+  return ParseProperties(*text);
+}
+
+Properties ParseProperties(const std::string& text) {
   Properties props;
-  std::istringstream lines(*text);
+  std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;

@@ -30,6 +30,8 @@ struct Properties {
   bool Has(const std::string& name) const { return values.count(name) > 0; }
 };
 std::optional<Properties> ReadProperties(const std::string& path);
+// The same on a properties file's text.
+Properties ParseProperties(const std::string& text);
 
 // The names in a folder, sorted, without "." and ".."; empty when it cannot be read.
 std::vector<std::string> Entries(const std::string& dir);

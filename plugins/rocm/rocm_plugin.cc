@@ -50,7 +50,8 @@ std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance
     any = true;
     // "ue: N\nce: M": the uncorrectable count, strictly a number (anything else reads as 0).
     size_t at = text->find("ue:");
-    std::string_view field = at == std::string::npos ? std::string_view() : std::string_view(*text).substr(at + 3);
+    std::string_view field =
+        at == std::string::npos ? std::string_view() : std::string_view(*text).substr(at + 3);
     field = field.substr(0, field.find('\n'));
     while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
     uint64_t ue = plugin::ParseUnsigned(field).value_or(0);

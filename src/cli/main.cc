@@ -192,9 +192,8 @@ int Parse(int argc, char** argv, Args* args) {
       if (!take(&v) || (v != "partition" && v != "request")) {
         return Usage("--objective is partition or request");
       }
-      args->options.allocation_objective = v == "partition"
-                                               ? AllocationObjective::kWholePartition
-                                               : AllocationObjective::kRequestFirst;
+      args->options.allocation_objective = v == "partition" ? AllocationObjective::kWholePartition
+                                                            : AllocationObjective::kRequestFirst;
     } else if (flag == "--size") {
       std::string v;
       if (!take(&v) || !absl::SimpleAtoi(v, &args->size) || args->size < 0) {

@@ -624,6 +624,51 @@ Outcome HealthValid(const Options& o) {
   });
 }
 
+// wait_health_events returns within its timeout (a host in-process would otherwise wait on it
+// forever) and reports only devices of the last discover.
+Outcome HealthWaitBounded(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if ((p.capabilities() & RAYACCEL_CAP_HEALTH_EVENTS) == 0 ||
+        p.api().wait_health_events == nullptr) {
+      return Outcome::Skip("no health events");
+    }
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    constexpr uint32_t kTimeoutMs = 200;
+    PluginReport report;
+    Collector collector(&report);
+    rayaccel_health_wait_args args{};
+    args.struct_size = sizeof(args);
+    args.timeout_ms = kTimeoutMs;
+    args.sink = collector.sink();
+    ErrorBuffer err;
+    auto start = std::chrono::steady_clock::now();
+    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
+      return p.api().wait_health_events(p.instance(), &args, e);
+    });
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+    if (ms > kTimeoutMs + 1000) {
+      return Outcome::Fail(absl::StrCat("took ", ms, " ms with a ", kTimeoutMs, " ms timeout"));
+    }
+    if (rc == RAYACCEL_STATUS_UNSUPPORTED || rc == RAYACCEL_STATUS_UNAVAILABLE) {
+      return Outcome::Skip(absl::StrCat("cannot watch here: ", EscapeControl(err.text)));
+    }
+    if (rc != RAYACCEL_STATUS_OK && rc != RAYACCEL_STATUS_TIMEOUT) {
+      return Outcome::Fail(absl::StrCat("status ", rc, ": ", EscapeControl(err.text)));
+    }
+    if (!report.problems.empty()) return Outcome::Fail(Problems(report));
+    for (const auto& [index, health] : report.health) {
+      bool known = std::any_of(d.report.devices.begin(), d.report.devices.end(),
+                               [&](const Device& dev) { return dev.index == index; });
+      if (!known) return Outcome::Fail(absl::StrCat("health event for unknown device ", index));
+    }
+    return Outcome::Pass(rc == RAYACCEL_STATUS_OK ? "reported a change"
+                                                  : absl::StrCat("no change in ", ms, " ms"));
+  });
+}
+
 Outcome QuantityConsistent(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     if (p.api().validate_quantity == nullptr) return Outcome::Skip("no validate_quantity hook");
@@ -679,6 +724,12 @@ Outcome EnvNamesTheSet(const Options& o) {
       bool found = false;
       for (const auto& [name, v] : *env) {
         if (name == var) value = v, found = true;
+        if (!InVisibleDevicesFamily(name, var)) {
+          return Outcome::Fail(absl::StrCat("prepare_allocation set ", EscapeControl(name),
+                                            ": only variables of the visible-devices family of ",
+                                            var.empty() ? std::string("(none declared)") : var,
+                                            " may be set (the registry refuses the allocation)"));
+        }
       }
       // For every schedulable device, leaving the variable unset means "all" (Ray's TPU path
       // sets nothing for a whole host).
@@ -964,6 +1015,9 @@ const std::vector<Check>& AllChecks() {
        false, TopologyValid},
       {"health.valid", 2, "health states and reasons are valid and name reported devices", false,
        HealthValid},
+      {"health.wait_bounded", 2,
+       "wait_health_events returns within its timeout and reports only known devices", true,
+       HealthWaitBounded},
       {"allocation.quantity_consistent", 2,
        "validate_quantity answers the same twice and explains refusals", true, QuantityConsistent},
       {"allocation.env_names_the_set", 2, "the environment for a device set names exactly that set",

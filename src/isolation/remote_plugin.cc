@@ -231,9 +231,9 @@ absl::Status RemotePlugin::Fail(absl::Status cause, const char* what) const {
                                                " and was killed (not yet exited)"));
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && died_first) {
-    return absl::UnavailableError(absl::StrCat(
-        "the plugin host was killed with SIGKILL during ", what,
-        " (not by rayaccel: the kernel's out-of-memory killer sends this)"));
+    return absl::UnavailableError(
+        absl::StrCat("the plugin host was killed with SIGKILL during ", what,
+                     " (not by rayaccel: the kernel's out-of-memory killer sends this)"));
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
     int sig = WTERMSIG(status);
@@ -317,9 +317,9 @@ absl::Status RemotePlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* /
   if (ready == 0 || (ready < 0 && errno == EINTR)) return absl::DeadlineExceededError("no change");
   if (ready < 0) return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
   // A frame has begun: the rest follows at once from a working host.
-  absl::StatusOr<std::string> frame = wire::ReadFrame(
-      health_fd_, std::chrono::steady_clock::now() + options_.call_timeout,
-      wire::kMaxJsonReplyBytes);
+  absl::StatusOr<std::string> frame =
+      wire::ReadFrame(health_fd_, std::chrono::steady_clock::now() + options_.call_timeout,
+                      wire::kMaxJsonReplyBytes);
   absl::StatusOr<json::Value> reply = frame.ok() ? ParseJson(*frame) : frame.status();
   if (!reply.ok()) {
     std::lock_guard<std::mutex> lock(call_mu_);

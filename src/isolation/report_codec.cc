@@ -324,8 +324,7 @@ absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
   report->labels = std::move(checked.labels);
   report->health = std::move(checked.health);
   report->env = std::move(checked.env);
-  report->problems.insert(report->problems.end(), checked.problems.begin(),
-                          checked.problems.end());
+  report->problems.insert(report->problems.end(), checked.problems.begin(), checked.problems.end());
   report->over_limit = over_limit != 0 || checked.over_limit;
   return absl::OkStatus();
 }

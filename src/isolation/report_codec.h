@@ -42,15 +42,15 @@ inline constexpr size_t kMaxNotes = 256;
 // The largest encoding of a report within the Collector's limits: what the wire must carry
 // for every answer the registry would accept in-process.
 inline constexpr size_t kMaxEncodedReportBytes =
-    64 +                                                        // magic, counts, flag
-    kMaxDevicesPerPlugin * (4 * 6 + 8 + 4 * 10 + 4) +           // device fields, string sizes
+    64 +                                                            // magic, counts, flag
+    kMaxDevicesPerPlugin * (4 * 6 + 8 + 4 * 10 + 4) +               // device fields, string sizes
     kMaxDevicesPerPlugin * kMaxAttributesPerDevice * (3 * 4 + 8) +  // attributes
-    kMaxLinksPerPlugin * (7 * 4 + 2 * 8) +                      // links
-    kMaxDomainsPerPlugin * 12 + kMaxDomainMembersPerPlugin * 4 +  // domains
-    kMaxLabelsPerPlugin * 8 * 2 +                               // labels and env
-    kMaxDevicesPerPlugin * 12 +                                 // health
-    2 * kMaxNotes * (4 + kMaxNoteBytes) +                       // problems, hook failures
-    kMaxTextBytesPerReport + 16 * kMaxStringBytes;              // the text, and one item over
+    kMaxLinksPerPlugin * (7 * 4 + 2 * 8) +                          // links
+    kMaxDomainsPerPlugin * 12 + kMaxDomainMembersPerPlugin * 4 +    // domains
+    kMaxLabelsPerPlugin * 8 * 2 +                                   // labels and env
+    kMaxDevicesPerPlugin * 12 +                                     // health
+    2 * kMaxNotes * (4 + kMaxNoteBytes) +                           // problems, hook failures
+    kMaxTextBytesPerReport + 16 * kMaxStringBytes;                  // the text, and one item over
 
 // Appends `report`'s encoding to `out`.
 void EncodeReport(const PluginReport& report, std::string* out);

@@ -50,9 +50,8 @@ absl::Status ReadAll(int fd, char* data, size_t size,
 
 absl::Status WriteFrame(int fd, absl::string_view payload) {
   if (payload.size() > kMaxFrameBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a ", payload.size(), "-byte answer, over the frame limit of ",
-                     kMaxFrameBytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a ", payload.size(), "-byte answer, over the frame limit of ", kMaxFrameBytes, " bytes"));
   }
   uint32_t n = static_cast<uint32_t>(payload.size());
   unsigned char len[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),

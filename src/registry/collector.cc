@@ -231,8 +231,7 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
   }
   a.kind = static_cast<Attribute::Kind>(attr.kind);
   if (a.kind == Attribute::Kind::kString || a.kind == Attribute::Kind::kVersion) {
-    if (absl::Status st =
-            self->Text(attr.string_value, where, " " + a.name, &a.string_value);
+    if (absl::Status st = self->Text(attr.string_value, where, " " + a.name, &a.string_value);
         !st.ok()) {
       return self->Refuse(std::string(st.message()));
     }

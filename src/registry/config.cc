@@ -1,11 +1,13 @@
 #include "registry/config.h"
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 extern char** environ;
@@ -30,21 +32,25 @@ absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* con
   return absl::OkStatus();
 }
 
-absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read"));
+absl::StatusOr<PluginConfig> ParseConfig(absl::string_view text, const std::string& source) {
   PluginConfig config;
-  std::string line;
   int number = 0;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++number;
-    absl::string_view text = absl::StripAsciiWhitespace(line);
-    if (text.empty() || text[0] == '#') continue;
-    if (absl::Status st = AddConfigAssignment(text, &config); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", st.message()));
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (absl::Status st = AddConfigAssignment(line, &config); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ":", number, ": ", st.message()));
     }
   }
   return config;
+}
+
+absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ParseConfig(text, path);
 }
 
 std::vector<std::string> RayaccelEnvironment() {

@@ -20,6 +20,8 @@ absl::Status AddConfigAssignment(absl::string_view assignment, PluginConfig* con
 // Reads a config file: one "plugin.key = value" per line, blank lines and '#' comments
 // allowed. Errors name the file and line.
 absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path);
+// The same on the file's text; `source` names it in errors.
+absl::StatusOr<PluginConfig> ParseConfig(absl::string_view text, const std::string& source);
 
 // The RAYACCEL_* entries of this process's environment, as they are now. The registry takes
 // this copy before any plugin code runs, so that no plugin's setenv or unsetenv can change

@@ -104,9 +104,8 @@ absl::StatusOr<std::vector<std::string>> LibrarySearchPath(const std::string& pa
   absl::StatusOr<Elf> elf = Elf::Read(path);
   if (!elf.ok()) return elf.status();
   const std::vector<Elf64_Shdr>& sections = elf->sections();
-  const std::string origin = path.substr(0, path.rfind('/') == std::string::npos
-                                                ? 0
-                                                : path.rfind('/'));
+  const std::string origin =
+      path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
   std::vector<std::string> out;
   for (const Elf64_Shdr& sh : sections) {
     if (sh.sh_type != SHT_DYNAMIC) continue;

@@ -205,9 +205,9 @@ absl::Status CheckPermissions(const std::string& path) {
     struct stat st;
     while (stat(p.c_str(), &st) != 0 && p != "/") p = Dirname(p);
     if (absl::Status ok = CheckOwnerAndMode(p, st, me); !ok.ok()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(path, " loads libraries from ", EscapeControl(dir),
-                       " (its RUNPATH/RPATH): ", ok.message()));
+      return absl::PermissionDeniedError(absl::StrCat(path, " loads libraries from ",
+                                                      EscapeControl(dir),
+                                                      " (its RUNPATH/RPATH): ", ok.message()));
     }
   }
   return absl::OkStatus();

@@ -15,13 +15,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "isolation/remote_plugin.h"
+#include "isolation/report_codec.h"
 #include "ray/accelerator_type.h"
 #include "ray/ray_mapping.h"
 #include "registry/collector.h"
 #include "registry/config.h"
 #include "registry/plugin_loader.h"
-#include "isolation/remote_plugin.h"
-#include "isolation/report_codec.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "topology/allocation.h"
@@ -365,9 +365,9 @@ class Registry::Impl {
   // A plugin's status as scan input (Rescan): every field, each with its size.
   static void AppendInputs(const PluginStatus& p, const std::string& zero_devices_reason,
                            std::string* out) {
-    for (const std::string* f : {&p.name, &p.path, &p.message, &p.abi_version, &p.vendor,
-                                 &p.plugin_version, &p.resource_name, &p.visible_devices_env,
-                                 &zero_devices_reason}) {
+    for (const std::string* f :
+         {&p.name, &p.path, &p.message, &p.abi_version, &p.vendor, &p.plugin_version,
+          &p.resource_name, &p.visible_devices_env, &zero_devices_reason}) {
       absl::StrAppend(out, f->size(), ":", *f);
     }
     absl::StrAppend(out, static_cast<int>(p.state), ",", p.capabilities, ";");
@@ -502,7 +502,22 @@ class Registry::Impl {
     auto set = slot->plugin->PrepareAllocation(indices);
     if (!slot->plugin->alive()) MarkCrashed(slot, set.status());
     if (!set.ok()) return set.status();
-    for (auto& [name, value] : *set) env[name] = value;
+    for (auto& [name, value] : *set) {
+      // A worker's environment is the plugin's to shape only for its devices: a variable
+      // outside the family (LD_PRELOAD, PATH, ...) would run the worker differently.
+      if (!InVisibleDevicesFamily(name, slot->status.visible_devices_env)) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("plugin ", plugin_name, " set ", EscapeControl(name),
+                         " for an allocation; only variables of its visible-devices family (",
+                         slot->status.visible_devices_env.empty()
+                             ? std::string("it declares none")
+                             : slot->status.visible_devices_env.substr(
+                                   0, slot->status.visible_devices_env.find('_') + 1) +
+                                   "*",
+                         ") may be set"));
+      }
+      env[name] = value;
+    }
     return env;
   }
 
@@ -517,7 +532,8 @@ class Registry::Impl {
     remote.host_binary = options_.plugin_host.empty() ? DefaultPluginHost() : options_.plugin_host;
     remote.call_timeout = std::chrono::milliseconds(options_.call_timeout_ms);
     remote.memory_limit_bytes = options_.plugin_memory_limit_bytes;
-    absl::StatusOr<std::unique_ptr<isolation::RemotePlugin>> p = isolation::RemotePlugin::Open(path, remote);
+    absl::StatusOr<std::unique_ptr<isolation::RemotePlugin>> p =
+        isolation::RemotePlugin::Open(path, remote);
     if (!p.ok()) return p.status();
     return std::unique_ptr<PluginHandle>(*std::move(p));
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -137,6 +138,12 @@ absl::Status CheckLabelValue(absl::string_view value) {
   return absl::InvalidArgumentError(absl::StrCat(
       "label value \"", value,
       "\": must be empty or <= 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends"));
+}
+
+bool InVisibleDevicesFamily(absl::string_view name, absl::string_view visible_devices_env) {
+  size_t underscore = visible_devices_env.find('_');
+  if (underscore == absl::string_view::npos || underscore == 0) return false;
+  return absl::StartsWith(name, visible_devices_env.substr(0, underscore + 1));
 }
 
 std::optional<std::string> NormalizePciBusId(absl::string_view text) {

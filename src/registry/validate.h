@@ -43,6 +43,12 @@ absl::Status CheckLabelKey(absl::string_view key);
 // Kubernetes label value: empty, or <= 63 with the name rules.
 absl::Status CheckLabelValue(absl::string_view value);
 
+// Whether prepare_allocation may set `name`: only variables of the plugin's visible-devices
+// family, those that share the first word of `visible_devices_env` (CUDA_VISIBLE_DEVICES:
+// CUDA_*; TPU_VISIBLE_CHIPS: TPU_*). Never LD_PRELOAD, PATH or anything else a worker's
+// process would run differently with.
+bool InVisibleDevicesFamily(absl::string_view name, absl::string_view visible_devices_env);
+
 // Accepts "dddd:bb:dd.f", "bb:dd.f" (domain 0) and NVML's "DDDDDDDD:BB:DD.F", any case;
 // returns the canonical lower-case "dddd:bb:dd.f", or nullopt when malformed.
 std::optional<std::string> NormalizePciBusId(absl::string_view text);

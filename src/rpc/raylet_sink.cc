@@ -18,9 +18,8 @@ grpc::Status Refuse(const std::string& peer, const std::string& why) {
 // An agent session is the agent's own random token: short printable text, checked before it
 // is logged or kept.
 bool IsSession(const std::string& s) {
-  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
-           return c > ' ' && c < 0x7F;
-         });
+  return !s.empty() && s.size() <= 128 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c > ' ' && c < 0x7F; });
 }
 
 }  // namespace

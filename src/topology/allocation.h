@@ -30,10 +30,9 @@ class AffinityMatrix {
 // Chooses the best set. `available` and `must_include` are snapshot positions of one family,
 // `must_include` within `available`; `size` >= 1. Always returns a set (the caller checked
 // feasibility) unless the inputs contradict, in which case `reason` says why.
-Allocation ChoosePreferred(
-    const NodeSnapshot& snapshot, const std::vector<size_t>& available,
-    const std::vector<size_t>& must_include, size_t size,
-    AllocationObjective objective = AllocationObjective::kWholePartition);
+Allocation ChoosePreferred(const NodeSnapshot& snapshot, const std::vector<size_t>& available,
+                           const std::vector<size_t>& must_include, size_t size,
+                           AllocationObjective objective = AllocationObjective::kWholePartition);
 
 // Pools of at most this many devices get an exact whole-partition answer when it takes at
 // most kExactPartitionSets candidate sets (about a millisecond); larger pools, and the rare

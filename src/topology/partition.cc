@@ -39,8 +39,8 @@ std::vector<std::vector<uint32_t>> Ordered(std::vector<std::vector<uint32_t>> se
 }
 
 // The chosen set: the heaviest full set holding `required`, the first of equals.
-size_t ChooseSet(const PairWeights& w, const std::vector<std::vector<uint32_t>>& sets,
-                 size_t size, const std::vector<uint32_t>& required) {
+size_t ChooseSet(const PairWeights& w, const std::vector<std::vector<uint32_t>>& sets, size_t size,
+                 const std::vector<uint32_t>& required) {
   size_t chosen = sets.size();
   int64_t best = 0;
   for (size_t i = 0; i < sets.size(); ++i) {
@@ -116,7 +116,8 @@ class Exact {
     shares[0] = bound_[first];
     set[0] = uint32_t{1} << first;
     int64_t all_shares = 0;
-    for (uint32_t bits = mask; bits != 0; bits &= bits - 1) all_shares += bound_[__builtin_ctz(bits)];
+    for (uint32_t bits = mask; bits != 0; bits &= bits - 1)
+      all_shares += bound_[__builtin_ctz(bits)];
     int64_t best = kUnset;
     uint32_t best_set = 0;
     // A set whose weight and the rest's bound cannot beat the best so far is not searched.
@@ -266,7 +267,11 @@ class SwapSearch {
  public:
   SwapSearch(const std::vector<int64_t>& w, size_t n, std::vector<std::vector<uint32_t>> sets,
              const std::vector<uint32_t>& locked)
-      : w_(w), n_(n), sets_(std::move(sets)), set_of_(n), locked_(n, false),
+      : w_(w),
+        n_(n),
+        sets_(std::move(sets)),
+        set_of_(n),
+        locked_(n, false),
         conn_(n * sets_.size(), 0) {
     for (uint32_t d : locked) locked_[d] = true;
     for (size_t s = 0; s < sets_.size(); ++s) {

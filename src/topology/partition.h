@@ -38,8 +38,7 @@ inline constexpr size_t kMaxExactPool = 22;
 // 16-GPU topologies, milliseconds for adversarial weights. Empty when no partition has such a
 // set, or when more than `max_sets` candidate sets would have to be searched.
 Partition PartitionExactly(const PairWeights& weights, size_t size,
-                           const std::vector<uint32_t>& required,
-                           uint64_t max_sets = UINT64_MAX);
+                           const std::vector<uint32_t>& required, uint64_t max_sets = UINT64_MAX);
 
 // A good partition for any pool: splits improved by swapping devices between sets while the
 // total rises, started from a greedy split (the required devices' set first), from `seed` when
@@ -48,8 +47,7 @@ Partition PartitionExactly(const PairWeights& weights, size_t size,
 // question gets the same answer).
 Partition PartitionByLocalSearch(const PairWeights& weights, size_t size,
                                  const std::vector<uint32_t>& required,
-                                 const std::vector<uint32_t>& seed = {},
-                                 uint64_t work = 300'000);
+                                 const std::vector<uint32_t>& seed = {}, uint64_t work = 300'000);
 
 }  // namespace rayaccel
 

@@ -518,12 +518,12 @@ TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
 TEST(ServeCommand, IsolatesPluginsByDefault) {
   const std::string dir = TempDir();
   const std::string socket = dir + "/agent.sock";
-  pid_t agent = testing::Spawn(
-      RAYACCEL_CLI,
-      {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin, "--plugin",
-       std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/librayaccel-segfault.so", "--config", kDgxSpec,
-       "--rescan-interval", "0"},
-      "/dev/null");
+  pid_t agent =
+      testing::Spawn(RAYACCEL_CLI,
+                     {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin, "--plugin",
+                      std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/librayaccel-segfault.so",
+                      "--config", kDgxSpec, "--rescan-interval", "0"},
+                     "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto stub = v1::AcceleratorRegistry::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));

@@ -81,7 +81,7 @@ struct Request {
   size_t size;
   Set available;  // empty: whatever earlier requests left
   Set must;
-  Set expected;   // empty: no answer
+  Set expected;  // empty: no answer
 };
 
 void ExpectSequence(const std::string& spec, const std::vector<Request>& requests) {
@@ -114,19 +114,24 @@ TEST(Allocation, AgreesWithGoGpuallocatorSequences) {
     ExpectSequence(go + "dgx1-p100.json", ones);
     ExpectSequence(volta, ones);
   }
-  ExpectSequence(go + "dgx1-p100.json",
-                 {{2, {}, {}, {0, 2}}, {2, {}, {}, {1, 3}}, {2, {}, {}, {4, 6}},
-                  {2, {}, {}, {5, 7}}, {1, {}, {}, {}}});
+  ExpectSequence(go + "dgx1-p100.json", {{2, {}, {}, {0, 2}},
+                                         {2, {}, {}, {1, 3}},
+                                         {2, {}, {}, {4, 6}},
+                                         {2, {}, {}, {5, 7}},
+                                         {1, {}, {}, {}}});
   ExpectSequence(go + "dgx1-p100.json",
                  {{4, {}, {}, {0, 1, 2, 3}}, {4, {}, {}, {4, 5, 6, 7}}, {1, {}, {}, {}}});
   ExpectSequence(go + "dgx1-p100.json", {{8, {}, {}, {0, 1, 2, 3, 4, 5, 6, 7}}, {1, {}, {}, {}}});
-  ExpectSequence(volta, {{2, {}, {}, {0, 3}}, {2, {}, {}, {1, 2}}, {2, {}, {}, {4, 7}},
-                         {2, {}, {}, {5, 6}}, {1, {}, {}, {}}});
+  ExpectSequence(volta, {{2, {}, {}, {0, 3}},
+                         {2, {}, {}, {1, 2}},
+                         {2, {}, {}, {4, 7}},
+                         {2, {}, {}, {5, 6}},
+                         {1, {}, {}, {}}});
   ExpectSequence(volta, {{4, {}, {}, {0, 1, 2, 3}}, {4, {}, {}, {4, 5, 6, 7}}, {1, {}, {}, {}}});
   ExpectSequence(volta, {{8, {}, {}, {0, 1, 2, 3, 4, 5, 6, 7}}, {1, {}, {}, {}}});
-  ExpectSequence(go + "rtx8000-4gpu.json",
-                 {{1, {}, {}, {0}}, {1, {}, {}, {1}}, {1, {}, {}, {2}}, {1, {}, {}, {3}},
-                  {1, {}, {}, {}}});
+  ExpectSequence(
+      go + "rtx8000-4gpu.json",
+      {{1, {}, {}, {0}}, {1, {}, {}, {1}}, {1, {}, {}, {2}}, {1, {}, {}, {3}}, {1, {}, {}, {}}});
   ExpectSequence(go + "rtx8000-4gpu.json",
                  {{2, {}, {}, {0, 3}}, {2, {}, {}, {1, 2}}, {1, {}, {}, {}}});
   ExpectSequence(go + "rtx8000-4gpu.json", {{4, {}, {}, {0, 1, 2, 3}}, {1, {}, {}, {}}});
@@ -137,14 +142,14 @@ TEST(Allocation, AgreesWithGoGpuallocatorSequences) {
 TEST(Allocation, AgreesWithGoGpuallocatorPolicyCases) {
   Allocator volta(Example("dgx1-v100.json"));
   const std::vector<Request> cases = {
-      {2, {0, 2, 4, 5}, {}, {4, 5}},                  // single NVLink, same switch
-      {2, {0, 4, 5, 6}, {}, {5, 6}},                  // single NVLink, same socket
-      {2, {0, 3, 1}, {}, {0, 3}},                     // dual NVLink, same socket
-      {2, {0, 1, 4}, {}, {0, 4}},                     // dual NVLink across sockets
-      {1, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4}},        // must-include, size 1
-      {2, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4, 7}},     // must-include, size 2
+      {2, {0, 2, 4, 5}, {}, {4, 5}},               // single NVLink, same switch
+      {2, {0, 4, 5, 6}, {}, {5, 6}},               // single NVLink, same socket
+      {2, {0, 3, 1}, {}, {0, 3}},                  // dual NVLink, same socket
+      {2, {0, 1, 4}, {}, {0, 4}},                  // dual NVLink across sockets
+      {1, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4}},     // must-include, size 1
+      {2, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4, 7}},  // must-include, size 2
       {4, {0, 1, 2, 3, 4, 5, 6, 7}, {4}, {4, 5, 6, 7}},
-      {4, {1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {}},   // a must-include is not available
+      {4, {1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {}},  // a must-include is not available
       {4, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 2, 4, 6}, {0, 2, 4, 6}},
       {4, {0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 5, 6}, {}},  // more must-includes than size
       {1, {1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 6}, {}},
@@ -209,7 +214,7 @@ TEST(Allocation, Nvl72DomainStaysWholeAndLocal) {
   std::set<int> numa;
   std::shared_ptr<const NodeSnapshot> snap = nvl.registry().snapshot();
   for (size_t p : eight.devices) numa.insert(snap->devices[p].numa_node);
-  EXPECT_EQ(numa.size(), 1u);                                 // all on one NUMA node
+  EXPECT_EQ(numa.size(), 1u);                                       // all on one NUMA node
   EXPECT_NE(eight.reason.find("local search"), std::string::npos);  // too many for exact
 }
 

@@ -112,7 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"throws", "discovery.answers_valid", "a C++ exception escaped a hook"},
         Expectation{"leak", "process.no_leak", "heap grew by"},
         Expectation{"double-free", "lifecycle.repeated", "crashed with signal 6"},
-        Expectation{"stdout", "process.quiet_stdout", "bytes to stdout"}),
+        Expectation{"stdout", "process.quiet_stdout", "bytes to stdout"},
+        Expectation{"sets-ld-preload", "allocation.env_names_the_set",
+                    "prepare_allocation set LD_PRELOAD"},
+        Expectation{"hung-health", "health.wait_bounded", "hung: no answer within 3 s"}),
     [](const ::testing::TestParamInfo<Expectation>& info) {
       std::string name = info.param.plugin;
       for (char& ch : name) ch = ch == '-' ? '_' : ch;

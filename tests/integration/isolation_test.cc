@@ -73,9 +73,9 @@ TEST(Isolation, SameAnswersAsInProcess) {
 std::string Describe(const NodeSnapshot& s) {
   std::string out;
   for (const PluginStatus& p : s.plugins) {
-    absl::StrAppend(&out, "plugin ", p.name, " ", PluginStateName(p.state), " abi ",
-                    p.abi_version, " ", p.vendor, "/", p.resource_name, " devices ",
-                    p.device_count, ": ", p.message, "\n");
+    absl::StrAppend(&out, "plugin ", p.name, " ", PluginStateName(p.state), " abi ", p.abi_version,
+                    " ", p.vendor, "/", p.resource_name, " devices ", p.device_count, ": ",
+                    p.message, "\n");
   }
   for (const Device& d : s.devices) {
     absl::StrAppend(&out, "device ", d.index, " ", d.id, " ", d.name, " ", d.pci_bus_id, " numa ",
@@ -96,12 +96,29 @@ std::string Describe(const NodeSnapshot& s) {
 // messages are the same in both modes, for every plugin of the zoo that the test process
 // itself survives in-process (the crashing ones are IsolatedFault's).
 TEST(Isolation, EveryZooPluginAnswersAsInProcess) {
-  for (const char* name :
-       {"testgpu", "init-fails", "discover-fails", "duplicate-id", "non-utf8-name",
-        "pass-back-refusal", "stdout", "non-utf8-property", "bad-resource-name", "bad-label",
-        "link-out-of-range", "absurd-count", "tiny-device-struct", "old-device-struct",
-        "new-device-struct", "control-chars", "null-strings", "long-string", "many-links",
-        "cap-without-hook", "transport-null-hooks", "null-discover", "small-table"}) {
+  for (const char* name : {"testgpu",
+                           "init-fails",
+                           "discover-fails",
+                           "duplicate-id",
+                           "non-utf8-name",
+                           "pass-back-refusal",
+                           "stdout",
+                           "non-utf8-property",
+                           "bad-resource-name",
+                           "bad-label",
+                           "link-out-of-range",
+                           "absurd-count",
+                           "tiny-device-struct",
+                           "old-device-struct",
+                           "new-device-struct",
+                           "control-chars",
+                           "null-strings",
+                           "long-string",
+                           "many-links",
+                           "cap-without-hook",
+                           "transport-null-hooks",
+                           "null-discover",
+                           "small-table"}) {
     SCOPED_TRACE(name);
     RegistryOptions isolated = Isolated({TestPlugin(name), SimPlugin()});
     isolated.call_timeout_ms = 10000;
@@ -194,8 +211,9 @@ INSTANTIATE_TEST_SUITE_P(
         Fault{"hang", "no answer within 1000 ms during discover; the plugin host was killed"},
         Fault{"throws", "a C++ exception escaped the plugin: vendor library exploded"},
         Fault{"memory-hog", "crashed with signal 6 (Aborted) during discover"},
-        Fault{"sigkill", "the plugin host was killed with SIGKILL during discover (not by "
-                         "rayaccel: the kernel's out-of-memory killer sends this)"}),
+        Fault{"sigkill",
+              "the plugin host was killed with SIGKILL during discover (not by "
+              "rayaccel: the kernel's out-of-memory killer sends this)"}),
     [](const ::testing::TestParamInfo<Fault>& info) {
       std::string name = info.param.plugin;
       for (char& c : name) c = c == '-' ? '_' : c;

@@ -154,8 +154,8 @@ TEST(Loader, PluginTextReachesTheTerminalEscaped) {
 // A health watch that answers OK at once while nothing changes does not become a rescan
 // storm, in either mode: a rescan that shows nothing new doubles a pause, up to a second.
 TEST(Loader, ABusyHealthWatchIsNotARescanStorm) {
-  for (auto mode : {RegistryOptions::Isolation::kInProcess,
-                    RegistryOptions::Isolation::kChildProcess}) {
+  for (auto mode :
+       {RegistryOptions::Isolation::kInProcess, RegistryOptions::Isolation::kChildProcess}) {
     RegistryOptions options;
     options.plugins = {TestPlugin("busy-health")};
     options.use_environment = false;
@@ -220,6 +220,28 @@ TEST(Loader, ARunpathFolderWritableByOthersIsRefused) {
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   EXPECT_TRUE(CheckPermissions(plugin).ok());
   rmdir(dir.c_str());
+}
+
+// prepare_allocation may shape a worker's environment only for its devices: LD_PRELOAD next
+// to CUDA_VISIBLE_DEVICES refuses the allocation, in either mode.
+TEST(Loader, AnAllocationEnvironmentStaysInItsFamily) {
+  for (auto mode :
+       {RegistryOptions::Isolation::kInProcess, RegistryOptions::Isolation::kChildProcess}) {
+    RegistryOptions options;
+    options.plugins = {TestPlugin("sets-ld-preload")};
+    options.use_environment = false;
+    options.host_topology = false;
+    options.isolation = mode;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    auto env = (*registry)->PrepareAllocation({"GPU-test-0"});
+    EXPECT_EQ(env.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_NE(env.status().message().find("set LD_PRELOAD for an allocation; only variables of "
+                                          "its visible-devices family (CUDA_*)"),
+              std::string::npos)
+        << env.status();
+  }
 }
 
 TEST(Loader, AnExceptionEscapingAHookFailsOnlyThatPlugin) {

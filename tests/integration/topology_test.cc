@@ -167,17 +167,17 @@ TEST(Topology, AllocateCommand) {
 
   // The two objectives on the DGX-1: the best split's first pair, or the strongest pair.
   const std::string dgx1 = "sim.spec=" + testing::Example("dgx1-v100.json");
-  r = testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--no-host-topology", "--config",
-                    dgx1},
-                   {{"RAYACCEL_PLUGIN_PATH", ""}});
+  r = testing::Run(
+      {RAYACCEL_CLI, "allocate", "--size", "2", "--no-host-topology", "--config", dgx1},
+      {{"RAYACCEL_PLUGIN_PATH", ""}});
   EXPECT_NE(r.out.find("whole partition, exact over 8 devices"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\n3  GPU3"), std::string::npos) << r.out;
   r = testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--objective", "request",
                     "--no-host-topology", "--config", dgx1},
                    {{"RAYACCEL_PLUGIN_PATH", ""}});
   EXPECT_NE(r.out.find("\n2  GPU2"), std::string::npos) << r.out;
-  EXPECT_EQ(testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--objective", "best"}).exit_code,
-            2);
+  EXPECT_EQ(
+      testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--objective", "best"}).exit_code, 2);
 }
 
 }  // namespace

@@ -39,11 +39,10 @@ int64_t BruteForce(const PairWeights& w, size_t size, const std::vector<uint32_t
           int64_t total = 0;
           for (const auto& s : sets) {
             total += w.SetWeight(s);
-            ok = ok || (s.size() == size && std::all_of(required.begin(), required.end(),
-                                                        [&](uint32_t r) {
-                                                          return std::count(s.begin(), s.end(),
-                                                                            r) > 0;
-                                                        }));
+            ok = ok || (s.size() == size &&
+                        std::all_of(required.begin(), required.end(), [&](uint32_t r) {
+                          return std::count(s.begin(), s.end(), r) > 0;
+                        }));
           }
           if (ok) best = std::max(best, total);
           return;

@@ -116,9 +116,9 @@ TEST(ReportCodec, OutOfRangeEnumsAreRefusedItems) {
   in.health[1] = {static_cast<Health>(9), ""};
   PluginReport out;
   ASSERT_TRUE(DecodeReport(Encode(in), &out).ok());
-  EXPECT_EQ(out.devices.size(), 2u);     // device 0 refused...
-  EXPECT_TRUE(out.links.empty());        // ...so both links lose an endpoint or a type
-  EXPECT_EQ(out.health.count(1), 0u);    // health 9 refused
+  EXPECT_EQ(out.devices.size(), 2u);   // device 0 refused...
+  EXPECT_TRUE(out.links.empty());      // ...so both links lose an endpoint or a type
+  EXPECT_EQ(out.health.count(1), 0u);  // health 9 refused
   std::string all;
   for (const std::string& p : out.problems) all += p + "\n";
   EXPECT_NE(all.find("health 7 is not a rayaccel_health value"), std::string::npos) << all;

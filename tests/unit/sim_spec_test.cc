@@ -94,8 +94,7 @@ TEST(SimSpec, ErrorsNameLineColumnAndField) {
 // text after a NUL.
 TEST(SimSpec, PciIdsAreParsedStrictly) {
   auto spec = [](const std::string& id) {
-    return "{\"devices\": [{\"uuid\": \"a\", \"name\": \"x\", \"pci_vendor_id\": \"" + id +
-           "\"}]}";
+    return "{\"devices\": [{\"uuid\": \"a\", \"name\": \"x\", \"pci_vendor_id\": \"" + id + "\"}]}";
   };
   for (const std::string& good : {std::string("0x10de"), std::string("10de")}) {
     SimSpec parsed;
@@ -103,9 +102,9 @@ TEST(SimSpec, PciIdsAreParsedStrictly) {
     ASSERT_TRUE(ParseSpec(spec(good), "spec.json", &parsed, &error)) << error;
     EXPECT_EQ(parsed.devices[0].pci_vendor_id, 0x10deu);
   }
-  for (const std::string& bad : {std::string(" 0x10de"), std::string("+10de"),
-                                 std::string("0x10de "), std::string("0x"), std::string(""),
-                                 std::string("0x10de\\u0000zz"), std::string("0x110de")}) {
+  for (const std::string& bad :
+       {std::string(" 0x10de"), std::string("+10de"), std::string("0x10de "), std::string("0x"),
+        std::string(""), std::string("0x10de\\u0000zz"), std::string("0x110de")}) {
     EXPECT_NE(ErrorOf(spec(bad)).find("expected a 16-bit PCI id"), std::string::npos) << bad;
   }
 }

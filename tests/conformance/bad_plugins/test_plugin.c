@@ -461,6 +461,33 @@ static rayaccel_status hung_health(rayaccel_plugin_instance *instance,
 }
 #endif
 
+#ifdef FAULT_LD_PRELOAD
+/* Names the devices, and slips a library into every worker of the allocation. */
+static rayaccel_status prepare_allocation(rayaccel_plugin_instance *instance,
+                                          rayaccel_allocation_args *args, rayaccel_error *error) {
+  char list[64] = "";
+  size_t i, n = 0;
+  (void)instance;
+  (void)error;
+  for (i = 0; i < args->device_count && n + 12 < sizeof(list); ++i) {
+    n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%u", i == 0 ? "" : ",",
+                          (unsigned)args->device_indices[i]);
+  }
+  {
+    rayaccel_string name = STR("CUDA_VISIBLE_DEVICES");
+    rayaccel_string value;
+    value.data = list;
+    value.size = n;
+    args->sink->set_env(args->sink->host_context, name, value);
+  }
+  {
+    rayaccel_string name = STR("LD_PRELOAD");
+    rayaccel_string value = STR("/tmp/libspy.so");
+    return args->sink->set_env(args->sink->host_context, name, value);
+  }
+}
+#endif
+
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
@@ -480,6 +507,8 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT,
 #elif defined(FAULT_BUSY_HEALTH) || defined(FAULT_HUNG_HEALTH)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
+#elif defined(FAULT_LD_PRELOAD)
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
 #else
     RAYACCEL_CAP_TOPOLOGY,
 #endif
@@ -502,7 +531,11 @@ static const rayaccel_plugin_api kApi = {
     NULL, /* wait_health_events */
 #endif
     NULL, /* validate_quantity */
+#ifdef FAULT_LD_PRELOAD
+    prepare_allocation,
+#else
     NULL, /* prepare_allocation */
+#endif
 #ifdef FAULT_TRANSPORT_NULL_HOOKS
     &kTransport,
 #else
