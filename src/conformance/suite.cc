@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ray/accelerator_type.h"
@@ -53,6 +56,15 @@ std::string Tail(const std::string& text, size_t max) {
 
 // Runs `body` in a child; the child's stdout and stderr are captured. `quiet_stdout` makes any
 // stdout output a failure (the host's stdout may carry JSON).
+// In a check's child: the result pipe, for Progress().
+int g_progress_fd = -1;
+
+// A check that runs many cycles says each one is done: the parent's timeout then runs per
+// cycle, not for all of them together (a slow but working plugin is not "hung").
+void Progress() {
+  if (g_progress_fd >= 0) WriteAll(g_progress_fd, "+");
+}
+
 Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<Outcome()>& body) {
   // Close-on-exec, so that a helper the plugin starts cannot hold the pipes open.
   int result_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
@@ -82,6 +94,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     close(result_pipe[0]);
     close(out_pipe[0]);
     close(err_pipe[0]);
+    g_progress_fd = result_pipe[1];
     Outcome o;
     try {
       o = body();
@@ -137,6 +150,10 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
       if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
       char buf[4096];
       ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0 && i == 0 && result.find_first_not_of('+') == std::string::npos && buf[0] == '+') {
+        // Progress from a cycling check: the next cycle gets a whole timeout of its own.
+        deadline = now + std::chrono::seconds(options.timeout_seconds);
+      }
       if (n > 0) {
         if (sinks[i]->size() < (1 << 20)) sinks[i]->append(buf, static_cast<size_t>(n));
       } else {
@@ -186,6 +203,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     if (!err.empty()) why += "; stderr: " + Tail(err, 300);
     return Outcome::Fail(why);
   }
+  result.erase(0, std::min(result.size(), result.find_first_not_of('+')));  // progress marks
   if (result.empty()) {
     return Outcome::Fail(absl::StrCat("the plugin ended the process (exit status ",
                                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")"));
@@ -570,6 +588,97 @@ Outcome QuietStdout(const Options& o) {
       /*quiet_stdout=*/true);
 }
 
+// Log text and error messages are read by operators: no escape sequences, carriage returns
+// or newlines that could colour a terminal or forge a line (the host escapes them anyway).
+Outcome CleanText(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, true, true, true);
+    std::string error_text = d.error;
+    if (p.unclean_log_lines() > 0) {
+      return Outcome::Fail(absl::StrCat(p.unclean_log_lines(),
+                                        " log line(s) with control characters or invalid UTF-8"));
+    }
+    if (error_text.find("\\x1b") != std::string::npos ||
+        error_text.find("\\n") != std::string::npos ||
+        error_text.find("\\r") != std::string::npos) {
+      return Outcome::Fail("an error message with control characters: " + error_text);
+    }
+    return Outcome::Pass();
+  });
+}
+
+// What a plugin shares with the process that hosts it and must leave as it found it.
+struct ProcessState {
+  std::string cwd;
+  mode_t umask = 0;
+  std::vector<std::string> signals;  // per signal: "default", "ignored" or "handled"
+  std::vector<std::string> std_fds;  // fds 0-2: device and inode, or "closed"
+
+  static ProcessState Now() {
+    ProcessState s;
+    char buf[PATH_MAX];
+    if (getcwd(buf, sizeof(buf)) != nullptr) s.cwd = buf;
+    s.umask = ::umask(022);
+    ::umask(s.umask);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction sa {};
+      if (sigaction(sig, nullptr, &sa) != 0) {
+        s.signals.emplace_back();
+        continue;
+      }
+      s.signals.push_back(sa.sa_handler == SIG_DFL   ? "default"
+                          : sa.sa_handler == SIG_IGN ? "ignored"
+                                                     : "handled");
+    }
+    for (int fd = 0; fd < 3; ++fd) {
+      struct stat st {};
+      s.std_fds.push_back(fstat(fd, &st) != 0 ? std::string("closed")
+                                              : absl::StrCat(st.st_dev, ":", st.st_ino));
+    }
+    return s;
+  }
+};
+
+// The working directory, umask, signal dispositions and standard descriptors are the host's:
+// a plugin that changes them changes how the raylet runs. Checked around a whole
+// initialize/discover/shutdown cycle.
+Outcome ProcessStateUntouched(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    ProcessState before = ProcessState::Now();
+    {
+      Loaded l = Load(o);
+      if (l.plugin == nullptr) return Outcome::Fail(l.error);
+      Discovery d = Discover(*l.plugin, true, true, true);
+      if (!d.error.empty()) return Outcome::Fail(d.error);
+    }
+    ProcessState after = ProcessState::Now();
+    std::vector<std::string> changed;
+    if (after.cwd != before.cwd) {
+      changed.push_back(
+          absl::StrCat("the working directory (", before.cwd, " -> ", after.cwd, ")"));
+    }
+    if (after.umask != before.umask) {
+      changed.push_back(absl::StrFormat("the umask (%04o -> %04o)", before.umask, after.umask));
+    }
+    for (size_t i = 0; i < before.signals.size() && i < after.signals.size(); ++i) {
+      if (before.signals[i] != after.signals[i]) {
+        int sig = static_cast<int>(i) + 1;
+        changed.push_back(absl::StrCat("signal ", sig, " (", strsignal(sig), ") ",
+                                       before.signals[i], " -> ", after.signals[i]));
+      }
+    }
+    for (int fd = 0; fd < 3; ++fd) {
+      if (before.std_fds[fd] != after.std_fds[fd]) {
+        changed.push_back(absl::StrCat("file descriptor ", fd));
+      }
+    }
+    if (!changed.empty()) {
+      return Outcome::Fail("changed the host process's state: " + absl::StrJoin(changed, ", "));
+    }
+    return Outcome::Pass();
+  });
+}
+
 Outcome NoLeak(const Options& o) {
   return Isolated(o, false, [&]() -> Outcome {
     auto heap = [] {
@@ -583,11 +692,13 @@ Outcome NoLeak(const Options& o) {
     };
     for (int i = 0; i < 3; ++i) {
       if (std::string e = cycle(); !e.empty()) return Outcome::Fail(e);
+      Progress();
     }
     size_t before = heap();
     constexpr int kCycles = 40;
     for (int i = 0; i < kCycles; ++i) {
       if (std::string e = cycle(); !e.empty()) return Outcome::Fail(e);
+      Progress();
     }
     size_t after = heap();
     constexpr size_t kSlack = 4 << 20;
@@ -1009,6 +1120,12 @@ const std::vector<Check>& AllChecks() {
       {"labels.valid", 1, "node labels use Kubernetes syntax and only Ray's own ray.io/ keys", true,
        LabelsValid},
       {"process.quiet_stdout", 1, "no hook writes to stdout", false, QuietStdout},
+      {"process.clean_text", 1,
+       "log lines and error messages carry no control characters and are valid UTF-8", false,
+       CleanText},
+      {"process.state_untouched", 1,
+       "the working directory, umask, signal dispositions and fds 0-2 are left as they were", false,
+       ProcessStateUntouched},
       {"process.no_leak", 1, "repeated lifecycles do not grow the heap", false, NoLeak},
       {"topology.valid", 2,
        "links join reported devices, no self links, each pair once; domains name real devices",

@@ -3,6 +3,7 @@
 #ifndef RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
 #define RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
 
+#include <atomic>
 #include <exception>
 #include <map>
 #include <memory>
@@ -63,6 +64,9 @@ class LoadedPlugin : public PluginHandle {
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override;
+  // Log lines the plugin sent with control characters or invalid UTF-8 (shown escaped or
+  // replaced; the conformance suite fails such a plugin).
+  size_t unclean_log_lines() const { return unclean_log_lines_.load(); }
   absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
 
   const std::string& name() const override { return name_; }
@@ -87,6 +91,7 @@ class LoadedPlugin : public PluginHandle {
   rayaccel_host_api host_api_{};
   mutable std::mutex log_mu_;  // the plugin may log from its own threads
   std::string zero_devices_reason_;
+  std::atomic<size_t> unclean_log_lines_{0};
 
   static void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message);
 };

@@ -253,6 +253,11 @@ class Registry::Impl {
         slot.status.abi_version = slot.plugin->abi_version();
         slot.status.capabilities = slot.plugin->capabilities();
         Initialize(&slot, file_config);
+        // A host that died or hung in initialize waits out its backoff like any crash: the
+        // first scan must not start it again at once (and wait the whole timeout again).
+        if (!slot.plugin->alive()) {
+          MarkCrashed(&slot, absl::UnavailableError(slot.status.message));
+        }
       }
       slot.file_config = file_config;
       slots_.push_back(std::move(slot));

@@ -176,6 +176,21 @@ TEST(Isolation, AFloodIsRefusedAtTheLimitNotTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// A host that hangs in initialize is killed at the call timeout and waits out its backoff
+// like any crash: the first scan does not start it again at once (and wait a second timeout).
+TEST(Isolation, AHungInitializeIsNotRetriedInTheSameScan) {
+  RegistryOptions options = Isolated({TestPlugin("init-hangs"), SimPlugin()});
+  options.restart_backoff_ms = 60000;
+  std::shared_ptr<const NodeSnapshot> s = Make(options)->snapshot();
+  const PluginStatus& p = StatusOf(*s, "init-hangs");
+  EXPECT_EQ(p.state, PluginStatus::State::kFailed);
+  EXPECT_NE(p.message.find("no answer within 1000 ms during initialize"), std::string::npos)
+      << p.message;
+  EXPECT_NE(p.message.find("restart in 60000 ms"), std::string::npos) << p.message;
+  EXPECT_EQ(p.message.find("restart 1 failed"), std::string::npos) << p.message;
+  EXPECT_EQ(s->ray.resources.at("TPU"), 4);
+}
+
 struct Fault {
   const char* plugin;
   const char* cause;

@@ -8,17 +8,22 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #endif
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
-    defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH)
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap */
+    defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH) || \
+    defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE)
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap, nanosleep */
 #include <unistd.h>
 #endif
 #ifdef FAULT_LONG_STRING
 #include <sys/mman.h>
 #endif
+#ifdef FAULT_CHANGES_STATE
+#include <sys/stat.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rayaccel/plugin.h"
 
@@ -67,6 +72,22 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
   /* Points the next plugin's configuration elsewhere, and removes another's. */
   setenv("RAYACCEL_SIM_SPEC", "/nonexistent/spec.json", 1);
   unsetenv("RAYACCEL_SIM_FLAVOUR");
+#endif
+#ifdef FAULT_CHANGES_STATE
+  /* Settles in as if it owned the process. */
+  if (chdir("/") != 0) return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL, "chdir");
+  umask(0);
+  signal(SIGINT, SIG_IGN);
+#endif
+#ifdef FAULT_SLOW_INIT
+  {
+    /* A legal plugin whose driver takes a while to open. */
+    struct timespec wait = {0, 100 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+  }
+#endif
+#ifdef FAULT_INIT_HANGS
+  for (;;) sleep(60);
 #endif
 #ifdef FAULT_INIT_FAILS
   (void)args;
