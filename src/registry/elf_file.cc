@@ -1,11 +1,14 @@
 #include "registry/elf_file.h"
 
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -14,45 +17,59 @@
 namespace rayaccel {
 namespace {
 
-// An ELF file in memory, every offset checked against its size before it is read.
+// An ELF file mapped read-only (only the pages read are touched: a plugin with debug info is
+// megabytes, of which a few kilobytes matter here), every offset checked against its size
+// before it is read.
 class Elf {
  public:
-  static absl::StatusOr<Elf> Read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-    Elf elf;
-    elf.path_ = path;
-    elf.data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (elf.data_.size() < sizeof(Elf64_Ehdr) ||
-        std::memcmp(elf.data_.data(), ELFMAG, SELFMAG) != 0) {
-      return elf.Bad("not an ELF file");
+  static absl::StatusOr<std::unique_ptr<Elf>> Read(const std::string& path) {
+    std::unique_ptr<Elf> elf(new Elf());
+    elf->path_ = path;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+      close(fd);
+      return elf->Bad("not a regular file");
     }
-    Elf64_Ehdr eh;
-    std::memcpy(&eh, elf.data_.data(), sizeof(eh));
+    elf->size_ = static_cast<size_t>(st.st_size);
+    void* at = mmap(nullptr, elf->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (at == MAP_FAILED) return absl::NotFoundError(absl::StrCat(path, ": cannot be mapped"));
+    elf->data_ = static_cast<const char*>(at);
+    if (elf->size_ < sizeof(Elf64_Ehdr) || std::memcmp(elf->data_, ELFMAG, SELFMAG) != 0) {
+      return elf->Bad("not an ELF file");
+    }
+    Elf64_Ehdr eh = elf->At<Elf64_Ehdr>(0);
     if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
-      return elf.Bad("not a 64-bit little-endian ELF file");
+      return elf->Bad("not a 64-bit little-endian ELF file");
     }
     if (eh.e_shentsize != sizeof(Elf64_Shdr) ||
-        !elf.InFile(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr))) {
-      return elf.Bad("malformed section table");
+        !elf->InFile(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr))) {
+      return elf->Bad("malformed section table");
     }
-    elf.sections_.resize(eh.e_shnum);
-    std::memcpy(elf.sections_.data(), elf.data_.data() + eh.e_shoff,
-                elf.sections_.size() * sizeof(Elf64_Shdr));
+    elf->sections_.resize(eh.e_shnum);
+    std::memcpy(elf->sections_.data(), elf->data_ + eh.e_shoff,
+                elf->sections_.size() * sizeof(Elf64_Shdr));
     return elf;
   }
+  ~Elf() {
+    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+  }
+  Elf(const Elf&) = delete;
+  Elf& operator=(const Elf&) = delete;
 
   absl::Status Bad(const char* why) const {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": ", why));
   }
   bool InFile(uint64_t offset, uint64_t size) const {
-    return offset <= data_.size() && size <= data_.size() - offset;
+    return offset <= size_ && size <= size_ - offset;
   }
   const std::vector<Elf64_Shdr>& sections() const { return sections_; }
   template <typename T>
   T At(uint64_t offset) const {
     T t;
-    std::memcpy(&t, data_.data() + offset, sizeof(t));
+    std::memcpy(&t, data_ + offset, sizeof(t));
     return t;
   }
   // A NUL-terminated string at `offset` of the string table `strtab` (checked).
@@ -60,21 +77,24 @@ class Elf {
     if (!InFile(strtab.sh_offset, strtab.sh_size) || offset >= strtab.sh_size) {
       return Bad("string outside its table");
     }
-    const char* s = data_.data() + strtab.sh_offset + offset;
+    const char* s = data_ + strtab.sh_offset + offset;
     return std::string(s, strnlen(s, strtab.sh_size - offset));
   }
 
  private:
+  Elf() = default;
   std::string path_;
-  std::string data_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
   std::vector<Elf64_Shdr> sections_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ExportedSymbols(const std::string& path) {
-  absl::StatusOr<Elf> elf = Elf::Read(path);
-  if (!elf.ok()) return elf.status();
+  absl::StatusOr<std::unique_ptr<Elf>> read = Elf::Read(path);
+  if (!read.ok()) return read.status();
+  const Elf* elf = read->get();
   const std::vector<Elf64_Shdr>& sections = elf->sections();
   std::vector<std::string> out;
   for (const Elf64_Shdr& sh : sections) {
@@ -101,8 +121,9 @@ absl::StatusOr<std::vector<std::string>> ExportedSymbols(const std::string& path
 }
 
 absl::StatusOr<std::vector<std::string>> LibrarySearchPath(const std::string& path) {
-  absl::StatusOr<Elf> elf = Elf::Read(path);
-  if (!elf.ok()) return elf.status();
+  absl::StatusOr<std::unique_ptr<Elf>> read = Elf::Read(path);
+  if (!read.ok()) return read.status();
+  const Elf* elf = read->get();
   const std::vector<Elf64_Shdr>& sections = elf->sections();
   const std::string origin =
       path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
