@@ -176,15 +176,14 @@ int Serve(const std::string& path) {
       // The plugin meets the same Collector as in-process: same rules, same sink answers.
       PluginReport report;
       absl::Status st = plugin->Query(&report);
-      std::string encoded;
-      EncodeReport(report, &encoded);
       const json::Value* have = request->Find("have");
       wire::ReportReply head;
       head.discover_error = st.ok() ? "" : std::string(st.message());
       head.zero_devices_reason = plugin->zero_devices_reason();
-      if (answer_id == 0 || encoded != last_report) {
+      if (answer_id == 0 || !EncodesAs(report, last_report)) {
         ++answer_id;
-        last_report = std::move(encoded);
+        last_report.clear();
+        EncodeReport(report, &last_report);
         // A new answer usually follows a plugin reading something anew (a spec, a driver's
         // tables): hand the memory it freed back, so that an idle host stays small.
         malloc_trim(0);

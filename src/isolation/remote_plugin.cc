@@ -272,24 +272,29 @@ absl::StatusOr<PluginProperties> RemotePlugin::GetProperties() const {
 }
 
 absl::Status RemotePlugin::Query(PluginReport* report) {
+  std::shared_ptr<const PluginReport> shared;
+  absl::Status st = QueryShared(&shared);
+  if (shared != nullptr) *report = *shared;
+  return st;
+}
+
+absl::Status RemotePlugin::QueryShared(std::shared_ptr<const PluginReport>* report) {
   std::lock_guard<std::mutex> lock(call_mu_);
   json::Writer w = Request("query");
   w.Key("have").Uint(answer_id_);
   std::string frame;
   absl::StatusOr<wire::ReportReply> reply = CallForReport(Done(w), "discover", &frame);
   if (!reply.ok()) return reply.status();
-  if (reply->unchanged && reply->answer_id == answer_id_ && answer_id_ != 0) {
-    *report = answer_;
-  } else {
+  if (!(reply->unchanged && reply->answer_id == answer_id_ && answer_ != nullptr)) {
     // Everything the plugin said goes through this process's own checks.
-    PluginReport decoded;
-    if (absl::Status st = DecodeReport(reply->report, &decoded); !st.ok()) {
+    auto decoded = std::make_shared<PluginReport>();
+    if (absl::Status st = DecodeReport(reply->report, decoded.get()); !st.ok()) {
       return Fail(st, "discover");
     }
-    answer_ = decoded;
+    answer_ = std::move(decoded);
     answer_id_ = reply->answer_id;
-    *report = std::move(decoded);
   }
+  *report = answer_;
   zero_devices_reason_ = reply->zero_devices_reason;
   if (!reply->discover_error.empty()) return absl::InternalError(reply->discover_error);
   return absl::OkStatus();

@@ -39,6 +39,7 @@ class RemotePlugin : public PluginHandle {
   absl::Status Initialize(const std::map<std::string, std::string>& config) override;
   absl::StatusOr<PluginProperties> GetProperties() const override;
   absl::Status Query(PluginReport* report) override;
+  absl::Status QueryShared(std::shared_ptr<const PluginReport>* report) override;
   absl::Status ValidateQuantity(uint32_t quantity) const override;
   absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const override;
   std::string zero_devices_reason() const override { return zero_devices_reason_; }
@@ -61,9 +62,8 @@ class RemotePlugin : public PluginHandle {
                                    std::chrono::milliseconds timeout = {}) const;
   // The same for the calls answered with a report (wire.h); `frame` keeps the bytes the
   // reply points into. Caller holds call_mu_.
-  absl::StatusOr<wire::ReportReply> CallForReport(const std::string& request,
-                                                             const char* what,
-                                                             std::string* frame) const;
+  absl::StatusOr<wire::ReportReply> CallForReport(const std::string& request, const char* what,
+                                                  std::string* frame) const;
   // One request and its reply frame. Caller holds call_mu_.
   absl::StatusOr<std::string> Exchange(const std::string& request, size_t max_reply,
                                        std::chrono::milliseconds timeout) const;
@@ -84,7 +84,7 @@ class RemotePlugin : public PluginHandle {
   bool has_prepare_allocation_ = false;
   std::string zero_devices_reason_;
   // The last report the host sent in full, by its id: what an "unchanged" answer means.
-  PluginReport answer_;
+  std::shared_ptr<const PluginReport> answer_;
   uint64_t answer_id_ = 0;
 };
 

@@ -49,6 +49,40 @@ class Filler {
   char* at_;
 };
 
+// Compares the encoding with bytes already encoded, without writing anything.
+class Comparer {
+ public:
+  explicit Comparer(absl::string_view old) : at_(old.data()), left_(old.size()) {}
+  bool same() const { return same_ && left_ == 0; }
+  void U8(uint8_t v) { Match(&v, 1); }
+  void U32(uint32_t v) {
+    unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                          static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+    Match(b, 4);
+  }
+  void U64(uint64_t v) {
+    U32(static_cast<uint32_t>(v));
+    U32(static_cast<uint32_t>(v >> 32));
+  }
+  void Str(absl::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Match(s.data(), s.size());
+  }
+
+ private:
+  void Match(const void* p, size_t n) {
+    if (!same_ || n > left_ || (n > 0 && std::memcmp(at_, p, n) != 0)) {
+      same_ = false;
+      return;
+    }
+    at_ += n;
+    left_ -= n;
+  }
+  const char* at_;
+  size_t left_;
+  bool same_ = true;
+};
+
 // Reads from untrusted bytes: every read is bounds-checked, and a failed read leaves the
 // reader failed (every later read returns zero/empty), checked once per item.
 class Reader {
@@ -210,6 +244,12 @@ void Encode(const PluginReport& report, Writer& w) {
 }
 
 }  // namespace
+
+bool EncodesAs(const PluginReport& report, absl::string_view encoding) {
+  Comparer compare(encoding);
+  Encode(report, compare);
+  return compare.same();
+}
 
 void EncodeReport(const PluginReport& report, std::string* out) {
   Counter measure;

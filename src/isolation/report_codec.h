@@ -54,6 +54,9 @@ inline constexpr size_t kMaxEncodedReportBytes =
 
 // Appends `report`'s encoding to `out`.
 void EncodeReport(const PluginReport& report, std::string* out);
+// Whether `report` encodes to exactly `encoding`: the plugin host's "unchanged", without
+// building the encoding.
+bool EncodesAs(const PluginReport& report, absl::string_view encoding);
 
 // Rebuilds a report from `bytes` through a Collector of this process into `report`. Every
 // count is checked against the limits and the bytes left before anything is built, so no

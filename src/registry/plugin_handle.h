@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,10 @@ class PluginHandle {
   // discover, then get_labels, get_topology and get_health where offered, into `report`
   // (every item checked by a Collector). An error means discover itself failed.
   virtual absl::Status Query(PluginReport* report) = 0;
+  // The same answer, shared: for a caller that may only compare it with the last one
+  // (Registry::Rescan). An isolated plugin whose answer did not change hands back the one it
+  // holds, uncopied. By default, Query into a new report.
+  virtual absl::Status QueryShared(std::shared_ptr<const PluginReport>* report);
   // OK when the plugin has no validate_quantity hook.
   virtual absl::Status ValidateQuantity(uint32_t quantity) const = 0;
   virtual absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const = 0;

@@ -283,7 +283,7 @@ class Registry::Impl {
     // stands under a new generation and merging, enrichment and mapping are skipped.
     struct Answer {
       PluginStatus status;
-      std::optional<PluginReport> report;  // to merge; none when the plugin failed
+      std::shared_ptr<const PluginReport> report;  // to merge; none when the plugin failed
       std::string zero_devices_reason;
     };
     std::vector<Answer> answers;
@@ -296,28 +296,29 @@ class Registry::Impl {
       }
       if (slot.plugin == nullptr || !slot.plugin->alive() ||
           status.state == PluginStatus::State::kFailed) {
-        answers.push_back({status, std::nullopt, ""});
+        answers.push_back({status, nullptr, ""});
         continue;
       }
-      PluginReport report;
-      absl::Status st = slot.plugin->Query(&report);
+      std::shared_ptr<const PluginReport> report;
+      absl::Status st = slot.plugin->QueryShared(&report);
       if (!slot.plugin->alive()) {
         // Isolation did its job: the plugin's process is gone, the cause is in `st`.
         MarkCrashed(&slot, st);
-        answers.push_back({slot.status, std::nullopt, ""});
+        answers.push_back({slot.status, nullptr, ""});
         continue;
       }
       slot.failures_in_a_row = 0;
-      if (!st.ok() || report.over_limit) {
+      if (!st.ok() || report == nullptr || report->over_limit) {
         status.state = PluginStatus::State::kFailed;
-        status.message = !st.ok() ? std::string(st.message())
-                                  : absl::StrCat("answers refused as absurd: ",
-                                                 absl::StrJoin(report.problems, "; "));
+        status.message = !st.ok() || report == nullptr
+                             ? std::string(st.message())
+                             : absl::StrCat("answers refused as absurd: ",
+                                            absl::StrJoin(report->problems, "; "));
         spdlog::warn("plugin {} failed: {}", status.name, status.message);
-        answers.push_back({status, std::nullopt, ""});
+        answers.push_back({status, nullptr, ""});
         continue;
       }
-      slot.plugin->AppendAnswerKey(report, &inputs);
+      slot.plugin->AppendAnswerKey(*report, &inputs);
       answers.push_back({status, std::move(report), slot.plugin->zero_devices_reason()});
     }
     for (const Answer& a : answers) AppendInputs(a.status, a.zero_devices_reason, &inputs);
@@ -336,7 +337,7 @@ class Registry::Impl {
     absl::flat_hash_set<std::string> ids;
     for (Answer& a : answers) {
       if (a.report) {
-        Merge(*std::move(a.report), &ids, snap.get(), &a.status);
+        Merge(*a.report, &ids, snap.get(), &a.status);
         if (a.status.device_count == 0 && a.status.message.empty()) {
           a.status.message = a.zero_devices_reason;
         }
@@ -674,14 +675,14 @@ class Registry::Impl {
   }
 
   // Adds one plugin's report to the snapshot; refusals become notes in `status`.
-  void Merge(PluginReport report, absl::flat_hash_set<std::string>* ids, NodeSnapshot* snap,
+  void Merge(const PluginReport& report, absl::flat_hash_set<std::string>* ids, NodeSnapshot* snap,
              PluginStatus* status) {
-    std::vector<std::string> problems = std::move(report.problems);
+    std::vector<std::string> problems = report.problems;
     problems.insert(problems.end(), report.hook_failures.begin(), report.hook_failures.end());
     absl::flat_hash_map<uint32_t, size_t> position;  // plugin index -> snapshot position
     snap->devices.reserve(snap->devices.size() + report.devices.size());
     snap->links.reserve(snap->links.size() + report.links.size());
-    for (Device& d : report.devices) {
+    for (Device d : report.devices) {
       if (!ids->insert(d.id).second) {
         problems.push_back(absl::StrCat("device ", d.index, ": id \"", d.id,
                                         "\" already reported by another plugin"));
@@ -709,14 +710,14 @@ class Registry::Impl {
                                  l.type, l.count, l.bandwidth_mbps, l.pcie_path, source, l.weight,
                                  l.hops, l.min_bandwidth_mbps});
     }
-    for (ReportedDomain& r : report.domains) {
+    for (const ReportedDomain& r : report.domains) {
       Domain dom{status->name, r.kind, r.id, {}};
       for (uint32_t index : r.devices) {
         if (auto p = position.find(index); p != position.end()) dom.devices.push_back(p->second);
       }
       snap->domains.push_back(std::move(dom));
     }
-    for (auto& [key, value] : report.labels) {
+    for (const auto& [key, value] : report.labels) {
       auto [it, inserted] = snap->plugin_labels.emplace(key, value);
       if (!inserted && it->second != value) {
         problems.push_back(absl::StrCat("label ", key, "=", value,
@@ -780,6 +781,13 @@ class Registry::Impl {
 
 void PluginHandle::AppendAnswerKey(const PluginReport& report, std::string* key) const {
   isolation::EncodeReport(report, key);
+}
+
+absl::Status PluginHandle::QueryShared(std::shared_ptr<const PluginReport>* report) {
+  auto fresh = std::make_shared<PluginReport>();
+  absl::Status st = Query(fresh.get());
+  *report = std::move(fresh);
+  return st;
 }
 
 Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -76,6 +76,11 @@ TEST(ReportCodec, RoundTripsEveryPart) {
   EXPECT_FALSE(out.over_limit);
   // Encoding the decoded report gives the same bytes: what "unchanged" compares.
   EXPECT_EQ(Encode(out), Encode(in));
+  EXPECT_TRUE(EncodesAs(out, Encode(in)));
+  out.devices[2].health_reason = "XID 48";
+  EXPECT_FALSE(EncodesAs(out, Encode(in)));
+  EXPECT_FALSE(EncodesAs(in, Encode(in) + "x"));
+  EXPECT_FALSE(EncodesAs(in, Encode(in).substr(1)));
 }
 
 TEST(ReportCodec, EveryTruncationIsRefused) {
