@@ -270,7 +270,9 @@ absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
   const rayaccel_sink* sink = collector.sink();
   void* ctx = sink->host_context;
 
-  uint32_t devices = r.Count(kMaxDevicesPerPlugin, 4 * 16 + 8 + 4, "devices");
+  // The fewest bytes each item can take (every string empty): 16 four-byte fields and the
+  // memory size per device, and so on.
+  uint32_t devices = r.Count(kMaxDevicesPerPlugin, 4 * 16 + 8, "devices");
   std::vector<uint32_t> members;
   for (uint32_t i = 0; i < devices && r.ok(); ++i) {
     rayaccel_device_info d{};

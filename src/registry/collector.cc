@@ -251,6 +251,9 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
 
 rayaccel_status Collector::AddLabel(void* ctx, rayaccel_string key_in, rayaccel_string value_in) {
   auto* self = static_cast<Collector*>(ctx);
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   if (self->report_->labels.size() >= kMaxLabelsPerPlugin) {
     return self->OverLimit("labels", kMaxLabelsPerPlugin);
   }
@@ -316,6 +319,9 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
 
 rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
   auto* self = static_cast<Collector*>(ctx);
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   if (self->report_->domains.size() >= kMaxDomainsPerPlugin) {
     return self->OverLimit("domains", kMaxDomainsPerPlugin);
   }
@@ -358,6 +364,9 @@ rayaccel_status Collector::AddDomain(void* ctx, const rayaccel_domain* in) {
 rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_health health,
                                      rayaccel_string reason_in) {
   auto* self = static_cast<Collector*>(ctx);
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   if (!IsHealth(Raw(health))) {
     return self->Refuse(
         absl::StrCat("health of device ", device_index, ": unknown state ", Raw(health)));
@@ -376,6 +385,9 @@ rayaccel_status Collector::SetHealth(void* ctx, uint32_t device_index, rayaccel_
 
 rayaccel_status Collector::SetEnv(void* ctx, rayaccel_string name_in, rayaccel_string value_in) {
   auto* self = static_cast<Collector*>(ctx);
+  if (self->text_bytes_ > kMaxTextBytesPerReport) {
+    return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+  }
   std::string name, value;
   absl::Status st = self->Text(name_in, "environment name", "", &name);
   if (st.ok()) st = self->Text(value_in, "environment value", "", &value);

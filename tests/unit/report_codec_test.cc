@@ -83,6 +83,22 @@ TEST(ReportCodec, RoundTripsEveryPart) {
   EXPECT_FALSE(EncodesAs(in, Encode(in).substr(1)));
 }
 
+// The bound on counts is the fewest bytes an item can take: a report of the smallest legal
+// devices (one-byte id and name, nothing else) passes it.
+TEST(ReportCodec, TheSmallestItemsFitTheBound) {
+  PluginReport in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    Device d;
+    d.index = i;
+    d.id = std::string(1, static_cast<char>('!' + i));
+    d.name = "x";
+    in.devices.push_back(d);
+  }
+  PluginReport out;
+  ASSERT_TRUE(DecodeReport(Encode(in), &out).ok());
+  EXPECT_EQ(out.devices.size(), 64u);
+}
+
 TEST(ReportCodec, EveryTruncationIsRefused) {
   std::string bytes = Encode(Sample());
   for (size_t n = 0; n < bytes.size(); ++n) {
