@@ -207,6 +207,43 @@ TEST(Wire, ALyingLengthCostsNothingAndFails) {
   close(sv[1]);
 }
 
+// All the text of one answer is bounded (64 MiB), in every mode: the Collector says
+// RESOURCE_EXHAUSTED to the plugin past it, and the answer is refused as absurd.
+TEST(Collector, TheTextOfOneAnswerIsBounded) {
+  PluginReport report;
+  Collector collector(&report);
+  const rayaccel_sink* sink = collector.sink();
+  const std::string text(1000, 'v');
+  rayaccel_status rc = RAYACCEL_STATUS_OK;
+  for (uint32_t d = 0; d < 4096 && rc == RAYACCEL_STATUS_OK; ++d) {
+    std::string id = "GPU-" + std::to_string(d);
+    rayaccel_device_info info{};
+    info.struct_size = sizeof(info);
+    info.index = d;
+    info.id = {id.data(), id.size()};
+    info.name = {"x", 1};
+    rc = sink->add_device(sink->host_context, &info);
+    for (uint32_t a = 0; a < 64 && rc == RAYACCEL_STATUS_OK; ++a) {
+      std::string name = "example.com/a" + std::to_string(a);
+      rayaccel_attribute attr{};
+      attr.struct_size = sizeof(attr);
+      attr.device_index = d;
+      attr.name = {name.data(), name.size()};
+      attr.kind = RAYACCEL_ATTRIBUTE_STRING;
+      attr.string_value = {text.data(), text.size()};
+      rc = sink->add_attribute(sink->host_context, &attr);
+    }
+  }
+  EXPECT_EQ(rc, RAYACCEL_STATUS_RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(report.over_limit);
+  ASSERT_FALSE(report.problems.empty());
+  EXPECT_NE(report.problems.back().find("more than 67108864 bytes of text"), std::string::npos)
+      << report.problems.back();
+  std::string encoded;
+  EncodeReport(report, &encoded);
+  EXPECT_LT(encoded.size(), wire::kMaxFrameBytes);
+}
+
 // The wire carries every report the limits allow: the frame cap is derived from them.
 TEST(Wire, TheFrameCapCoversTheLimits) {
   static_assert(wire::kMaxFrameBytes > kMaxTextBytesPerReport + kMaxLinksPerPlugin * 44);
