@@ -3,8 +3,6 @@
 // crashed plugin comes back after its backoff.
 #include <unistd.h>
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rayaccel/registry.h"
@@ -164,16 +162,15 @@ TEST(Isolation, LargeAndLyingAnswersMatchInProcess) {
 }
 
 // A flood ends at the limit as in-process does (the sink says RESOURCE_EXHAUSTED to the
-// plugin in the host too), not at the call timeout.
+// plugin in the host too), not at the call timeout (which would read "no answer within").
 TEST(Isolation, AFloodIsRefusedAtTheLimitNotTheTimeout) {
   RegistryOptions options = Isolated({TestPlugin("absurd-count")});
   options.call_timeout_ms = 10000;
-  auto start = std::chrono::steady_clock::now();
   std::shared_ptr<const NodeSnapshot> s = Make(options)->snapshot();
   const PluginStatus& p = StatusOf(*s, "absurd-count");
   EXPECT_EQ(p.state, PluginStatus::State::kFailed);
   EXPECT_NE(p.message.find("more than 4096 devices"), std::string::npos) << p.message;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(p.message.find("no answer within"), std::string::npos) << p.message;
 }
 
 // A host that hangs in initialize is killed at the call timeout and waits out its backoff
