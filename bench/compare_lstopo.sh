@@ -28,7 +28,11 @@ theirs=$(mean_ms lstopo-no-graphics --of xml)
 theirs_noio=$(mean_ms lstopo-no-graphics --of xml --filter io:none)
 empty=$(mean_ms /bin/true)
 linked=""
-[ -x "$build/bin/rayaccel_bench_empty" ] && linked=$(mean_ms "$build/bin/rayaccel_bench_empty")
+plugged=""
+if [ -x "$build/bin/rayaccel_bench_empty" ]; then
+  linked=$(mean_ms "$build/bin/rayaccel_bench_empty")
+  plugged=$(mean_ms "$build/bin/rayaccel_bench_empty" "$build/lib/rayaccel/plugins")
+fi
 
 echo "runs:                                              $runs"
 echo "rayaccel discover --json (dgx-h100):               $ours ms"
@@ -37,7 +41,9 @@ echo "lstopo-no-graphics --of xml:                       $theirs ms"
 echo "floor: lstopo without I/O (--filter io:none):      $theirs_noio ms"
 echo "floor: /bin/true (process start):                   $empty ms"
 [ -n "$linked" ] && echo "floor: empty program linked as rayaccel is:        $linked ms"
+[ -n "$plugged" ] && echo "floor: the same, loading every installed plugin:   $plugged ms"
 awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (host view on):            %.2f\n", a / b }'
 awk -v a="$ours_nohost" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (--no-host-topology):      %.2f\n", a / b }'
 [ -n "$linked" ] && awk -v a="$linked" -v b="$theirs" 'BEGIN { printf "ratio floor / lstopo:                              %.2f\n", a / b }'
+[ -n "$plugged" ] && awk -v a="$plugged" -v b="$theirs" 'BEGIN { printf "ratio floor with the plugins loaded / lstopo:      %.2f\n", a / b }'
 awk -v a="$theirs" -v b="$theirs_noio" 'BEGIN { printf "hwloc I/O discovery alone (lstopo difference):    %.2f ms\n", a - b }'
