@@ -177,7 +177,7 @@ int Serve(const std::string& path) {
       PluginReport report;
       absl::Status st = plugin->Query(&report);
       const json::Value* have = request->Find("have");
-      wire::ReportReply head;
+      ReportReply head;
       head.discover_error = st.ok() ? "" : std::string(st.message());
       head.zero_devices_reason = plugin->zero_devices_reason();
       if (answer_id == 0 || !EncodesAs(report, last_report)) {
@@ -191,7 +191,7 @@ int Serve(const std::string& path) {
       head.answer_id = answer_id;
       head.unchanged = have != nullptr && have->as_uint64().value_or(0) == answer_id;
       if (!head.unchanged) head.report = last_report;
-      reply = wire::EncodeReportReply(head);
+      reply = EncodeReportReply(head);
     } else if (op->string() == "validate_quantity") {
       const json::Value* q = request->Find("quantity");
       absl::Status st = plugin->ValidateQuantity(
@@ -213,9 +213,9 @@ int Serve(const std::string& path) {
         report.env = *std::move(env);
         std::string encoded;
         EncodeReport(report, &encoded);
-        wire::ReportReply head;
+        ReportReply head;
         head.report = encoded;
-        reply = wire::EncodeReportReply(head);
+        reply = EncodeReportReply(head);
       }
     } else if (op->string() == "watch_health") {
       if (watch == nullptr) watch = std::make_unique<HealthWatch>(plugin.get());

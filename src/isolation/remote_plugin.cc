@@ -202,9 +202,9 @@ absl::StatusOr<json::Value> RemotePlugin::ParseJson(const std::string& frame) {
   return absl::DataLossError("the plugin host sent garbage");
 }
 
-absl::StatusOr<wire::ReportReply> RemotePlugin::CallForReport(const std::string& request,
-                                                              const char* what,
-                                                              std::string* frame) const {
+absl::StatusOr<ReportReply> RemotePlugin::CallForReport(const std::string& request,
+                                                        const char* what,
+                                                        std::string* frame) const {
   absl::StatusOr<std::string> got = Exchange(request, wire::kMaxFrameBytes, {});  // default
   if (!got.ok()) return Fail(got.status(), what);
   *frame = *std::move(got);
@@ -214,7 +214,7 @@ absl::StatusOr<wire::ReportReply> RemotePlugin::CallForReport(const std::string&
     absl::Status st = ReplyStatus(*reply);
     return st.ok() ? Fail(absl::DataLossError("the plugin host sent no report"), what) : st;
   }
-  absl::StatusOr<wire::ReportReply> reply = wire::DecodeReportReply(*frame);
+  absl::StatusOr<ReportReply> reply = DecodeReportReply(*frame);
   if (!reply.ok()) return Fail(reply.status(), what);
   return reply;
 }
@@ -291,7 +291,7 @@ absl::Status RemotePlugin::QueryShared(std::shared_ptr<const PluginReport>* repo
   json::Writer w = Request("query");
   w.Key("have").Uint(answer_id_);
   std::string frame;
-  absl::StatusOr<wire::ReportReply> reply = CallForReport(Done(w), "discover", &frame);
+  absl::StatusOr<ReportReply> reply = CallForReport(Done(w), "discover", &frame);
   if (!reply.ok()) return reply.status();
   if (!(reply->unchanged && reply->answer_id == answer_id_ && answer_ != nullptr)) {
     // Everything the plugin said goes through this process's own checks.
@@ -356,7 +356,7 @@ absl::StatusOr<EnvList> RemotePlugin::PrepareAllocation(
   for (uint32_t i : indices) w.Uint(i);
   w.EndArray();
   std::string frame;
-  absl::StatusOr<wire::ReportReply> reply = CallForReport(Done(w), "prepare_allocation", &frame);
+  absl::StatusOr<ReportReply> reply = CallForReport(Done(w), "prepare_allocation", &frame);
   if (!reply.ok()) return reply.status();
   // The variables pass this process's own checks too.
   PluginReport report;

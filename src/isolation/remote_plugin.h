@@ -60,10 +60,10 @@ class RemotePlugin : public PluginHandle {
   // `timeout` 0: the call timeout of the options.
   absl::StatusOr<json::Value> Call(const std::string& request, const char* what,
                                    std::chrono::milliseconds timeout = {}) const;
-  // The same for the calls answered with a report (wire.h); `frame` keeps the bytes the
+  // The same for the calls answered with a report (report_codec.h); `frame` keeps the bytes the
   // reply points into. Caller holds call_mu_.
-  absl::StatusOr<wire::ReportReply> CallForReport(const std::string& request, const char* what,
-                                                  std::string* frame) const;
+  absl::StatusOr<ReportReply> CallForReport(const std::string& request, const char* what,
+                                            std::string* frame) const;
   // One request and its reply frame. Caller holds call_mu_.
   absl::StatusOr<std::string> Exchange(const std::string& request, size_t max_reply,
                                        std::chrono::milliseconds timeout) const;

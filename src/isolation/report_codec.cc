@@ -260,6 +260,48 @@ void EncodeReport(const PluginReport& report, std::string* out) {
   Encode(report, fill);
 }
 
+namespace {
+
+template <typename Writer>
+void EncodeHead(const ReportReply& reply, Writer& w) {
+  w.U8('R');
+  w.U64(reply.answer_id);
+  w.U8(reply.unchanged ? 1 : 0);
+  w.Str(absl::string_view(reply.discover_error).substr(0, kMaxNoteBytes));
+  w.Str(absl::string_view(reply.zero_devices_reason).substr(0, kMaxNoteBytes));
+}
+
+}  // namespace
+
+std::string EncodeReportReply(const ReportReply& reply) {
+  Counter measure;
+  EncodeHead(reply, measure);
+  std::string out(measure.size(), '\0');
+  Filler fill(out.data());
+  EncodeHead(reply, fill);
+  out.append(reply.report.data(), reply.report.size());
+  return out;
+}
+
+absl::StatusOr<ReportReply> DecodeReportReply(absl::string_view frame) {
+  Reader r(frame);
+  ReportReply reply;
+  bool head = r.U8() == 'R';
+  reply.answer_id = r.U64();
+  reply.unchanged = r.U8() != 0;
+  rayaccel_string error = r.Str(), reason = r.Str();
+  if (!head || !r.ok() || error.size > kMaxNoteBytes || reason.size > kMaxNoteBytes) {
+    return absl::DataLossError("the plugin host sent a malformed reply");
+  }
+  reply.discover_error = std::string(View(error));
+  reply.zero_devices_reason = std::string(View(reason));
+  reply.report = frame.substr(frame.size() - r.left());
+  if (reply.unchanged && !reply.report.empty()) {
+    return absl::DataLossError("the plugin host sent a malformed reply");
+  }
+  return reply;
+}
+
 absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
   Reader r(bytes);
   if (r.U32() != kMagic) return absl::DataLossError("the plugin host sent no report");

@@ -21,14 +21,17 @@
 //   u32 problems    { str }
 //   u32 hook_failures { str }
 //   u8  over_limit
-// Enum fields travel as raw integers and become enums only in the Collector, once checked.
+// Enum fields travel as raw integers; plugin.h's enums hold any 32-bit value in C++, and the
+// Collector refuses those outside the enumerators.
 #ifndef RAYACCEL_ISOLATION_REPORT_CODEC_H_
 #define RAYACCEL_ISOLATION_REPORT_CODEC_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "registry/collector.h"
 #include "registry/validate.h"
@@ -57,6 +60,23 @@ void EncodeReport(const PluginReport& report, std::string* out);
 // Whether `report` encodes to exactly `encoding`: the plugin host's "unchanged", without
 // building the encoding.
 bool EncodesAs(const PluginReport& report, absl::string_view encoding);
+
+// A plugin host's answer to "query" and "prepare_allocation":
+//   'R' u64 answer id, u8 unchanged, str discover error, str zero-devices reason, [report]
+// A query names the answer the registry holds ("have"); when the plugin's new answer encodes
+// to the same bytes, the host says "unchanged" and sends no report: a steady rescan costs one
+// small round trip. `report` is the encoded report (empty when unchanged).
+struct ReportReply {
+  uint64_t answer_id = 0;
+  bool unchanged = false;
+  std::string discover_error;  // empty when discover succeeded
+  std::string zero_devices_reason;
+  absl::string_view report;
+};
+std::string EncodeReportReply(const ReportReply& reply);
+// Texts are bounded (kMaxNoteBytes) and kept as the plugin gave them, as an in-process
+// registry keeps them (printing escapes them); `report` points into `frame`.
+absl::StatusOr<ReportReply> DecodeReportReply(absl::string_view frame);
 
 // Rebuilds a report from `bytes` through a Collector of this process into `report`. Every
 // count is checked against the limits and the bytes left before anything is built, so no

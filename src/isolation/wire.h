@@ -6,17 +6,12 @@
 //                            "prepare_allocation"|"wait_health_events"|"shutdown", ...}
 // Replies are JSON ({"ok": true, ...} or {"ok": false, "code": N, "error": "..."}), at most
 // kMaxJsonReplyBytes, except the answers that carry a plugin's report ("query" and
-// "prepare_allocation"), which start with 'R' (report_codec.h):
-//   'R' u64 answer id, u8 unchanged, str discover error, str zero-devices reason, [report]
-// A query names the answer the registry holds ("have"); when the plugin's new answer encodes
-// to the same bytes, the host says "unchanged" and sends no report: a steady rescan costs
-// one small round trip.
+// "prepare_allocation"): a ReportReply (report_codec.h).
 #ifndef RAYACCEL_ISOLATION_WIRE_H_
 #define RAYACCEL_ISOLATION_WIRE_H_
 
 #include <chrono>
 #include <cstddef>
-#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,18 +33,6 @@ absl::Status WriteFrame(int fd, absl::string_view payload);
 // what the length claims.
 absl::StatusOr<std::string> ReadFrame(int fd, std::chrono::steady_clock::time_point deadline,
                                       size_t max_bytes);
-
-// The head of a report reply; `report` is the encoded report (empty when unchanged).
-struct ReportReply {
-  uint64_t answer_id = 0;
-  bool unchanged = false;
-  std::string discover_error;  // empty when discover succeeded
-  std::string zero_devices_reason;
-  absl::string_view report;
-};
-std::string EncodeReportReply(const ReportReply& reply);
-// Texts are bounded (kMaxNoteBytes); `report` points into `frame`.
-absl::StatusOr<ReportReply> DecodeReportReply(absl::string_view frame);
 
 }  // namespace rayaccel::isolation::wire
 

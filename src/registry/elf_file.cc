@@ -59,13 +59,31 @@ class Elf {
   Elf(const Elf&) = delete;
   Elf& operator=(const Elf&) = delete;
 
-  absl::Status Bad(const char* why) const {
+  absl::Status Bad(absl::string_view why) const {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": ", why));
   }
   bool InFile(uint64_t offset, uint64_t size) const {
     return offset <= size_ && size <= size_ - offset;
   }
-  const std::vector<Elf64_Shdr>& sections() const { return sections_; }
+  // Calls `entry(item, strtab)` for each T in every section of `type` (with the string table
+  // that section links), every section checked first; `entry` answers whether to go on in
+  // that section, or an error.
+  template <typename T, typename Entry>
+  absl::Status ForEach(uint32_t type, const char* what, Entry entry) const {
+    for (const Elf64_Shdr& sh : sections_) {
+      if (sh.sh_type != type) continue;
+      if (sh.sh_entsize != sizeof(T) || sh.sh_link >= sections_.size() ||
+          !InFile(sh.sh_offset, sh.sh_size)) {
+        return Bad(absl::StrCat("malformed ", what));
+      }
+      for (uint64_t off = 0; off + sizeof(T) <= sh.sh_size; off += sizeof(T)) {
+        absl::StatusOr<bool> more = entry(At<T>(sh.sh_offset + off), sections_[sh.sh_link]);
+        if (!more.ok()) return more.status();
+        if (!*more) break;
+      }
+    }
+    return absl::OkStatus();
+  }
   template <typename T>
   T At(uint64_t offset) const {
     T t;
@@ -92,60 +110,46 @@ class Elf {
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ExportedSymbols(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Elf>> read = Elf::Read(path);
-  if (!read.ok()) return read.status();
-  const Elf* elf = read->get();
-  const std::vector<Elf64_Shdr>& sections = elf->sections();
+  absl::StatusOr<std::unique_ptr<Elf>> elf = Elf::Read(path);
+  if (!elf.ok()) return elf.status();
   std::vector<std::string> out;
-  for (const Elf64_Shdr& sh : sections) {
-    if (sh.sh_type != SHT_DYNSYM) continue;
-    if (sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= sections.size() ||
-        !elf->InFile(sh.sh_offset, sh.sh_size)) {
-      return elf->Bad("malformed .dynsym");
-    }
-    const Elf64_Shdr& strtab = sections[sh.sh_link];
-    for (uint64_t off = 0; off + sizeof(Elf64_Sym) <= sh.sh_size; off += sizeof(Elf64_Sym)) {
-      Elf64_Sym sym = elf->At<Elf64_Sym>(sh.sh_offset + off);
-      unsigned bind = ELF64_ST_BIND(sym.st_info);
-      unsigned vis = ELF64_ST_VISIBILITY(sym.st_other);
-      if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0) continue;
-      if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) continue;
-      if (vis != STV_DEFAULT && vis != STV_PROTECTED) continue;
-      absl::StatusOr<std::string> name = elf->String(strtab, sym.st_name);
-      if (!name.ok()) return elf->Bad("symbol name outside .dynstr");
-      out.push_back(*std::move(name));
-    }
-  }
+  absl::Status st = (*elf)->ForEach<Elf64_Sym>(
+      SHT_DYNSYM, ".dynsym",
+      [&](const Elf64_Sym& sym, const Elf64_Shdr& strtab) -> absl::StatusOr<bool> {
+        unsigned bind = ELF64_ST_BIND(sym.st_info);
+        unsigned vis = ELF64_ST_VISIBILITY(sym.st_other);
+        if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0) return true;
+        if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) return true;
+        if (vis != STV_DEFAULT && vis != STV_PROTECTED) return true;
+        absl::StatusOr<std::string> name = (*elf)->String(strtab, sym.st_name);
+        if (!name.ok()) return (*elf)->Bad("symbol name outside .dynstr");
+        out.push_back(*std::move(name));
+        return true;
+      });
+  if (!st.ok()) return st;
   std::sort(out.begin(), out.end());
   return out;
 }
 
 absl::StatusOr<std::vector<std::string>> LibrarySearchPath(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Elf>> read = Elf::Read(path);
-  if (!read.ok()) return read.status();
-  const Elf* elf = read->get();
-  const std::vector<Elf64_Shdr>& sections = elf->sections();
-  const std::string origin =
-      path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
+  absl::StatusOr<std::unique_ptr<Elf>> elf = Elf::Read(path);
+  if (!elf.ok()) return elf.status();
+  size_t slash = path.rfind('/');
+  const std::string origin = path.substr(0, slash == std::string::npos ? 0 : slash);
   std::vector<std::string> out;
-  for (const Elf64_Shdr& sh : sections) {
-    if (sh.sh_type != SHT_DYNAMIC) continue;
-    if (sh.sh_entsize != sizeof(Elf64_Dyn) || sh.sh_link >= sections.size() ||
-        !elf->InFile(sh.sh_offset, sh.sh_size)) {
-      return elf->Bad("malformed .dynamic");
-    }
-    const Elf64_Shdr& strtab = sections[sh.sh_link];
-    for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= sh.sh_size; off += sizeof(Elf64_Dyn)) {
-      Elf64_Dyn dyn = elf->At<Elf64_Dyn>(sh.sh_offset + off);
-      if (dyn.d_tag == DT_NULL) break;
-      if (dyn.d_tag != DT_RUNPATH && dyn.d_tag != DT_RPATH) continue;
-      absl::StatusOr<std::string> list = elf->String(strtab, dyn.d_un.d_val);
-      if (!list.ok()) return elf->Bad("RUNPATH outside .dynstr");
-      for (absl::string_view dir : absl::StrSplit(*list, ':', absl::SkipEmpty())) {
-        out.push_back(absl::StrReplaceAll(dir, {{"${ORIGIN}", origin}, {"$ORIGIN", origin}}));
-      }
-    }
-  }
+  absl::Status st = (*elf)->ForEach<Elf64_Dyn>(
+      SHT_DYNAMIC, ".dynamic",
+      [&](const Elf64_Dyn& dyn, const Elf64_Shdr& strtab) -> absl::StatusOr<bool> {
+        if (dyn.d_tag == DT_NULL) return false;  // the end of the table
+        if (dyn.d_tag != DT_RUNPATH && dyn.d_tag != DT_RPATH) return true;
+        absl::StatusOr<std::string> list = (*elf)->String(strtab, dyn.d_un.d_val);
+        if (!list.ok()) return (*elf)->Bad("RUNPATH outside .dynstr");
+        for (absl::string_view dir : absl::StrSplit(*list, ':', absl::SkipEmpty())) {
+          out.push_back(absl::StrReplaceAll(dir, {{"${ORIGIN}", origin}, {"$ORIGIN", origin}}));
+        }
+        return true;
+      });
+  if (!st.ok()) return st;
   return out;
 }
 

@@ -350,7 +350,7 @@ void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level, rayacce
   absl::string_view text(message.data != nullptr ? message.data : "",
                          message.data != nullptr ? std::min(message.size, kMaxStringBytes) : 0);
   std::string line = IsValidUtf8(text) ? EscapeControl(text) : std::string("<non-UTF-8 message>");
-  if (line.size() != text.size() || line != text) self->unclean_log_lines_.fetch_add(1);
+  if (line != text) self->unclean_log_lines_.fetch_add(1);
   if (absl::StartsWith(line, "0 devices")) {
     std::lock_guard<std::mutex> lock(self->log_mu_);
     self->zero_devices_reason_ = line;

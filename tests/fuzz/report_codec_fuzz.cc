@@ -9,8 +9,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<rayaccel::isolation::wire::ReportReply> reply =
-      rayaccel::isolation::wire::DecodeReportReply(bytes);
+  absl::StatusOr<rayaccel::isolation::ReportReply> reply =
+      rayaccel::isolation::DecodeReportReply(bytes);
   rayaccel::PluginReport report;
   (void)rayaccel::isolation::DecodeReport(reply.ok() ? reply->report : bytes, &report);
   return 0;

@@ -163,25 +163,25 @@ TEST(ReportCodec, ItemsTheCollectorRefusesAreRefusedHereToo) {
 
 TEST(ReportReply, HeadRoundTripsAndRefusesGarbage) {
   std::string report = Encode(Sample());
-  wire::ReportReply head;
+  ReportReply head;
   head.answer_id = (uint64_t{1} << 40) + 5;
   head.discover_error = "";
   head.zero_devices_reason = "no NVIDIA driver";
   head.report = report;
-  std::string frame = wire::EncodeReportReply(head);
-  absl::StatusOr<wire::ReportReply> back = wire::DecodeReportReply(frame);
+  std::string frame = EncodeReportReply(head);
+  absl::StatusOr<ReportReply> back = DecodeReportReply(frame);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->answer_id, head.answer_id);
   EXPECT_FALSE(back->unchanged);
   EXPECT_EQ(back->zero_devices_reason, "no NVIDIA driver");
   EXPECT_EQ(back->report, report);
   for (size_t n = 0; n < 18; ++n) {
-    EXPECT_FALSE(wire::DecodeReportReply(frame.substr(0, n)).ok()) << n;
+    EXPECT_FALSE(DecodeReportReply(frame.substr(0, n)).ok()) << n;
   }
   head.unchanged = true;
-  EXPECT_FALSE(wire::DecodeReportReply(wire::EncodeReportReply(head)).ok());  // and a report?
+  EXPECT_FALSE(DecodeReportReply(EncodeReportReply(head)).ok());  // and a report?
   head.report = {};
-  EXPECT_TRUE(wire::DecodeReportReply(wire::EncodeReportReply(head)).ok());
+  EXPECT_TRUE(DecodeReportReply(EncodeReportReply(head)).ok());
 }
 
 // A frame whose length claims the maximum and then stops: the reader allocates as bytes
