@@ -40,6 +40,8 @@ struct Nvml {
   nvmlReturn_t (*GetCc)(nvmlDevice_t, int*, int*) = nullptr;
   nvmlReturn_t (*GetArch)(nvmlDevice_t, nvmlDeviceArchitecture_t*) = nullptr;
   nvmlReturn_t (*GetNuma)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*MemoryAffinity)(nvmlDevice_t, unsigned, unsigned long*,  // NOLINT(runtime/int)
+                                 nvmlAffinityScope_t) = nullptr;
   nvmlReturn_t (*GetMinor)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*DriverVersion)(char*, unsigned) = nullptr;
   nvmlReturn_t (*CudaVersion)(int*) = nullptr;
@@ -87,6 +89,7 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlDeviceGetCudaComputeCapability", &n->GetCc);
   Resolve(h, "nvmlDeviceGetArchitecture", &n->GetArch);
   Resolve(h, "nvmlDeviceGetNumaNodeId", &n->GetNuma);
+  Resolve(h, "nvmlDeviceGetMemoryAffinity", &n->MemoryAffinity);
   Resolve(h, "nvmlDeviceGetMinorNumber", &n->GetMinor);
   Resolve(h, "nvmlSystemGetDriverVersion", &n->DriverVersion);
   Resolve(h, "nvmlSystemGetCudaDriverVersion_v2", &n->CudaVersion);
@@ -146,6 +149,27 @@ const char* ArchitectureName(unsigned arch) {
   }
 }
 
+// The NUMA node nearest the GPU, what `nvidia-smi topo -m` prints as "NUMA Affinity": the one
+// node of nvmlDeviceGetMemoryAffinity within the GPU's node. Not nvmlDeviceGetNumaNodeId,
+// which names the GPU's own memory where that is a NUMA node (Grace Hopper, Grace Blackwell)
+// and holds no CPUs. -1 when NVML cannot say or names several: the host then asks hwloc.
+int32_t NearestNumaNode(const Nvml& n, nvmlDevice_t device) {
+  if (n.MemoryAffinity == nullptr) return -1;
+  constexpr unsigned kWords = 16;    // 1024 nodes
+  unsigned long nodes[kWords] = {};  // NOLINT(runtime/int): NVML's type
+  if (n.MemoryAffinity(device, kWords, nodes, NVML_AFFINITY_SCOPE_NODE) != NVML_SUCCESS) return -1;
+  constexpr unsigned kBits = 8 * sizeof(nodes[0]);
+  int32_t found = -1;
+  for (unsigned w = 0; w < kWords; ++w) {
+    for (unsigned b = 0; b < kBits; ++b) {
+      if ((nodes[w] >> b & 1u) == 0) continue;
+      if (found >= 0) return -1;
+      found = static_cast<int32_t>(w * kBits + b);
+    }
+  }
+  return found;
+}
+
 rayaccel_pcie_path PathOf(nvmlGpuTopologyLevel_t level) {
   switch (level) {
     case NVML_TOPOLOGY_INTERNAL:
@@ -170,7 +194,8 @@ struct Gpu {
   std::string uuid, name, pci_bus_id, architecture, compute_capability, lost;
   uint32_t vendor_id = 0, device_id = 0, minor = 0;
   uint64_t memory = 0;
-  int32_t numa = -1;
+  int32_t numa = -1;           // the NUMA node nearest the GPU (its CPUs' memory)
+  int32_t gpu_numa = -1;       // the NUMA node that is the GPU's own memory (coherent platforms)
   std::string fabric_domain;   // "<clusterUUID>.<cliqueId>" when the fabric is complete
   bool vanished = false;       // seen by an earlier scan, gone from NVML now
   int recovery_action = -1;    // what the driver says the GPU needs; -1: it cannot say
@@ -390,9 +415,10 @@ void Scan(rayaccel_plugin_instance* self) {
     if (n.GetArch != nullptr && n.GetArch(g.handle, &arch) == NVML_SUCCESS) {
       g.architecture = ArchitectureName(arch);
     }
-    unsigned numa = 0;
-    if (n.GetNuma != nullptr && n.GetNuma(g.handle, &numa) == NVML_SUCCESS) {
-      g.numa = static_cast<int32_t>(numa);
+    g.numa = NearestNumaNode(n, g.handle);
+    unsigned gpu_numa = 0;
+    if (n.GetNuma != nullptr && n.GetNuma(g.handle, &gpu_numa) == NVML_SUCCESS) {
+      g.gpu_numa = static_cast<int32_t>(gpu_numa);
     }
     unsigned dev_minor = 0;
     if (n.GetMinor != nullptr && n.GetMinor(g.handle, &dev_minor) == NVML_SUCCESS) {
@@ -494,6 +520,9 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       plugin::AddAttribute(sink, i, "compute_capability", g.compute_capability,
                            RAYACCEL_ATTRIBUTE_VERSION);
       plugin::AddAttribute(sink, i, "minor_number", static_cast<int64_t>(g.minor));
+      if (g.gpu_numa >= 0) {
+        plugin::AddAttribute(sink, i, "gpu_numa_node", static_cast<int64_t>(g.gpu_numa));
+      }
     }
     for (uint32_t k = 0; k < self->migs.size(); ++k) {
       const MigDevice& m = self->migs[k];

@@ -67,6 +67,11 @@ typedef int nvmlGpuP2PCapsIndex_t;
 enum { NVML_P2P_STATUS_OK = 0 };
 typedef int nvmlGpuP2PStatus_t;
 
+// nvmlDeviceGetMemoryAffinity scopes: the NUMA nodes nearest the GPU within its node or socket.
+typedef unsigned int nvmlAffinityScope_t;
+#define NVML_AFFINITY_SCOPE_NODE 0u
+#define NVML_AFFINITY_SCOPE_SOCKET 1u
+
 // nvmlDeviceGetArchitecture values.
 typedef unsigned int nvmlDeviceArchitecture_t;
 

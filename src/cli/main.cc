@@ -37,6 +37,7 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitNoAllocation = 3;  // allocate: the request cannot be met now
 
 constexpr char kUsage[] = R"(usage: rayaccel <command> [options]
 
@@ -368,6 +369,7 @@ int Run(int argc, char** argv) {
     snap = (*registry)->snapshot();
   }
   std::string out;
+  int exit_code = kExitOk;
   if (cmd == "discover") {
     out = args.json ? DiscoverJson(*snap) : DiscoverText(*snap);
   } else if (cmd == "plugins") {
@@ -383,7 +385,20 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(allocation.status().message()).c_str());
       return kExitUsage;
     }
-    out = args.json ? AllocationJson(*snap, *allocation) : AllocationText(*snap, *allocation);
+    std::map<std::string, std::string> env;
+    if (!allocation->devices.empty()) {
+      absl::StatusOr<std::map<std::string, std::string>> prepared =
+          (*registry)->PrepareAllocation(allocation->device_ids, allocation->generation);
+      if (!prepared.ok()) {
+        std::fprintf(stderr, "rayaccel: prepare_allocation: %s\n",
+                     std::string(prepared.status().message()).c_str());
+        return kExitFailure;
+      }
+      env = *std::move(prepared);
+    }
+    out = args.json ? AllocationJson(*snap, *allocation, env)
+                    : AllocationText(*snap, *allocation, env);
+    if (allocation->devices.empty()) exit_code = kExitNoAllocation;
   } else {
     out = RayStartArgs(snap->ray);
   }
@@ -391,7 +406,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "rayaccel: cannot write output: %s\n", std::strerror(errno));
     return kExitFailure;
   }
-  return kExitOk;
+  return exit_code;
 }
 
 }  // namespace

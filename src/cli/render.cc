@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -98,11 +100,17 @@ void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
 }
 
 // "GPU0", "GPU1", ..., "TPU0": the resource and a counter per resource, in snapshot order.
+// A device's name in tables: its resource and the plugin's index, the number a worker's
+// visible-devices variable takes ("GPU5"), prefixed by the plugin ("sim:GPU5") where several
+// plugins offer that resource.
 std::vector<std::string> DeviceLabels(const NodeSnapshot& s) {
-  std::map<std::string, int> next;
+  std::map<std::string, std::set<std::string>> plugins_of;
+  for (const Device& d : s.devices) plugins_of[d.resource].insert(d.plugin);
   std::vector<std::string> labels;
-  for (const Device& d : s.devices)
-    labels.push_back(d.resource + std::to_string(next[d.resource]++));
+  for (const Device& d : s.devices) {
+    const bool shared = plugins_of[d.resource].size() > 1;
+    labels.push_back(absl::StrCat(shared ? d.plugin + ":" : "", d.resource, d.index));
+  }
   return labels;
 }
 
@@ -266,14 +274,15 @@ std::string DiscoverText(const NodeSnapshot& s) {
     out += "  (none)\n";
   } else {
     Table devices(
-        {"#", "PLUGIN", "RESOURCE", "TYPE", "NAME", "PCI", "NUMA", "MEMORY", "HEALTH", "ID"});
+        {"#", "DEVICE", "PLUGIN", "TYPE", "NAME", "PCI", "NUMA", "MEMORY", "HEALTH", "ID"});
+    std::vector<std::string> labels = DeviceLabels(s);
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const Device& d = s.devices[i];
       std::string health = HealthName(d.health);
       if (!d.health_reason.empty()) health += " (" + d.health_reason + ")";
       std::string name = d.name;
       if (!d.partition_profile.empty()) name += " [" + d.partition_profile + "]";
-      devices.Add({std::to_string(i), d.plugin, d.resource, OrDash(d.accelerator_type), name,
+      devices.Add({std::to_string(i), labels[i], d.plugin, OrDash(d.accelerator_type), name,
                    OrDash(d.pci_bus_id), d.numa_node >= 0 ? std::to_string(d.numa_node) : "-",
                    Memory(d.memory_bytes), health, d.id});
     }
@@ -448,28 +457,41 @@ std::string TopoDot(const NodeSnapshot& s) {
   return out + "}\n";
 }
 
-std::string AllocationText(const NodeSnapshot& s, const Allocation& a) {
+std::string AllocationText(const NodeSnapshot& s, const Allocation& a,
+                           const std::map<std::string, std::string>& env) {
   if (a.devices.empty()) return "No allocation: " + a.reason + "\n";
   std::vector<std::string> labels = DeviceLabels(s);
-  Table t({"#", "DEVICE", "ID", "NUMA", "PCI"});
+  Table t({"POSITION", "DEVICE", "INDEX", "ID", "NUMA", "PCI"});
   for (size_t p : a.devices) {
     const Device& d = s.devices[p];
-    t.Add({std::to_string(p), labels[p], d.id, d.numa_node >= 0 ? std::to_string(d.numa_node) : "-",
-           OrDash(d.pci_bus_id)});
+    t.Add({std::to_string(p), labels[p], std::to_string(d.index), d.id,
+           d.numa_node >= 0 ? std::to_string(d.numa_node) : "-", OrDash(d.pci_bus_id)});
   }
-  return t.Render("") + absl::StrCat("\nscore ", a.link_score, ", leftover ", a.leftover_score,
-                                     " (", a.reason, ")\n");
+  std::string out = t.Render("") + "\nA worker given these devices gets:\n";
+  for (const auto& [name, value] : env) absl::StrAppend(&out, "  ", name, "=", value, "\n");
+  absl::StrAppend(&out, "\nscore ", a.link_score, ", leftover ", a.leftover_score, " (", a.reason,
+                  ")\n",
+                  "  (the links inside the set and among the devices left, higher is better; "
+                  "docs/topology.md)\n");
+  return out;
 }
 
-std::string AllocationJson(const NodeSnapshot& s, const Allocation& a) {
+std::string AllocationJson(const NodeSnapshot& s, const Allocation& a,
+                           const std::map<std::string, std::string>& env) {
   json::Writer w;
   w.BeginObject();
   w.Key("devices").BeginArray();
   for (size_t p : a.devices) w.Uint(p);
   w.EndArray();
+  w.Key("indexes").BeginArray();
+  for (size_t p : a.devices) w.Uint(s.devices[p].index);
+  w.EndArray();
   w.Key("ids").BeginArray();
   for (size_t p : a.devices) w.String(s.devices[p].id);
   w.EndArray();
+  w.Key("env").BeginObject();
+  for (const auto& [name, value] : env) w.Key(name).String(value);
+  w.EndObject();
   w.Key("reason").String(a.reason);
   w.Key("score").Int(a.link_score);
   w.Key("leftover_score").Int(a.leftover_score);

@@ -2,6 +2,7 @@
 #ifndef RAYACCEL_CLI_RENDER_H_
 #define RAYACCEL_CLI_RENDER_H_
 
+#include <map>
 #include <string>
 
 #include "rayaccel/registry.h"
@@ -29,8 +30,11 @@ std::string TopoJson(const NodeSnapshot& snapshot);
 std::string TopoDot(const NodeSnapshot& snapshot);
 
 // `rayaccel allocate`.
-std::string AllocationText(const NodeSnapshot& snapshot, const Allocation& allocation);
-std::string AllocationJson(const NodeSnapshot& snapshot, const Allocation& allocation);
+// `env`: what prepare_allocation gives a worker for these devices (empty with no devices).
+std::string AllocationText(const NodeSnapshot& snapshot, const Allocation& allocation,
+                           const std::map<std::string, std::string>& env);
+std::string AllocationJson(const NodeSnapshot& snapshot, const Allocation& allocation,
+                           const std::map<std::string, std::string>& env);
 
 // One applied sink update: a header line, the resources table and the labels; or one line
 // of JSON (JSON Lines, for a stream).

@@ -451,8 +451,8 @@ class Registry::Impl {
       none.reason =
           absl::StrCat(must->size(), " devices must be included, more than the size ", size);
     } else if (available->size() < size) {
-      none.reason = absl::StrCat("only ", available->size(), " ", resource, " devices available, ",
-                                 size, " requested");
+      none.reason = absl::StrCat("only ", available->size(), resource.empty() ? "" : " ", resource,
+                                 " devices available, ", size, " requested");
     } else if (absl::Status st = ValidateQuantity(resource, static_cast<uint32_t>(size));
                !st.ok()) {
       none.reason = std::string(st.message());

@@ -115,6 +115,62 @@ TEST(CudaPlugin, Gb200TrayPublishesItsNvlinkDomain) {
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), s->devices[1].id);  // by UUID when asked
 }
 
+// On Grace Blackwell the GPU's memory is a NUMA node of its own (nvmlDeviceGetNumaNodeId),
+// which holds no CPUs; the node nearest the GPU, what placement needs, is its Grace's.
+TEST(CudaPlugin, NumaNodeIsTheNearestNodeNotTheGpusOwnMemory) {
+  std::shared_ptr<const NodeSnapshot> s = Cuda("gb200-tray.json")->snapshot();
+  ASSERT_EQ(s->devices.size(), 4u);
+  const int nearest[] = {0, 0, 1, 1};
+  const int64_t own[] = {2, 10, 18, 26};
+  for (size_t i = 0; i < 4; ++i) {
+    const Device& d = s->devices[i];
+    EXPECT_EQ(d.numa_node, nearest[i]) << i;
+    const Attribute* a = nullptr;
+    for (const Attribute& x : d.attributes) {
+      if (x.name == "gpu_numa_node") a = &x;
+    }
+    ASSERT_NE(a, nullptr) << i;
+    EXPECT_EQ(a->int_value, own[i]) << i;
+  }
+}
+
+// What the plugin reported on a real NVIDIA H200 (a one-GPU virtual machine, driver
+// 580.159.04; docs/hardware/nvidia-h200/), replayed: a fake NVML shaped after that GPU and
+// the hwloc topology exported there give the same devices, resources and labels.
+TEST(CudaPlugin, ReplaysTheRecordedH200) {
+  setenv("FAKE_NVML_FIXTURE", Fixture("fake-nvml/h200-vm.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {CudaPlugin()};
+  options.use_environment = false;
+  options.hwloc_xml = Fixture("hwloc/h200-vm.xml");
+  options.config["cuda"]["nvml_library"] = RAYACCEL_FAKE_NVML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  std::shared_ptr<const NodeSnapshot> s = (*registry)->snapshot();
+  ASSERT_EQ(s->devices.size(), 1u);
+  const Device& d = s->devices[0];
+  EXPECT_EQ(d.id, "GPU-220276d7-ff1e-03d6-1b59-79a30c60586e");
+  EXPECT_EQ(d.name, "NVIDIA H200");
+  EXPECT_EQ(d.accelerator_type, "H200");
+  EXPECT_EQ(d.architecture, "hopper");
+  EXPECT_EQ(d.memory_bytes, 150754820096u);
+  EXPECT_EQ(d.pci_bus_id, "0000:00:06.0");
+  EXPECT_EQ(d.pci_vendor_id, 0x10deu);
+  EXPECT_EQ(d.pci_device_id, 0x2335u);
+  EXPECT_EQ(d.numa_node, 0);
+  EXPECT_EQ(d.driver_version, "580.159.04");
+  EXPECT_EQ(d.cpuset, "0-15");
+  EXPECT_EQ(d.nearest_nics, std::vector<std::string>{"eth0"});
+  EXPECT_TRUE(s->links.empty());
+  EXPECT_EQ(s->ray.resources,
+            (std::map<std::string, double>{{"GPU", 1}, {"accelerator_type:H200", 1}}));
+  EXPECT_EQ(s->ray.labels,
+            (std::map<std::string, std::string>{{"ray.io/accelerator-type", "H200"},
+                                                {"rayaccel.io/gpu-count", "1"},
+                                                {"rayaccel.io/gpu-type", "H200"},
+                                                {"rayaccel.io/gpu-vendor", "nvidia"}}));
+}
+
 TEST(CudaPlugin, AnOlderDriverWithoutFabricInfoStillWorks) {
   std::unique_ptr<Registry> registry = Cuda("gb200-tray.json", RAYACCEL_FAKE_NVML_OLD);
   std::shared_ptr<const NodeSnapshot> s = registry->snapshot();

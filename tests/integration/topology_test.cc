@@ -158,7 +158,7 @@ TEST(Topology, AllocateCommand) {
   r = testing::Run({RAYACCEL_CLI, "allocate", "--size", "3", "--no-host-topology", "--config",
                     "sim.spec=" + testing::Example("tpu-v4-host.json")},
                    {{"RAYACCEL_PLUGIN_PATH", ""}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;  // nothing to allocate: a code of its own for scripts
   EXPECT_NE(r.out.find("No allocation: "), std::string::npos) << r.out;
 
   r = testing::Run({RAYACCEL_CLI, "allocate", "--no-host-topology"},
@@ -171,13 +171,56 @@ TEST(Topology, AllocateCommand) {
       {RAYACCEL_CLI, "allocate", "--size", "2", "--no-host-topology", "--config", dgx1},
       {{"RAYACCEL_PLUGIN_PATH", ""}});
   EXPECT_NE(r.out.find("whole partition, exact over 8 devices"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\n3  GPU3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CUDA_VISIBLE_DEVICES=0,3\n"), std::string::npos) << r.out;
   r = testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--objective", "request",
                     "--no-host-topology", "--config", dgx1},
                    {{"RAYACCEL_PLUGIN_PATH", ""}});
-  EXPECT_NE(r.out.find("\n2  GPU2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CUDA_VISIBLE_DEVICES=2,3\n"), std::string::npos) << r.out;
   EXPECT_EQ(
       testing::Run({RAYACCEL_CLI, "allocate", "--size", "2", "--objective", "best"}).exit_code, 2);
+}
+
+// What a worker will be given, named as it will be given: a device's label and the
+// environment carry the plugin's index, not the device's position in the snapshot.
+TEST(Topology, AllocateShowsWhatTheWorkerGets) {
+  const std::vector<std::string> node = {"--no-host-topology",
+                                         "--plugin",
+                                         testing::TestPlugin("testgpu"),
+                                         "--plugin",
+                                         "sim",
+                                         "--config",
+                                         "sim.spec=" + testing::Example("tpu-v4-host.json")};
+  std::vector<std::string> args = {RAYACCEL_CLI, "allocate", "--size", "2", "--resource", "TPU"};
+  args.insert(args.end(), node.begin(), node.end());
+  testing::CommandResult r = testing::Run(args, {{"RAYACCEL_PLUGIN_PATH", ""}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The GPUs come first, so the TPU chips sit at positions 2 and 3 with indexes 0 and 1.
+  EXPECT_NE(r.out.find("\n2         TPU0    0      "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A worker given these devices gets:\n  TPU_VISIBLE_CHIPS=0,1\n"),
+            std::string::npos)
+      << r.out;
+
+  args.push_back("--json");
+  r = testing::Run(args, {{"RAYACCEL_PLUGIN_PATH", ""}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::ParseError error;
+  std::optional<json::Value> doc = json::Parse(r.out, &error);
+  ASSERT_TRUE(doc) << error.message;
+  EXPECT_EQ(doc->Find("devices")->array()[0].as_int64(), 2);
+  EXPECT_EQ(doc->Find("indexes")->array()[0].as_int64(), 0);
+  EXPECT_EQ(doc->Find("env")->Find("TPU_VISIBLE_CHIPS")->string(), "0,1");
+
+  // topo labels by index too, and names the plugin where two plugins offer one resource.
+  args = {RAYACCEL_CLI, "topo"};
+  args.insert(args.end(), node.begin(), node.end());
+  r = testing::Run(args, {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_NE(r.out.find("\nTPU0  "), std::string::npos) << r.out;
+  r = testing::Run(
+      {RAYACCEL_CLI, "topo", "--no-host-topology", "--plugin", testing::TestPlugin("testgpu"),
+       "--plugin", "sim", "--config", "sim.spec=" + testing::Example("dgx1-v100.json")},
+      {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_NE(r.out.find("\ntestgpu:GPU0  X "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nsim:GPU0  "), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ TEST(TpuPlugin, RayStartArgsEqualRaysOwnForEachHost) {
 TEST(TpuPlugin, ChipsCarryTheirPciFunctionAndTheHostIsAGridOfIciLinks) {
   testing::CommandResult r = Cli("discover", "v5e-8-host", Gke("v5litepod-8", "2x4", "0", "lite"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("0  tpu     TPU       TPU-V5LITEPOD  TPU v5e  0000:10:00.0  0     16.0 GiB"),
+  EXPECT_NE(r.out.find("0  TPU0    tpu     TPU-V5LITEPOD  TPU v5e  0000:10:00.0  0     16.0 GiB"),
             std::string::npos)
       << r.out;
   // 2x4: 2 links in each of 4 rows... 4 horizontal and 6 vertical.
