@@ -110,8 +110,8 @@ RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiatio
   }
   negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
   /* This plugin uses nothing newer than 1.0, so it chooses 1.0 and works with every 1.x
-   * host. A plugin that offers the transport (since 1.1) chooses min(host, 1). */
-  negotiation->chosen_abi_minor = 0;
+   * host. A plugin that offers the transport (since 1.1) passes 1 instead of 0. */
+  negotiation->chosen_abi_minor = rayaccel_choose_minor(negotiation->host_abi_minor, 0);
   negotiation->api = &kMinimalApi;
   return RAYACCEL_STATUS_OK;
 }

@@ -199,7 +199,9 @@ typedef struct rayaccel_device_info {
   rayaccel_string accelerator_type; /* Ray's type string ("H100"); empty: the host derives it */
   rayaccel_string architecture;     /* "hopper", "gfx942", "v4", ... */
   uint64_t memory_bytes;            /* device memory; 0 = unknown */
-  rayaccel_string pci_bus_id;       /* "dddd:bb:dd.f" (lower-case hex); empty = not PCI */
+  rayaccel_string pci_bus_id;       /* "dddd:bb:dd.f" (lower-case hex); empty = not PCI. The
+                                       host also reads NVML's "dddddddd:bb:dd.f" and "bb:dd.f",
+                                       any case */
   uint32_t pci_vendor_id;           /* 0 = unknown */
   uint32_t pci_device_id;           /* 0 = unknown */
   int32_t numa_node;                /* -1 = unknown (the host may derive it from hwloc) */
@@ -590,6 +592,13 @@ typedef struct rayaccel_negotiation {
 
 typedef rayaccel_status (*rayaccel_plugin_entry_fn)(rayaccel_negotiation *negotiation,
                                                     rayaccel_error *error);
+
+/* The minor version to choose: min(host, plugin). A function rather than an expression, so that
+ * a plugin whose own minor is 0 compiles cleanly under -Wall -Wextra -Werror (no "comparison
+ * of unsigned expression < 0 is always false"). Since 1.1. */
+static inline uint32_t rayaccel_choose_minor(uint32_t host_minor, uint32_t plugin_minor) {
+  return host_minor < plugin_minor ? host_minor : plugin_minor;
+}
 
 /* Declared here so that a plugin's definition is checked against it. Thread-safe; may be
  * called more than once. Since 1.0. */

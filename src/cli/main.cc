@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cli/log_format.h"
 #include "cli/render.h"
 #include "cli/transfer_command.h"
@@ -72,7 +73,7 @@ Options:
                               the folder next to the binary
   --config PLUGIN.KEY=VALUE   configure a plugin, e.g. sim.spec=examples/dgx-h100.json
                               (repeatable; beats RAYACCEL_<PLUGIN>_<KEY>, which beats
-                              --config-file)
+                              --config-file); KEY=VALUE configures the one --plugin
   --config-file FILE          lines of PLUGIN.KEY=VALUE
   --hwloc-xml FILE            use an exported hwloc topology instead of this machine's
                               (HWLOC_XMLFILE does the same)
@@ -148,8 +149,18 @@ int Usage(const std::string& problem) {
   return kExitUsage;
 }
 
+// The plugin a --plugin argument names: NAME itself, or NAME of a path .../librayaccel-NAME.so;
+// "" for a path named otherwise.
+std::string PluginNameOf(const std::string& plugin) {
+  if (plugin.find('/') == std::string::npos) return plugin;
+  absl::string_view file = absl::string_view(plugin).substr(plugin.rfind('/') + 1);
+  if (!absl::ConsumePrefix(&file, "librayaccel-") || !absl::ConsumeSuffix(&file, ".so")) return "";
+  return std::string(file);
+}
+
 // Parses argv; returns -1 to go on, or an exit code.
 int Parse(int argc, char** argv, Args* args) {
+  std::vector<std::string> bare_config;  // --config KEY=VALUE
   std::vector<std::string> rest(argv + 1, argv + argc);
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& arg = rest[i];
@@ -249,7 +260,9 @@ int Parse(int argc, char** argv, Args* args) {
     } else if (flag == "--config") {
       std::string v;
       if (!take(&v)) return Usage("--config needs PLUGIN.KEY=VALUE");
-      if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
+      if (v.find('=') != std::string::npos && v.find('.') > v.find('=')) {
+        bare_config.push_back(v);  // KEY=VALUE: for the one --plugin, resolved below
+      } else if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
         return Usage(std::string(st.message()));
       }
     } else if (flag == "--config-file") {
@@ -273,6 +286,22 @@ int Parse(int argc, char** argv, Args* args) {
     }
   }
   if (args->command.empty()) return Usage("no command given");
+  // `--config KEY=VALUE`, as the conformance suite takes it, configures the one plugin named
+  // by --plugin; the plugin receives KEY either way.
+  if (!bare_config.empty()) {
+    const std::string plugin =
+        args->options.plugins.size() == 1 ? PluginNameOf(args->options.plugins[0]) : "";
+    if (plugin.empty()) {
+      return Usage("--config " + bare_config[0] +
+                   ": name the plugin (PLUGIN.KEY=VALUE), or choose one with --plugin");
+    }
+    for (const std::string& v : bare_config) {
+      if (absl::Status st = AddConfigAssignment(plugin + "." + v, &args->options.config);
+          !st.ok()) {
+        return Usage(std::string(st.message()));
+      }
+    }
+  }
   return -1;
 }
 

@@ -1,9 +1,13 @@
 // rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE] [--json]
-//                                [--timeout SECONDS]
+//                                [--timeout SECONDS] [--expect-no-devices]
 //
 // Runs every check of the suite as a GoogleTest test (so --junit is GoogleTest's JUnit XML),
 // prints a summary (or JSON) and the tier the plugin reaches. Exit code: 0 when the plugin
-// reaches --tier (default 1), 1 when it does not, 2 for usage errors.
+// reaches --tier (default 1), 1 when it does not, 2 for usage errors (a missing plugin file
+// included).
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -20,7 +24,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE]\n"
-    "                            [--json] [--timeout SECONDS]\n";
+    "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n";
 
 struct Result {
   const Check* check;
@@ -30,18 +34,38 @@ struct Result {
 // Collects each check's outcome as GoogleTest runs it.
 std::vector<Result>* g_results = nullptr;
 Options* g_options = nullptr;
+// Set when a gating check failed: the checks after it are not run.
+const Check* g_gate_failed = nullptr;
+int g_not_run = 0;
+std::string g_plugin_file;  // the plugin's file name, where the JUnit report places checks
 
 class CheckTest : public ::testing::Test {
  public:
   explicit CheckTest(const Check* check) : check_(check) {}
   void TestBody() override {
+    if (g_gate_failed != nullptr) {
+      ++g_not_run;
+      Report(::testing::TestPartResult::kSkip, "not run: " + g_gate_failed->name + " failed");
+      return;
+    }
     Outcome o = check_->run(*g_options);
     g_results->push_back({check_, o});
-    if (o.status == Outcome::Status::kSkip) GTEST_SKIP() << o.message;
-    EXPECT_EQ(o.status, Outcome::Status::kPass) << check_->name << ": " << o.message;
+    if (check_->gates && o.status == Outcome::Status::kFail) g_gate_failed = check_;
+    if (o.status == Outcome::Status::kSkip) {
+      Report(::testing::TestPartResult::kSkip, o.message);
+    } else if (o.status == Outcome::Status::kFail) {
+      Report(::testing::TestPartResult::kNonFatalFailure, check_->name + ": " + o.message);
+    }
   }
 
  private:
+  // Recorded against the plugin file, not this source file: the JUnit report then carries no
+  // path of the machine the suite was built on.
+  static void Report(::testing::TestPartResult::Type type, const std::string& message) {
+    ::testing::internal::AssertHelper(type, g_plugin_file.c_str(), -1, message.c_str()) =
+        ::testing::Message();
+  }
+
   const Check* check_;
 };
 
@@ -71,6 +95,8 @@ int Run(int argc, char** argv) {
     std::string v;
     if (flag == "--json") {
       json = true;
+    } else if (flag == "--expect-no-devices") {
+      options.expect_no_devices = true;
     } else if (flag == "--config") {
       if (!value(&v) || v.find('=') == std::string::npos) return Usage("--config needs KEY=VALUE");
       std::string key = v.substr(0, v.find('='));
@@ -98,6 +124,11 @@ int Run(int argc, char** argv) {
     }
   }
   if (options.plugin_path.empty()) return Usage("no plugin given");
+  struct stat st {};
+  if (stat(options.plugin_path.c_str(), &st) != 0) {
+    return Usage(options.plugin_path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Usage(options.plugin_path + ": not a file");
   spdlog::set_level(spdlog::level::off);  // the plugin's log lines are not the report
 
   std::vector<std::string> gtest_args = {"rayaccel-conformance"};
@@ -115,9 +146,13 @@ int Run(int argc, char** argv) {
   std::vector<Result> results;
   g_results = &results;
   g_options = &options;
+  // The JUnit "file" of every check is the plugin file's name: what the report is about, and
+  // no path of the machine this suite was built on.
+  g_plugin_file = options.plugin_path.substr(options.plugin_path.rfind('/') + 1);
   for (const Check& check : AllChecks()) {
     std::string suite = "Tier" + std::to_string(check.tier);
-    ::testing::RegisterTest(suite.c_str(), check.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+    ::testing::RegisterTest(suite.c_str(), check.name.c_str(), nullptr, nullptr,
+                            g_plugin_file.c_str(), 0,
                             [&check]() -> ::testing::Test* { return new CheckTest(&check); });
   }
   // The exit code is the tier, not GoogleTest's verdict: a failed check is a finding.
@@ -137,6 +172,26 @@ int Run(int argc, char** argv) {
     if (!all) break;
     tier = t;
   }
+  // How many devices discovery found ("N devices"), -1 when it did not run or failed.
+  int devices = -1;
+  for (const Result& r : results) {
+    if (r.check->name == "discovery.answers_valid" && r.outcome.status == Outcome::Status::kPass) {
+      devices = std::atoi(r.outcome.message.c_str());
+    }
+  }
+  std::string note;
+  if (g_gate_failed != nullptr) {
+    note = std::to_string(g_not_run) + " further checks not run: the plugin does not load (" +
+           g_gate_failed->name + ")";
+  } else if (devices == 0 && options.expect_no_devices) {
+    note =
+        "no devices here, as expected (--expect-no-devices): tier 1 is the most a plugin "
+        "reaches without its hardware";
+  } else if (devices == 0) {
+    note =
+        "the plugin found no devices here: without its hardware tier 1 is the most it can "
+        "reach (--expect-no-devices makes that the expectation)";
+  }
   auto status_name = [](Outcome::Status s) {
     return s == Outcome::Status::kPass ? "pass" : s == Outcome::Status::kSkip ? "skip" : "fail";
   };
@@ -146,6 +201,9 @@ int Run(int argc, char** argv) {
     w.Key("plugin").String(options.plugin_path);
     w.Key("tier").Int(tier);
     w.Key("tier_name").String(TierName(tier));
+    w.Key("devices").Int(devices);
+    w.Key("not_run").Int(g_not_run);
+    w.Key("note").String(note);
     w.Key("checks").BeginArray();
     for (const Result& r : results) {
       w.BeginObject();
@@ -166,6 +224,7 @@ int Run(int argc, char** argv) {
       std::printf("  %-4s  tier %d  %-34s %s\n", status_name(r.outcome.status), r.check->tier,
                   r.check->name.c_str(), r.outcome.message.c_str());
     }
+    if (!note.empty()) std::printf("\n%s\n", note.c_str());
     std::printf("\nTier reached: %d (%s)%s\n", tier, TierName(tier),
                 junit.empty() ? "" : ("; JUnit report: " + junit).c_str());
   }

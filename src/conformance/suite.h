@@ -16,6 +16,9 @@ struct Options {
   std::string plugin_path;
   std::map<std::string, std::string> config;  // passed to the plugin's initialize
   int timeout_seconds = 10;                   // per check
+  // This machine has none of the plugin's devices: finding some is a failure, and finding none
+  // is what tier 1 expects (a vendor's CI without the hardware).
+  bool expect_no_devices = false;
 };
 
 struct Outcome {
@@ -34,6 +37,9 @@ struct Check {
   // A skip counts as passing for the tier (a hook the plugin need not have).
   bool skip_passes = true;
   std::function<Outcome(const Options&)> run;
+  // When this check fails, the checks after it cannot run (the plugin does not load): they are
+  // not run, and the failure is reported once.
+  bool gates = false;
 };
 
 const std::vector<Check>& AllChecks();

@@ -5,6 +5,7 @@
 size_t rayaccel_abi_c99_check(rayaccel_device_info *info, rayaccel_error *error);
 size_t rayaccel_abi_c99_check(rayaccel_device_info *info, rayaccel_error *error) {
   rayaccel_error_set(error, RAYACCEL_STATUS_OK, "ok");
+  if (rayaccel_choose_minor(RAYACCEL_ABI_VERSION_MINOR, 0) != 0) return 0; /* a 1.0 plugin */
   return RAYACCEL_HAS_FIELD(info, rayaccel_device_info, health_reason)
              ? RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason)
              : 0;

@@ -146,12 +146,29 @@ TEST(Cli, EnvironmentAndConfigFile) {
   EXPECT_NE(r.err.find(conf + ":1:"), std::string::npos) << r.err;
 }
 
+// KEY=VALUE, as the conformance suite takes it, configures the one plugin --plugin names (by
+// name or by a librayaccel-NAME.so path); without one plugin it is a usage error.
+TEST(Cli, ConfigKeyWithoutPluginNameGoesToTheOnePlugin) {
+  for (const std::string& plugin :
+       {std::string("sim"), std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so"}) {
+    CommandResult r = Cli({"resources", "--json", "--plugin", plugin, "--config",
+                           "spec=" + Example("tpu-v4-host.json")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"TPU\": 4"), std::string::npos) << r.out;
+  }
+  CommandResult r = Cli({"resources", "--config", "spec=" + Example("tpu-v4-host.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("name the plugin (PLUGIN.KEY=VALUE), or choose one with --plugin"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{},
                                              {"frobnicate"},
                                              {"discover", "--bogus"},
-                                             {"discover", "--config", "nodot=1"},
+                                             {"discover", "--config", "noequals"},
                                              {"discover", "--plugin"},
                                              {"discover", "extra"},
                                              {"discover", "--log-level", "loud"}}) {

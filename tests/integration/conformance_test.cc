@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"hang", "discovery.answers_valid", "hung: no answer within 1 s"},
         Expectation{"throws", "discovery.answers_valid", "a C++ exception escaped a hook"},
         Expectation{"leak", "process.no_leak", "heap grew by"},
-        Expectation{"double-free", "lifecycle.repeated", "crashed with signal 6"},
+        Expectation{"double-free", "lifecycle.initializes", "crashed with signal 6"},
         Expectation{"stdout", "process.quiet_stdout", "bytes to stdout"},
         Expectation{"sets-ld-preload", "allocation.env_names_the_set",
                     "prepare_allocation set LD_PRELOAD"},
@@ -161,6 +161,68 @@ TEST(Conformance, TheRayaccelCommandRunsTheSuite) {
 TEST(Conformance, UsageErrors) {
   EXPECT_EQ(testing::Run({RAYACCEL_CONFORMANCE}).exit_code, 2);
   EXPECT_EQ(testing::Run({RAYACCEL_CONFORMANCE, "x.so", "--tier", "7"}).exit_code, 2);
+  testing::CommandResult r = testing::Run({RAYACCEL_CONFORMANCE, "/no/such/plugin.so"});
+  EXPECT_EQ(r.exit_code, 2);  // a missing file is the caller's mistake, not the plugin's
+  EXPECT_NE(r.err.find("/no/such/plugin.so: No such file or directory"), std::string::npos)
+      << r.err;
+}
+
+// A plugin that does not load is reported once, with its reason, and nothing else runs.
+TEST(Conformance, APluginThatDoesNotLoadIsReportedOnce) {
+  Report r = Conform(TestPlugin("init-fails"), {"--timeout", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.tier, 0);
+  EXPECT_EQ(r.checks["lifecycle.initializes"].first, "fail");
+  EXPECT_EQ(r.checks["lifecycle.initializes"].second,
+            "initialize failed: vendor driver 1.2.3 is too old");
+  EXPECT_EQ(r.checks.count("discovery.answers_valid"), 0u);
+  int failed = 0;
+  for (const auto& [name, check] : r.checks) failed += check.first == "fail";
+  EXPECT_EQ(failed, 1);
+  testing::CommandResult text =
+      testing::Run({RAYACCEL_CONFORMANCE, TestPlugin("init-fails"), "--timeout", "3"});
+  EXPECT_NE(text.out.find("further checks not run: the plugin does not load"), std::string::npos)
+      << text.out;
+}
+
+// A vendor's CI on a machine without the device: zero devices is then the expectation, and
+// tier 1 a pass; devices where none are expected fail.
+TEST(Conformance, ExpectNoDevices) {
+  const std::string cuda = std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-cuda.so";
+  const std::vector<std::string> no_driver = {"--config", "nvml_library=/no/libnvidia-ml.so.1",
+                                              "--timeout", "10"};
+  std::vector<std::string> args = no_driver;
+  args.push_back("--expect-no-devices");
+  Report r = Conform(cuda, args);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.tier, 1);
+  testing::CommandResult text =
+      testing::Run({RAYACCEL_CONFORMANCE, cuda, "--config", "nvml_library=/no/libnvidia-ml.so.1",
+                    "--expect-no-devices"});
+  EXPECT_NE(text.out.find("no devices here, as expected"), std::string::npos) << text.out;
+  // Without the flag the suite says why tier 1 is the ceiling.
+  text =
+      testing::Run({RAYACCEL_CONFORMANCE, cuda, "--config", "nvml_library=/no/libnvidia-ml.so.1"});
+  EXPECT_NE(text.out.find("the plugin found no devices here"), std::string::npos) << text.out;
+
+  Report sim = Conform(std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
+                       {"--config", "spec=" + testing::Example("dgx-h100.json"),
+                        "--expect-no-devices", "--timeout", "10"});
+  EXPECT_EQ(sim.exit_code, 1);
+  EXPECT_NE(sim.checks["discovery.answers_valid"].second.find(
+                "8 devices found, and --expect-no-devices says this machine has none"),
+            std::string::npos);
+}
+
+// The JUnit report names the plugin file, not paths of the machine the suite was built on.
+TEST(Conformance, JunitCarriesNoBuildPaths) {
+  std::string file = testing::MakeTempDir("junit-paths") + "/report.xml";
+  testing::Run({RAYACCEL_CONFORMANCE, TestPlugin("testgpu"), "--junit", file, "--timeout", "3"});
+  std::ifstream in(file);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_NE(xml.str().find("file=\"librayaccel-testgpu.so\""), std::string::npos) << xml.str();
+  EXPECT_EQ(xml.str().find(RAYACCEL_SOURCE_DIR), std::string::npos) << xml.str();
 }
 
 }  // namespace
