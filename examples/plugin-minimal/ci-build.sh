@@ -10,8 +10,31 @@ trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
-cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
+# The plugin component needs nothing but the install: configured with Abseil, spdlog,
+# Protobuf and gRPC made unfindable, as on a vendor's build machine that has none of them.
+no_deps=(-DCMAKE_DISABLE_FIND_PACKAGE_absl=ON -DCMAKE_DISABLE_FIND_PACKAGE_spdlog=ON
+  -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON -DCMAKE_DISABLE_FIND_PACKAGE_gRPC=ON)
+cmake -S "$here" -B "$work/build" -G Ninja --no-warn-unused-cli -DCMAKE_PREFIX_PATH="$work/prefix" \
+  "${no_deps[@]}" \
+  > "$work/configure.log" || { cat "$work/configure.log" >&2; exit 1; }
 cmake --build "$work/build" > "$work/build.log"
+# ... and the registry is what needs them: asking for it there fails.
+mkdir -p "$work/host"
+printf 'cmake_minimum_required(VERSION 3.22)\nproject(host CXX)\nfind_package(rayaccel REQUIRED COMPONENTS registry)\n' \
+  > "$work/host/CMakeLists.txt"
+if cmake -S "$work/host" -B "$work/host/build" -DCMAKE_PREFIX_PATH="$work/prefix" "${no_deps[@]}" \
+  > "$work/host.log" 2>&1; then
+  echo "plugin-minimal: the registry component configured without Abseil" >&2
+  exit 1
+fi
+# Without CMake: the header alone, through pkg-config, and every path follows the prefix.
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+cc -std=c99 -Wall -Wextra -Werror -pedantic -fPIC -shared $(pkg-config --cflags rayaccel-plugin) \
+  -o "$work/librayaccel-minimal-pc.so" "$here/minimal_plugin.c"
+[ "$(pkg-config --variable=plugindir rayaccel)" = "$work/prefix/lib/rayaccel/plugins" ] ||
+  { echo "rayaccel.pc plugindir: $(pkg-config --variable=plugindir rayaccel)" >&2; exit 1; }
+[ "$(pkg-config --variable=plugindir rayaccel-plugin)" = "$work/prefix/lib/rayaccel/plugins" ] ||
+  { echo "rayaccel-plugin.pc plugindir is off" >&2; exit 1; }
 
 plugin="$work/build/librayaccel-minimal.so"
 exported=$(nm -D --defined-only "$plugin" | awk '{print $3}' | grep -v '^$' | sort | tr '\n' ' ')
@@ -29,5 +52,5 @@ grep -q "Tier reached: 1 (discoverable)" "$work/conformance.txt" ||
   { cat "$work/conformance.txt" >&2; exit 1; }
 # The install tree finds its own plugins without RAYACCEL_PLUGIN_PATH.
 "$work/prefix/bin/rayaccel" plugins | grep -q '^sim ' || { echo "installed CLI misses sim" >&2; exit 1; }
-PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs rayaccel > /dev/null
+pkg-config --cflags --libs rayaccel > /dev/null
 echo "plugin-minimal: OK"
