@@ -51,6 +51,7 @@ class CheckTest : public ::testing::Test {
     Outcome o = check_->run(*g_options);
     g_results->push_back({check_, o});
     if (check_->gates && o.status == Outcome::Status::kFail) g_gate_failed = check_;
+    if (o.status == Outcome::Status::kWarn) RecordProperty("warning", o.message);
     if (o.status == Outcome::Status::kSkip) {
       Report(::testing::TestPartResult::kSkip, o.message);
     } else if (o.status == Outcome::Status::kFail) {
@@ -166,6 +167,7 @@ int Run(int argc, char** argv) {
     for (const Result& r : results) {
       if (r.check->tier != t) continue;
       bool pass = r.outcome.status == Outcome::Status::kPass ||
+                  r.outcome.status == Outcome::Status::kWarn ||
                   (r.outcome.status == Outcome::Status::kSkip && r.check->skip_passes);
       all = all && pass;
     }
@@ -193,7 +195,10 @@ int Run(int argc, char** argv) {
         "reach (--expect-no-devices makes that the expectation)";
   }
   auto status_name = [](Outcome::Status s) {
-    return s == Outcome::Status::kPass ? "pass" : s == Outcome::Status::kSkip ? "skip" : "fail";
+    return s == Outcome::Status::kPass   ? "pass"
+           : s == Outcome::Status::kSkip ? "skip"
+           : s == Outcome::Status::kWarn ? "warn"
+                                         : "fail";
   };
   if (json) {
     json::Writer w;

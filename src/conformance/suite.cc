@@ -106,6 +106,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     std::fflush(stdout);
     const char* tag = o.status == Outcome::Status::kPass   ? "P"
                       : o.status == Outcome::Status::kSkip ? "S"
+                      : o.status == Outcome::Status::kWarn ? "W"
                                                            : "F";
     WriteAll(result_pipe[1], tag + o.message);
     _exit(0);
@@ -215,6 +216,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   Outcome o;
   o.status = result[0] == 'P'   ? Outcome::Status::kPass
              : result[0] == 'S' ? Outcome::Status::kSkip
+             : result[0] == 'W' ? Outcome::Status::kWarn
                                 : Outcome::Status::kFail;
   o.message = result.substr(1);
   return o;
@@ -342,11 +344,15 @@ Discovery Discover(const LoadedPlugin& p, bool labels, bool topology, bool healt
 
 std::string Problems(const PluginReport& r) { return absl::StrJoin(r.problems, "; "); }
 
-// The body of most checks: load, initialize, run `fn`, shut down.
+// The body of most checks: load, initialize, run `fn`. Shutdown is lifecycle.repeated's to
+// judge: here the plugin is released unshut (the check's process exits next), so a plugin that
+// crashes in shutdown fails that check once, not every check.
 Outcome WithPlugin(const Options& o, const std::function<Outcome(const LoadedPlugin&)>& fn) {
   Loaded l = Load(o);
   if (l.plugin == nullptr) return Outcome::Fail(l.error);
-  return fn(*l.plugin);
+  Outcome outcome = fn(*l.plugin);
+  (void)l.plugin.release();
+  return outcome;
 }
 
 Outcome RunIn(const Options& o, const std::function<Outcome(const LoadedPlugin&)>& fn,
@@ -433,12 +439,11 @@ Outcome ResourceName(const Options& o) {
     absl::StatusOr<PluginProperties> props = p.GetProperties();
     if (!props.ok()) return Outcome::Fail(std::string(props.status().message()));
     const std::string& r = props->resource_name;
-    if (!IsResourceName(r)) {
-      return Outcome::Fail(absl::StrCat("resource name \"", r,
-                                        "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
+    if (absl::Status st = CheckResourceName(r); !st.ok()) {
+      return Outcome::Fail(std::string(st.message()));
     }
-    if (IsReservedRayResource(r)) {
-      return Outcome::Fail(absl::StrCat("resource name \"", r, "\" is one of Ray's own resources"));
+    if (std::string warning = ForeignResourceWarning(r, props->vendor); !warning.empty()) {
+      return Outcome::Warn(warning);
     }
     return Outcome::Pass(r);
   });
@@ -513,12 +518,15 @@ Outcome AnswersValid(const Options& o) {
   });
 }
 
-// The gate: the plugin loads, negotiates and initializes with the given configuration (and
-// shuts down). Every later check needs this; its failure is reported here, once.
+// The gate: the plugin loads, negotiates and initializes with the given configuration. Every
+// later check needs this; its failure is reported here, once. Shutdown is left to
+// lifecycle.repeated: the plugin is released unshut, and the check's process exits.
 Outcome Initializes(const Options& o) {
   return Isolated(o, false, [&]() -> Outcome {
     Loaded l = Load(o);
-    return l.plugin == nullptr ? Outcome::Fail(l.error) : Outcome::Pass();
+    if (l.plugin == nullptr) return Outcome::Fail(l.error);
+    (void)l.plugin.release();
+    return Outcome::Pass();
   });
 }
 

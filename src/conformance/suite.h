@@ -22,12 +22,14 @@ struct Options {
 };
 
 struct Outcome {
-  enum class Status { kPass, kFail, kSkip };
+  // kWarn passes, with something the vendor should know (the registry warns the same way).
+  enum class Status { kPass, kFail, kSkip, kWarn };
   Status status = Status::kPass;
   std::string message;
   static Outcome Pass(std::string m = "") { return {Status::kPass, std::move(m)}; }
   static Outcome Fail(std::string m) { return {Status::kFail, std::move(m)}; }
   static Outcome Skip(std::string m) { return {Status::kSkip, std::move(m)}; }
+  static Outcome Warn(std::string m) { return {Status::kWarn, std::move(m)}; }
 };
 
 struct Check {

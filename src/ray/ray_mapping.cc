@@ -55,6 +55,44 @@ bool IsResourceName(const std::string& name) {
   });
 }
 
+absl::Status CheckResourceName(const std::string& name) {
+  if (!IsResourceName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resource_name \"", name, "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
+  }
+  if (IsReservedRayResource(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource_name \"", name, "\" is one of Ray's own resources"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ForeignResourceWarning(const std::string& resource, const std::string& vendor) {
+  struct Owner {
+    const char* resource;
+    const char* devices;
+    std::vector<const char*> vendors;  // lower case
+  };
+  static const std::vector<Owner> kOwners = {
+      {"TPU", "Google TPUs", {"google"}},
+      {"HPU", "Intel Gaudi accelerators", {"intel", "habana"}},
+      {"NPU", "Huawei Ascend NPUs", {"huawei"}},
+      {"neuron_cores", "AWS Neuron cores", {"aws", "amazon"}},
+      {"RBLN", "Rebellions accelerators", {"rebellions"}},
+  };
+  const std::string v = absl::AsciiStrToLower(vendor);
+  for (const Owner& o : kOwners) {
+    if (resource != o.resource) continue;
+    for (const char* owner : o.vendors) {
+      if (v == owner) return "";
+    }
+    return absl::StrCat("resource_name \"", resource, "\" is Ray's resource for ", o.devices,
+                        ", and this plugin's vendor is \"", vendor,
+                        "\": Ray's own code for that resource would handle these devices");
+  }
+  return "";
+}
+
 RayMapping MapToRay(const NodeSnapshot& snapshot) {
   RayMapping out;
   RayView& ray = out.view;

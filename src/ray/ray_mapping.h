@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "rayaccel/registry.h"
 
 namespace rayaccel {
@@ -22,6 +23,17 @@ bool IsReservedRayResource(const std::string& name);
 // Ray resource names as `ray start --resources` and the raylet's static resource list take
 // them: [A-Za-z0-9_.:-], 1 to 64 characters (no commas, the list separator; no spaces).
 bool IsResourceName(const std::string& name);
+
+// The one judgement of a plugin's resource name, shared by the registry (which refuses the
+// plugin) and the conformance suite (which fails it): a Ray resource name, not one of Ray's own.
+absl::Status CheckResourceName(const std::string& name);
+
+// Resources Ray already gives one vendor's devices (TPU: Google, HPU: Intel Gaudi, NPU: Huawei
+// Ascend, neuron_cores: AWS, RBLN: Rebellions). A plugin of another vendor claiming one is
+// allowed but warned about, since Ray's own code for that resource would misread its devices:
+// the warning, or "" when `resource` is not one of these or `vendor` owns it. GPU is shared by
+// every GPU vendor and never warned about.
+std::string ForeignResourceWarning(const std::string& resource, const std::string& vendor);
 
 // The rayaccel label namespace for everything Ray does not define.
 inline constexpr char kRayaccelLabelPrefix[] = "rayaccel.io/";

@@ -340,6 +340,10 @@ class Registry::Impl {
         if (a.status.device_count == 0 && a.status.message.empty()) {
           a.status.message = a.zero_devices_reason;
         }
+        if (std::string w = ForeignResourceWarning(a.status.resource_name, a.status.vendor);
+            !w.empty()) {
+          a.status.message = a.status.message.empty() ? w : absl::StrCat(a.status.message, "; ", w);
+        }
       }
       snap->plugins.push_back(std::move(a.status));
     }
@@ -662,13 +666,12 @@ class Registry::Impl {
     status.resource_name = props->resource_name;
     status.visible_devices_env = props->visible_devices_env;
     status.plugin_version = props->plugin_version;
-    if (!IsResourceName(status.resource_name)) {
-      return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
-                               "\" is not a Ray resource name ([A-Za-z0-9_.:-], 1-64)"));
+    if (absl::Status st = CheckResourceName(status.resource_name); !st.ok()) {
+      return fail(absl::StrCat("get_properties: ", st.message()));
     }
-    if (IsReservedRayResource(status.resource_name)) {
-      return fail(absl::StrCat("get_properties: resource_name \"", status.resource_name,
-                               "\" is one of Ray's own resources"));
+    if (std::string warning = ForeignResourceWarning(status.resource_name, status.vendor);
+        !warning.empty()) {
+      spdlog::warn("plugin {}: {}", name, warning);
     }
     status.state = PluginStatus::State::kActive;
   }

@@ -1,10 +1,15 @@
 // The conformance suite as vendors run it: the real binary on real plugin files. Each broken
 // plugin of the zoo fails the check that names its defect, and the suite itself never crashes
 // or hangs; the in-tree plugins reach their tiers.
+#include <dirent.h>
+
+#include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "rayaccel/registry.h"
 #include "support/test_support.h"
 #include "util/json.h"
 
@@ -100,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"small-table", "abi.table", "smaller than the smallest 1.0 table"},
         Expectation{"null-discover", "abi.table", "NULL mandatory hook: discover"},
         Expectation{"bad-resource-name", "identity.resource_name",
-                    "resource name \"GPU, CPU\" is not a Ray resource name"},
+                    "resource_name \"GPU, CPU\" is not a Ray resource name"},
         Expectation{"duplicate-id", "discovery.answers_valid", "duplicate id"},
         Expectation{"bad-label", "labels.valid", "bad key with spaces"},
         Expectation{"link-out-of-range", "topology.valid", "endpoint is not a reported device"},
@@ -111,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"hang", "discovery.answers_valid", "hung: no answer within 1 s"},
         Expectation{"throws", "discovery.answers_valid", "a C++ exception escaped a hook"},
         Expectation{"leak", "process.no_leak", "heap grew by"},
-        Expectation{"double-free", "lifecycle.initializes", "crashed with signal 6"},
+        Expectation{"double-free", "lifecycle.repeated", "crashed with signal 6"},
         Expectation{"stdout", "process.quiet_stdout", "bytes to stdout"},
         Expectation{"sets-ld-preload", "allocation.env_names_the_set",
                     "prepare_allocation set LD_PRELOAD"},
@@ -124,6 +129,76 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& ch : name) ch = ch == '-' ? '_' : ch;
       return name;
     });
+
+// The suite and the registry judge with the same code, so they cannot disagree: every plugin
+// of the zoo the registry refuses (refused, failed or degraded) fails some check of the suite,
+// and every check the suite fails is one the registry refuses the plugin for, unless it
+// judges behaviour that one scan of a registry cannot see (listed here, with why).
+TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
+  const std::map<std::string, std::string> kBeyondOneScan = {
+      {"abi.exports_only_entry", "extra symbols do not stop a dlopen with RTLD_LOCAL"},
+      {"abi.negotiation", "the registry is one host version; the suite plays several"},
+      {"lifecycle.repeated", "the registry initializes once"},
+      {"lifecycle.two_instances", "the registry loads one instance"},
+      {"lifecycle.shutdown_without_initialize", "the registry never does that"},
+      {"lifecycle.failures_explained", "a request, not a scan"},
+      {"discovery.ids_stable", "needs two scans"},
+      {"process.quiet_stdout", "isolation keeps stdout away from the host"},
+      {"process.clean_text", "the registry escapes what it shows"},
+      {"process.state_untouched", "isolation keeps the host's process state"},
+      {"process.no_leak", "needs many cycles"},
+      {"health.wait_bounded", "the health watch, not a scan"},
+      {"allocation.quantity_consistent", "a request, not a scan"},
+      {"allocation.env_names_the_set", "a request, not a scan"},
+      {"concurrency.thread_safe", "needs concurrent calls"},
+      {"transport.round_trip", "the transport, not a scan"},
+  };
+  std::vector<std::string> plugins;
+  if (DIR* dir = opendir(RAYACCEL_TEST_PLUGIN_DIR)) {
+    while (dirent* e = readdir(dir)) {
+      std::string file = e->d_name;
+      if (file.size() > 3 && file.compare(file.size() - 3, 3, ".so") == 0) {
+        plugins.push_back(std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/" + file);
+      }
+    }
+    closedir(dir);
+  }
+  std::sort(plugins.begin(), plugins.end());
+  ASSERT_GT(plugins.size(), 40u);
+  for (const std::string& plugin : plugins) {
+    SCOPED_TRACE(plugin);
+    RegistryOptions options;
+    options.plugins = {plugin};
+    options.use_environment = false;
+    options.host_topology = false;
+    options.isolation = RegistryOptions::Isolation::kChildProcess;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    options.call_timeout_ms = 2000;
+    auto registry = Registry::Create(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    const PluginStatus status = (*registry)->snapshot()->plugins.at(0);
+    registry->reset();
+    const bool registry_refuses = status.state != PluginStatus::State::kActive;
+
+    Report suite = Conform(plugin, {"--tier", "2", "--timeout", "2"});
+    std::vector<std::string> failed;
+    for (const auto& [name, check] : suite.checks) {
+      if (check.first == "fail") failed.push_back(name + ": " + check.second);
+    }
+    if (registry_refuses) {
+      EXPECT_FALSE(failed.empty()) << "the registry says " << PluginStateName(status.state) << " ("
+                                   << status.message << "), the suite passes it";
+      continue;
+    }
+    for (const auto& [name, check] : suite.checks) {
+      if (check.first != "fail" || kBeyondOneScan.count(name) > 0) continue;
+      // A helper process left behind is the plugin's manners, whichever check saw it.
+      if (check.second.rfind("left a process running", 0) == 0) continue;
+      ADD_FAILURE() << "the suite fails " << name << " (" << check.second
+                    << "), the registry takes the plugin as active";
+    }
+  }
+}
 
 // A slow but working plugin (100 ms to initialize) is not "hung": the leak check's 43 cycles
 // each get the timeout, not all of them together.
@@ -212,6 +287,29 @@ TEST(Conformance, ExpectNoDevices) {
   EXPECT_NE(sim.checks["discovery.answers_valid"].second.find(
                 "8 devices found, and --expect-no-devices says this machine has none"),
             std::string::npos);
+}
+
+// A resource Ray already gives another vendor's devices: the registry and the suite both warn,
+// with the same words, and neither refuses (Ray allows it; its own code would misread them).
+TEST(Conformance, AResourceOfAnotherVendorIsWarnedAboutByRegistryAndSuite) {
+  const std::string spec = "spec=" + Fixture("specs/npu-acme.json");
+  Report r = Conform(std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
+                     {"--config", spec, "--timeout", "10"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.checks["identity.resource_name"].first, "warn");
+  const std::string warning = r.checks["identity.resource_name"].second;
+  EXPECT_NE(warning.find("\"NPU\" is Ray's resource for Huawei Ascend NPUs"), std::string::npos)
+      << warning;
+  testing::CommandResult plugins = testing::Run(
+      {RAYACCEL_CLI, "plugins", "--json", "--plugin", "sim", "--config", "sim." + spec});
+  EXPECT_EQ(plugins.exit_code, 0);
+  EXPECT_NE(plugins.out.find("\"status\": \"active\""), std::string::npos) << plugins.out;
+  EXPECT_NE(plugins.out.find(json::Quote(warning)), std::string::npos) << plugins.out;
+  // The owner's own plugin is not warned about.
+  Report tpu =
+      Conform(std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so",
+              {"--config", "spec=" + testing::Example("tpu-v4-host.json"), "--timeout", "10"});
+  EXPECT_EQ(tpu.checks["identity.resource_name"].first, "pass");
 }
 
 // The JUnit report names the plugin file, not paths of the machine the suite was built on.
