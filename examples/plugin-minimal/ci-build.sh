@@ -44,11 +44,14 @@ if [ "$exported" != "rayaccel_plugin_entry " ]; then
 fi
 out=$("$work/prefix/bin/rayaccel" resources --json --plugin "$plugin")
 echo "plugin-minimal: installed rayaccel loaded the out-of-tree plugin: $out"
-[ "$out" = '{"accelerator_type:Acme-X1": 1, "acme_x1": 1}' ] || { echo "unexpected: $out" >&2; exit 1; }
-# The installed conformance suite: discoverable (tier 1); no topology hook, so not tier 2.
-"$work/prefix/bin/rayaccel-conformance" "$plugin" --tier 1 > "$work/conformance.txt" ||
+[ "$out" = '{"accelerator_type:Acme-X1": 1, "acme_x1": 2}' ] || { echo "unexpected: $out" >&2; exit 1; }
+# Its own interconnect, by name, in the matrix.
+"$work/prefix/bin/rayaccel" topo --plugin "$plugin" | grep -Eq "^acme_x1-0 +X +AXL4" ||
+  { "$work/prefix/bin/rayaccel" topo --plugin "$plugin" >&2; exit 1; }
+# The installed conformance suite: schedulable (tier 2); no transport, so not tier 3.
+"$work/prefix/bin/rayaccel-conformance" "$plugin" --tier 2 > "$work/conformance.txt" ||
   { cat "$work/conformance.txt" >&2; exit 1; }
-grep -q "Tier reached: 1 (discoverable)" "$work/conformance.txt" ||
+grep -q "Tier reached: 2 (schedulable)" "$work/conformance.txt" ||
   { cat "$work/conformance.txt" >&2; exit 1; }
 # The install tree finds its own plugins without RAYACCEL_PLUGIN_PATH.
 "$work/prefix/bin/rayaccel" plugins | grep -q '^sim ' || { echo "installed CLI misses sim" >&2; exit 1; }

@@ -12,10 +12,15 @@
  * else happens through that table.
  *
  * Rules that hold for every declaration below:
- *  - Every struct that crosses the boundary begins with `size_t struct_size`. Fields are only
- *    ever appended, never reordered or removed. The writer of a struct sets struct_size to the
- *    size it was compiled with (use RAYACCEL_STRUCT_SIZE); the reader uses only the fields that
- *    fit inside it (RAYACCEL_HAS_FIELD) and treats the others as absent (zero / empty).
+ *  - struct_size: every struct that crosses the boundary begins with `size_t struct_size`.
+ *    Fields are only ever appended, never reordered or removed. Whoever fills a struct sets
+ *    struct_size to sizeof the struct it was compiled with; whoever reads one uses only the
+ *    fields that fit inside it (RAYACCEL_HAS_FIELD) and treats the rest as absent (zero,
+ *    empty, NULL). So a plugin checks the host's structs (the sink, the args of a hook) with
+ *    RAYACCEL_HAS_FIELD before using a field newer than 1.0, and the host does the same with
+ *    the plugin's (device_info, link, ...). Arrays of structs are the exception: an element
+ *    type that travels in an array (rayaccel_config_entry) is frozen for major version 1, so
+ *    `config[i]` is safe; its struct_size is still set.
  *  - A NULL hook means "not supported"; the host checks before every call.
  *  - Capability bits (`capabilities`) speak from plugin to host; struct sizes and the
  *    negotiated minor version speak from host to plugin.
@@ -47,7 +52,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 1
+#define RAYACCEL_ABI_VERSION_MINOR 2
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -164,8 +169,11 @@ typedef struct rayaccel_host_api {
   void (*log)(void *host_context, rayaccel_log_level level, rayaccel_string message);
 } rayaccel_host_api;
 
-/* One configuration entry, e.g. {"spec", "examples/dgx-h100.json"}. The host resolves the
- * sources (command line, environment RAYACCEL_<PLUGIN>_<KEY>, config file) before calling. */
+/* One configuration entry, e.g. {"spec", "examples/dgx-h100.json"}: the key without the
+ * plugin's name (the command line's `--config acme.spec=...` and `--config spec=...`, the
+ * environment's RAYACCEL_ACME_SPEC and a config file's `acme.spec = ...` all arrive as "spec").
+ * The host resolves those sources before calling. Frozen: this struct never grows within major
+ * version 1 (it travels in an array). */
 typedef struct rayaccel_config_entry {
   size_t struct_size;
   rayaccel_string key;
@@ -239,7 +247,7 @@ typedef enum rayaccel_link_type RAYACCEL_ENUM_BASE {
   RAYACCEL_LINK_XGMI = 3,      /* AMD Infinity Fabric / xGMI */
   RAYACCEL_LINK_ICI = 4,       /* TPU inter-chip interconnect */
   RAYACCEL_LINK_SCALE_OUT = 5, /* an on-device NIC fabric (Gaudi RoCE ports) */
-  RAYACCEL_LINK_OTHER = 6
+  RAYACCEL_LINK_OTHER = 6      /* another interconnect: name it in rayaccel_link.type_name */
 } rayaccel_link_type;
 
 /* PCIe path levels, in nvidia-smi's vocabulary, ordered from closest to farthest. */
@@ -260,12 +268,17 @@ typedef struct rayaccel_link {
   rayaccel_link_type type;
   rayaccel_pcie_path pcie_path; /* for RAYACCEL_LINK_PCIE; UNKNOWN otherwise */
   uint32_t count;               /* bonded links (NV18 = 18); 0 = unknown, 1 for PCIe */
-  uint64_t bandwidth_mbps;      /* per direction, all bonded links together; 0 = unknown */
+  /* Megabytes (10^6 bytes) per second in each direction, all bonded links together: an
+   * NVLink 4 link is 25000, NV18 450000. 0 = unknown. */
+  uint64_t bandwidth_mbps;
   /* The vendor's own distance for the pair, smaller is closer (AMD KFD's link weight);
    * 0 = none. Only comparable between links of one plugin. */
   uint32_t weight;
   uint32_t hops;               /* links traversed (1 = direct); 0 = unknown */
-  uint64_t min_bandwidth_mbps; /* the guaranteed floor, when the vendor states one; 0 = unknown */
+  uint64_t min_bandwidth_mbps; /* the guaranteed floor, same unit; 0 = unknown */
+  /* For RAYACCEL_LINK_OTHER: the interconnect's short name, as `topo` shows it ("UB", "CXL"):
+   * 1-16 of [A-Za-z0-9-]; ignored for the other types. Since 1.2. */
+  rayaccel_string type_name;
 } rayaccel_link;
 
 /* A group of devices that belong together: an NVLink clique, an xGMI hive, a TPU slice. */
@@ -301,6 +314,11 @@ typedef struct rayaccel_sink {
                                 rayaccel_string reason);
   /* prepare_allocation: one environment variable a worker needs */
   rayaccel_status (*set_env)(void *host_context, rayaccel_string name, rayaccel_string value);
+  /* Why the last call on this sink was refused (returned INVALID_ARGUMENT): "link 0-7:
+   * endpoint is not a reported device". Empty when the last call was taken. Valid until the
+   * next call on the sink. Check RAYACCEL_HAS_FIELD(sink, rayaccel_sink, last_refusal) first.
+   * Since 1.2. */
+  rayaccel_string (*last_refusal)(void *host_context);
 } rayaccel_sink;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -538,7 +556,12 @@ typedef struct rayaccel_plugin_api {
                                 rayaccel_error *error);
 
   /* Topology (add_link, add_domain) among the devices of the last `discover`. Optional;
-   * RAYACCEL_CAP_TOPOLOGY. Since 1.0. */
+   * RAYACCEL_CAP_TOPOLOGY. Since 1.0.
+   * Call order: a host calls discover before get_labels, get_topology, get_health,
+   * validate_quantity and prepare_allocation in a scan, but a plugin must not rely on it: any
+   * query hook may come first after initialize (the conformance suite does this), and then
+   * answers from the plugin's own enumeration (the indices discover would report) or fails
+   * with a status and a message. Never crash for want of a discover. */
   rayaccel_status (*get_topology)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
                                   rayaccel_error *error);
 
@@ -616,9 +639,9 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason) ==
               "rayaccel_device_info: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, transport) == sizeof(rayaccel_plugin_api),
               "rayaccel_plugin_api: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, set_env) == sizeof(rayaccel_sink),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, last_refusal) == sizeof(rayaccel_sink),
               "rayaccel_sink: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, min_bandwidth_mbps) == sizeof(rayaccel_link),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, type_name) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");

@@ -84,6 +84,7 @@ struct Link {
   uint32_t weight = 0;  // the vendor's own distance (AMD KFD link weight), 0 none
   uint32_t hops = 0;    // links traversed, 0 unknown
   uint64_t min_bandwidth_mbps = 0;
+  std::string type_name = {};  // kOther: the interconnect's own name ("UB"); empty otherwise
 };
 
 struct Domain {

@@ -176,6 +176,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
       link.pcie_path = l.path;
       link.count = l.count;
       link.bandwidth_mbps = l.bandwidth_mbps;
+      link.type_name = Str(l.type_name);
       sink->add_link(sink->host_context, &link);
     }
     for (const SimDomain& d : self->spec.domains) plugin::AddDomain(sink, d.kind, d.id, d.devices);

@@ -179,7 +179,9 @@ bool ParseDevice(Reader* r, const Value& dev, const std::string& field, SimSpec*
 
 bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spec) {
   if (!r->Expect(l, Value::Type::kObject, field)) return false;
-  if (!r->OnlyKnown(l, field, {"a", "b", "type", "count", "bandwidth_mbps", "path"})) return false;
+  if (!r->OnlyKnown(l, field, {"a", "b", "type", "name", "count", "bandwidth_mbps", "path"})) {
+    return false;
+  }
   SimLink link;
   const Value* a = l.Find("a");
   const Value* b = l.Find("b");
@@ -192,6 +194,7 @@ bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spe
   std::string type = "pcie", path;
   if (!r->String(l, "type", field + ".type", &type) ||
       !r->String(l, "path", field + ".path", &path) ||
+      !r->String(l, "name", field + ".name", &link.type_name) ||
       !r->Unsigned(l, "count", field + ".count", &link.count, 1024) ||
       !r->Unsigned(l, "bandwidth_mbps", field + ".bandwidth_mbps", &link.bandwidth_mbps)) {
     return false;
@@ -224,6 +227,9 @@ bool ParseLink(Reader* r, const Value& l, const std::string& field, SimSpec* spe
     if (link.type != RAYACCEL_LINK_PCIE) {
       return r->Error(*l.Find("path"), field + ".path", "only pcie links have a path");
     }
+  }
+  if (!link.type_name.empty() && link.type != RAYACCEL_LINK_OTHER) {
+    return r->Error(*l.Find("name"), field + ".name", "only other links have a name");
   }
   auto key = std::make_tuple(std::min(link.a, link.b), std::max(link.a, link.b), link.type);
   if (!r->seen_links.insert(key).second) {

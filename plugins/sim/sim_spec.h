@@ -38,6 +38,7 @@ struct SimLink {
   uint32_t count = 1;
   uint64_t bandwidth_mbps = 0;
   rayaccel_pcie_path path = RAYACCEL_PCIE_PATH_UNKNOWN;
+  std::string type_name;  // "other" links: the interconnect's name
 };
 
 struct SimDomain {

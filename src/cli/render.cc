@@ -6,7 +6,9 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "topology/enrich.h"
 #include "util/json.h"
@@ -52,7 +54,17 @@ std::string Memory(uint64_t bytes) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// "450 GB/s" from MB/s (10^6 bytes per second, each direction), "-" when unknown.
+std::string Bandwidth(uint64_t mbps) {
+  if (mbps == 0) return "-";
+  return mbps % 1000 == 0 || mbps >= 100000 ? absl::StrCat(mbps / 1000, " GB/s")
+                                            : absl::StrFormat("%.1f GB/s", mbps / 1000.0);
+}
+
 std::string LinkLabel(const Link& l) {
+  if (l.type == LinkType::kOther && !l.type_name.empty()) {
+    return l.count > 1 ? absl::StrCat(l.type_name, l.count) : l.type_name;
+  }
   switch (l.type) {
     case LinkType::kPcie:
       return l.pcie_path == PciePath::kUnknown ? "PCIe" : PciePathName(l.pcie_path);
@@ -87,6 +99,7 @@ void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
     w.Key("a").Uint(l.a);
     w.Key("b").Uint(l.b);
     w.Key("type").String(LinkTypeName(l.type));
+    if (!l.type_name.empty()) w.Key("type_name").String(l.type_name);
     w.Key("count").Uint(l.count);
     w.Key("path").String(PciePathName(l.pcie_path));
     w.Key("bandwidth_mbps").Uint(l.bandwidth_mbps);
@@ -109,7 +122,10 @@ std::vector<std::string> DeviceLabels(const NodeSnapshot& s) {
   std::vector<std::string> labels;
   for (const Device& d : s.devices) {
     const bool shared = plugins_of[d.resource].size() > 1;
-    labels.push_back(absl::StrCat(shared ? d.plugin + ":" : "", d.resource, d.index));
+    // A resource name ending in a digit keeps its index apart: "acme_x1-0", not "acme_x10".
+    const bool digit = !d.resource.empty() && absl::ascii_isdigit(d.resource.back());
+    labels.push_back(
+        absl::StrCat(shared ? d.plugin + ":" : "", d.resource, digit ? "-" : "", d.index));
   }
   return labels;
 }
@@ -123,7 +139,7 @@ std::string Cell(const NodeSnapshot& s, size_t a, size_t b) {
   if (l->type == LinkType::kXgmi) return l->count > 1 ? absl::StrCat("XGMI", l->count) : "XGMI";
   if (l->type == LinkType::kIci) return "ICI";
   if (l->type == LinkType::kScaleOut) return "NET";
-  if (l->type == LinkType::kOther) return "OTHER";
+  if (l->type == LinkType::kOther) return l->type_name.empty() ? "OTHER" : LinkLabel(*l);
   return l->pcie_path == PciePath::kUnknown ? "PCIe" : PciePathName(l->pcie_path);
 }
 
@@ -296,8 +312,7 @@ std::string DiscoverText(const NodeSnapshot& s) {
       ++derived;
       continue;
     }
-    links.Add({std::to_string(l.a), std::to_string(l.b), LinkLabel(l),
-               l.bandwidth_mbps > 0 ? absl::StrCat(l.bandwidth_mbps / 1000, " GB/s") : "-",
+    links.Add({std::to_string(l.a), std::to_string(l.b), LinkLabel(l), Bandwidth(l.bandwidth_mbps),
                l.source});
   }
   if (s.links.size() > derived) out += "\nLinks\n" + links.Render();
@@ -389,8 +404,30 @@ Legend:
   XGMI   = AMD Infinity Fabric (xGMI) link
   ICI    = TPU inter-chip interconnect
   NET    = Scale-out NIC fabric
+  OTHER  = Another interconnect, unnamed by its plugin
   -      = Nothing known about this pair
 )";
+  // Interconnects plugins named themselves, and the bandwidth of each kind of cell.
+  std::map<std::string, std::string> named;                   // name -> source
+  std::map<std::pair<std::string, uint64_t>, size_t> speeds;  // (cell, MB/s) -> pairs
+  for (size_t a = 0; a < s.devices.size(); ++a) {
+    for (size_t b = a + 1; b < s.devices.size(); ++b) {
+      const Link* l = BestLink(s, a, b);
+      if (l == nullptr) continue;
+      if (l->type == LinkType::kOther && !l->type_name.empty()) named[l->type_name] = l->source;
+      if (l->bandwidth_mbps > 0) ++speeds[{Cell(s, a, b), l->bandwidth_mbps}];
+    }
+  }
+  for (const auto& [name, source] : named) {
+    out += absl::StrFormat("  %-6s = An interconnect named by %s\n", name, source);
+  }
+  if (!speeds.empty()) {
+    out += "\nBandwidth (each direction, as the plugins state it):\n";
+    for (const auto& [cell, pairs] : speeds) {
+      out += absl::StrFormat("  %-6s = %s (%d pair%s)\n", cell.first, Bandwidth(cell.second), pairs,
+                             pairs == 1 ? "" : "s");
+    }
+  }
   out += "\nHost topology: " + s.host_topology + "\n";
   return out;
 }
@@ -447,8 +484,10 @@ std::string TopoDot(const NodeSnapshot& s) {
       const Link* l = BestLink(s, a, b);
       if (l == nullptr) continue;
       bool direct = l->type != LinkType::kPcie;
+      std::string label = Cell(s, a, b);
+      if (l->bandwidth_mbps > 0) label += "\n" + Bandwidth(l->bandwidth_mbps);
       out += absl::StrCat(
-          "  d", a, " -- d", b, " [label=", json::Quote(Cell(s, a, b)),
+          "  d", a, " -- d", b, " [label=", json::Quote(label),
           direct ? absl::StrCat(", penwidth=", 1 + std::min<uint32_t>(l->count, 18) / 3)
                  : ", style=dashed, color=gray",
           "];\n");

@@ -283,6 +283,10 @@ class Recorder {
       auto* self = static_cast<Recorder*>(ctx);
       return self->inner_.set_env(self->inner_.host_context, n, v);
     };
+    sink.last_refusal = [](void* ctx) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.last_refusal(self->inner_.host_context);
+    };
   }
   rayaccel_sink sink{};
   std::vector<std::string> pci_bus_ids;               // one per add_device call

@@ -212,6 +212,7 @@ void Encode(const PluginReport& report, Writer& w) {
     w.U32(l.weight);
     w.U32(l.hops);
     w.U64(l.min_bandwidth_mbps);
+    w.Str(l.type_name);
   }
   w.U32(static_cast<uint32_t>(report.domains.size()));
   for (const ReportedDomain& d : report.domains) {
@@ -349,7 +350,7 @@ absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
       if (r.ok()) sink->add_attribute(ctx, &a);
     }
   }
-  uint32_t links = r.Count(kMaxLinksPerPlugin, 7 * 4 + 2 * 8, "links");
+  uint32_t links = r.Count(kMaxLinksPerPlugin, 8 * 4 + 2 * 8, "links");
   for (uint32_t i = 0; i < links && r.ok(); ++i) {
     rayaccel_link l{};
     l.struct_size = sizeof(l);
@@ -362,6 +363,7 @@ absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
     l.weight = r.U32();
     l.hops = r.U32();
     l.min_bandwidth_mbps = r.U64();
+    l.type_name = r.Str();
     if (r.ok()) sink->add_link(ctx, &l);
   }
   uint32_t domains = r.Count(kMaxDomainsPerPlugin, 12, "domains");

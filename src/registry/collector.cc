@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ray/ray_mapping.h"
@@ -72,10 +73,17 @@ Collector::Collector(PluginReport* report) : report_(report) {
   sink_.add_domain = &Safe<&AddDomain, const rayaccel_domain*>;
   sink_.set_health = &Safe<&SetHealth, uint32_t, rayaccel_health, rayaccel_string>;
   sink_.set_env = &Safe<&SetEnv, rayaccel_string, rayaccel_string>;
+  sink_.last_refusal = &LastRefusal;
+}
+
+rayaccel_string Collector::LastRefusal(void* ctx) noexcept {
+  const std::string& text = static_cast<Collector*>(ctx)->last_refusal_;
+  return rayaccel_string{text.data(), text.size()};
 }
 
 rayaccel_status Collector::Refuse(std::string problem) {
   refused_any_ = true;
+  last_refusal_ = problem;
   // Keep the list bounded: a plugin that sends a million bad items gets a count, not a log.
   constexpr size_t kMaxProblems = 64;
   if (report_->problems.size() < kMaxProblems) {
@@ -88,9 +96,10 @@ rayaccel_status Collector::Refuse(std::string problem) {
 
 rayaccel_status Collector::OverLimit(const std::string& what, size_t limit) {
   refused_any_ = true;
+  last_refusal_ = absl::StrCat("more than ", limit, " ", what, " reported");
   if (!report_->over_limit) {
     report_->over_limit = true;
-    report_->problems.push_back(absl::StrCat("more than ", limit, " ", what, " reported"));
+    report_->problems.push_back(last_refusal_);
   }
   return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
 }
@@ -300,6 +309,18 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
     return self->Refuse(
         absl::StrCat(where(), ": bandwidth over ", kMaxLinkBandwidthMbps, " MB/s is absurd"));
   }
+  std::string type_name;
+  if (link.type == RAYACCEL_LINK_OTHER && RAYACCEL_HAS_FIELD(&link, rayaccel_link, type_name) &&
+      link.type_name.size > 0) {
+    absl::Status st = self->Text(link.type_name, where(), "type_name", &type_name);
+    if (!st.ok()) return self->Refuse(std::string(st.message()));
+    if (type_name.size() > 16 || !std::all_of(type_name.begin(), type_name.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
+        })) {
+      return self->Refuse(
+          absl::StrCat(where(), ": type_name \"", type_name, "\" is not 1-16 of [A-Za-z0-9-]"));
+    }
+  }
   ReportedLink r{std::min(link.device_a, link.device_b),
                  std::max(link.device_a, link.device_b),
                  static_cast<LinkType>(link.type),
@@ -308,7 +329,8 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
                  static_cast<PciePath>(link.pcie_path),
                  link.weight,
                  link.hops,
-                 link.min_bandwidth_mbps};
+                 link.min_bandwidth_mbps,
+                 std::move(type_name)};
   uint64_t key = (uint64_t{r.a} << 32 | r.b) * 8 + Raw(link.type);  // type < 8: a unique key
   if (!self->link_keys_.insert(key).second) {
     return self->Refuse(absl::StrCat(where(), ": reported twice for the same type"));

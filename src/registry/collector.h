@@ -27,6 +27,7 @@ struct ReportedLink {
   uint32_t weight = 0;
   uint32_t hops = 0;
   uint64_t min_bandwidth_mbps = 0;
+  std::string type_name = {};  // kOther only
 };
 struct ReportedDomain {
   std::string kind;
@@ -61,6 +62,7 @@ class Collector {
   template <auto Fn, typename... Args>
   static rayaccel_status Safe(void* ctx, Args... args) noexcept {
     try {
+      static_cast<Collector*>(ctx)->last_refusal_.clear();
       return Fn(ctx, args...);
     } catch (...) {
       return RAYACCEL_STATUS_RESOURCE_EXHAUSTED;
@@ -75,6 +77,7 @@ class Collector {
   static rayaccel_status SetHealth(void* ctx, uint32_t device_index, rayaccel_health health,
                                    rayaccel_string reason);
   static rayaccel_status SetEnv(void* ctx, rayaccel_string name, rayaccel_string value);
+  static rayaccel_string LastRefusal(void* ctx) noexcept;
 
   rayaccel_status Refuse(std::string problem);
   rayaccel_status OverLimit(const std::string& what, size_t limit);
@@ -97,6 +100,7 @@ class Collector {
   size_t text_bytes_ = 0;
   size_t domain_members_ = 0;
   bool refused_any_ = false;
+  std::string last_refusal_;  // why the last sink call was refused (rayaccel_sink.last_refusal)
 };
 
 }  // namespace rayaccel

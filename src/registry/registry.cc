@@ -710,7 +710,7 @@ class Registry::Impl {
       if (a == position.end() || b == position.end()) continue;  // device refused above
       snap->links.push_back(Link{std::min(a->second, b->second), std::max(a->second, b->second),
                                  l.type, l.count, l.bandwidth_mbps, l.pcie_path, source, l.weight,
-                                 l.hops, l.min_bandwidth_mbps});
+                                 l.hops, l.min_bandwidth_mbps, l.type_name});
     }
     for (const ReportedDomain& r : report.domains) {
       Domain dom{status->name, r.kind, r.id, {}};

@@ -74,6 +74,7 @@ v1::NodeSnapshot ToProto(const NodeSnapshot& s) {
     q->set_weight(l.weight);
     q->set_hops(l.hops);
     q->set_min_bandwidth_mbps(l.min_bandwidth_mbps);
+    q->set_type_name(l.type_name);
   }
   for (const Domain& d : s.domains) {
     v1::Domain* q = out.add_domains();
@@ -173,7 +174,7 @@ absl::StatusOr<NodeSnapshot> FromProto(const v1::NodeSnapshot& q) {
     }
     s.links.push_back(Link{l.a(), l.b(), static_cast<LinkType>(l.type()), l.count(),
                            l.bandwidth_mbps(), static_cast<PciePath>(l.pcie_path()), l.source(),
-                           l.weight(), l.hops(), l.min_bandwidth_mbps()});
+                           l.weight(), l.hops(), l.min_bandwidth_mbps(), l.type_name()});
   }
   for (const v1::Domain& d : q.domains()) {
     Domain o{d.plugin(), d.kind(), d.id(), {}};

@@ -127,7 +127,8 @@ TEST(Topology, CliMatrixJsonAndDotOnDgx2) {
   r = testing::Run(dot_args, env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("graph rayaccel {", 0), 0u);
-  EXPECT_NE(r.out.find("d0 -- d1 [label=\"NV\""), std::string::npos) << r.out.substr(0, 400);
+  EXPECT_NE(r.out.find("d0 -- d1 [label=\"NV\\n150 GB/s\""), std::string::npos)
+      << r.out.substr(0, 400);
   EXPECT_NE(r.out.find("d0 -- d8 [label=\"SYS\", style=dashed"), std::string::npos);
 }
 
@@ -221,6 +222,34 @@ TEST(Topology, AllocateShowsWhatTheWorkerGets) {
       {{"RAYACCEL_PLUGIN_PATH", ""}});
   EXPECT_NE(r.out.find("\ntestgpu:GPU0  X "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nsim:GPU0  "), std::string::npos) << r.out;
+}
+
+// A plugin names its own interconnect (ABI 1.2 rayaccel_link.type_name): topo shows the name
+// and the stated bandwidth, in the matrix, the legend, --dot and JSON, also when isolated.
+TEST(Topology, APluginNamesItsOwnInterconnect) {
+  const std::string spec = "sim.spec=" + testing::Fixture("specs/named-interconnect.json");
+  for (const char* isolation : {"none", "process"}) {
+    SCOPED_TRACE(isolation);
+    testing::CommandResult r = testing::Run({RAYACCEL_CLI, "topo", "--no-host-topology", "--plugin",
+                                             "sim", "--config", spec, "--isolation", isolation},
+                                            {{"RAYACCEL_PLUGIN_PATH", ""}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("NPU0  X      UB4   OTHER"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("UB     = An interconnect named by plugin:sim"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("UB4    = 392 GB/s (2 pairs)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("OTHER  = 12.5 GB/s (1 pair)"), std::string::npos) << r.out;
+  }
+  testing::CommandResult dot = testing::Run(
+      {RAYACCEL_CLI, "topo", "--dot", "--no-host-topology", "--plugin", "sim", "--config", spec},
+      {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_NE(dot.out.find("d0 -- d1 [label=\"UB4\\n392 GB/s\""), std::string::npos) << dot.out;
+  testing::CommandResult json =
+      testing::Run({RAYACCEL_CLI, "discover", "--json", "--no-host-topology", "--plugin", "sim",
+                    "--config", spec},
+                   {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_NE(json.out.find("\"type\": \"other\",\n      \"type_name\": \"UB\""), std::string::npos)
+      << json.out;
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ PluginReport Sample() {
   }
   r.links.push_back({0, 1, LinkType::kNvlink, 18, 450000, PciePath::kUnknown, 0, 1, 0});
   r.links.push_back({1, 2, LinkType::kPcie, 1, 0, PciePath::kPxb, 0, 0, 0});
+  r.links.push_back({0, 2, LinkType::kOther, 4, 392000, PciePath::kUnknown, 0, 1, 0, "UB"});
   r.domains.push_back({"nvlink", "clique-1", {0, 1, 2}});
   r.labels["example.com/rack"] = "r12";
   r.health[2] = {Health::kUnhealthy, "XID 79"};
@@ -63,9 +64,10 @@ TEST(ReportCodec, RoundTripsEveryPart) {
   EXPECT_EQ(out.devices[1].health, Health::kHealthy);
   ASSERT_EQ(out.devices[0].attributes.size(), 2u);
   EXPECT_EQ(out.devices[0].attributes[0].int_value, 132);
-  ASSERT_EQ(out.links.size(), 2u);
+  ASSERT_EQ(out.links.size(), 3u);
   EXPECT_EQ(out.links[0].bandwidth_mbps, 450000u);
   EXPECT_EQ(out.links[1].pcie_path, PciePath::kPxb);
+  EXPECT_EQ(out.links[2].type_name, "UB");
   ASSERT_EQ(out.domains.size(), 1u);
   EXPECT_EQ(out.domains[0].devices, (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_EQ(out.labels.at("example.com/rack"), "r12");
@@ -264,6 +266,46 @@ TEST(Wire, TheFrameCapCoversTheLimits) {
   PluginReport out;
   ASSERT_TRUE(DecodeReport(bytes, &out).ok());
   EXPECT_EQ(out.links.size(), 130816u);
+}
+
+// A plugin learns why the host refused an item (ABI 1.2, rayaccel_sink.last_refusal): the
+// reason of the last refused call, empty once a call is taken.
+TEST(Collector, TellsThePluginWhyAnItemWasRefused) {
+  PluginReport report;
+  Collector collector(&report);
+  const rayaccel_sink* sink = collector.sink();
+  ASSERT_TRUE(RAYACCEL_HAS_FIELD(sink, rayaccel_sink, last_refusal));
+  auto why = [&] {
+    rayaccel_string s = sink->last_refusal(sink->host_context);
+    return std::string(s.data, s.size);
+  };
+  EXPECT_EQ(why(), "");
+  rayaccel_device_info d{};
+  d.struct_size = sizeof(d);
+  d.index = 0;
+  d.id = {"GPU-0", 5};
+  d.name = {"Acme X1", 7};
+  ASSERT_EQ(sink->add_device(sink->host_context, &d), RAYACCEL_STATUS_OK);
+  rayaccel_link l{};
+  l.struct_size = sizeof(l);
+  l.device_a = 0;
+  l.device_b = 7;
+  l.type = RAYACCEL_LINK_OTHER;
+  EXPECT_EQ(sink->add_link(sink->host_context, &l), RAYACCEL_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(why(), "link 0-7: endpoint is not a reported device");
+  d.index = 1;
+  d.id = {"GPU-1", 5};
+  ASSERT_EQ(sink->add_device(sink->host_context, &d), RAYACCEL_STATUS_OK);
+  EXPECT_EQ(why(), "");
+  // A named interconnect is checked: 1-16 of [A-Za-z0-9-].
+  l.device_b = 1;
+  l.type_name = {"U B", 3};
+  EXPECT_EQ(sink->add_link(sink->host_context, &l), RAYACCEL_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(why().find("type_name \"U B\" is not 1-16 of [A-Za-z0-9-]"), std::string::npos);
+  l.type_name = {"UB", 2};
+  EXPECT_EQ(sink->add_link(sink->host_context, &l), RAYACCEL_STATUS_OK);
+  ASSERT_EQ(report.links.size(), 1u);
+  EXPECT_EQ(report.links[0].type_name, "UB");
 }
 
 }  // namespace
