@@ -23,8 +23,9 @@ mkdir -p "$work/host"
 printf 'cmake_minimum_required(VERSION 3.22)\nproject(host CXX)\nfind_package(rayaccel REQUIRED COMPONENTS registry)\n' \
   > "$work/host/CMakeLists.txt"
 if cmake -S "$work/host" -B "$work/host/build" -DCMAKE_PREFIX_PATH="$work/prefix" "${no_deps[@]}" \
-  > "$work/host.log" 2>&1; then
-  echo "plugin-minimal: the registry component configured without Abseil" >&2
+  > "$work/host.log" 2>&1 || ! grep -q absl "$work/host.log"; then
+  echo "plugin-minimal: the registry component did not fail for want of Abseil" >&2
+  cat "$work/host.log" >&2
   exit 1
 fi
 # Without CMake: the header alone, through pkg-config, and every path follows the prefix.

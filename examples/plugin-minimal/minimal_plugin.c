@@ -11,6 +11,10 @@
 
 #include "rayaccel/plugin.h"
 
+/* The ABI minor version this plugin is written for: 1.2 (a link's type_name, the sink's
+ * last_refusal). The table and the negotiation both say it. */
+#define MINIMAL_ABI_MINOR 2
+
 #define STR(lit) \
   { (lit), sizeof(lit) - 1 }
 
@@ -121,7 +125,7 @@ static rayaccel_status minimal_get_topology(rayaccel_plugin_instance *self,
 static const rayaccel_plugin_api kMinimalApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
-    RAYACCEL_ABI_VERSION_MINOR,
+    MINIMAL_ABI_MINOR,
     STR("minimal"),
     RAYACCEL_CAP_TOPOLOGY,
     minimal_initialize,
@@ -143,9 +147,9 @@ RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiatio
     return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "built for ABI major 1");
   }
   negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
-  /* This plugin is built for 1.2 (a link's type_name, the sink's last_refusal) and works with
-   * every 1.x host: an older host ignores what it does not know. */
-  negotiation->chosen_abi_minor = rayaccel_choose_minor(negotiation->host_abi_minor, 2);
+  /* Works with every 1.x host: an older host ignores the fields it does not know. */
+  negotiation->chosen_abi_minor =
+      rayaccel_choose_minor(negotiation->host_abi_minor, MINIMAL_ABI_MINOR);
   negotiation->api = &kMinimalApi;
   return RAYACCEL_STATUS_OK;
 }

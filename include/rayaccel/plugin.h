@@ -314,10 +314,11 @@ typedef struct rayaccel_sink {
                                 rayaccel_string reason);
   /* prepare_allocation: one environment variable a worker needs */
   rayaccel_status (*set_env)(void *host_context, rayaccel_string name, rayaccel_string value);
-  /* Why the last call on this sink was refused (returned INVALID_ARGUMENT): "link 0-7:
-   * endpoint is not a reported device". Empty when the last call was taken. Valid until the
-   * next call on the sink. Check RAYACCEL_HAS_FIELD(sink, rayaccel_sink, last_refusal) first.
-   * Since 1.2. */
+  /* Why the last call on this sink was refused: the item (INVALID_ARGUMENT, "link 0-7:
+   * endpoint is not a reported device") or the answer (RESOURCE_EXHAUSTED, "more than 4096
+   * devices reported"). Empty when the last call was taken. Valid until the next call on the
+   * sink. A sink large enough to hold this field always sets it: check
+   * RAYACCEL_HAS_FIELD(sink, rayaccel_sink, last_refusal) and nothing else. Since 1.2. */
   rayaccel_string (*last_refusal)(void *host_context);
 } rayaccel_sink;
 
@@ -618,7 +619,7 @@ typedef rayaccel_status (*rayaccel_plugin_entry_fn)(rayaccel_negotiation *negoti
 
 /* The minor version to choose: min(host, plugin). A function rather than an expression, so that
  * a plugin whose own minor is 0 compiles cleanly under -Wall -Wextra -Werror (no "comparison
- * of unsigned expression < 0 is always false"). Since 1.1. */
+ * of unsigned expression < 0 is always false"). Since 1.2. */
 static inline uint32_t rayaccel_choose_minor(uint32_t host_minor, uint32_t plugin_minor) {
   return host_minor < plugin_minor ? host_minor : plugin_minor;
 }
@@ -643,6 +644,9 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, last_refusal) == sizeof(rayacc
               "rayaccel_sink: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, type_name) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
+/* Fields added in a minor version stay where that version put them (1.1's sizes on LP64). */
+static_assert(offsetof(rayaccel_link, type_name) == 56, "rayaccel_link: 1.2 field moved");
+static_assert(offsetof(rayaccel_sink, last_refusal) == 72, "rayaccel_sink: 1.2 field moved");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==

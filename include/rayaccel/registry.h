@@ -173,6 +173,10 @@ struct RegistryOptions {
   //   2. the environment, RAYACCEL_<PLUGIN>_<KEY> (RAYACCEL_SIM_SPEC), when use_environment;
   //   3. `config_file`, lines of "plugin.key = value" ('#' starts a comment).
   std::map<std::string, std::map<std::string, std::string>> config;
+  // Configuration for the one plugin `plugins` names, whatever its table calls it (the CLI's
+  // `--config KEY=VALUE` with one --plugin); beats `config`. Create() refuses it unless
+  // `plugins` names exactly one plugin.
+  std::map<std::string, std::string> sole_plugin_config;
   bool use_environment = true;
   std::string config_file;
   // Refuse plugin files and folders writable by others than their owner or root.

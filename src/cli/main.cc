@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -48,12 +49,14 @@ Commands:
   resources        the Ray resources of this node
   ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels)
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
-  allocate         the best devices for a request: --size N [--available IDS]
-                   [--must-include IDS] [--resource NAME] (IDS: positions or ids, a,b,c)
-                   [--objective partition|request] (default partition: the best set of the
-                   best split of what is available; request: the best set for this one)
+  allocate         the best devices for a request, and the environment a worker given them
+                   gets: --size N [--available IDS] [--must-include IDS] [--resource NAME]
+                   (IDS: positions or ids, a,b,c) [--objective partition|request] (default
+                   partition: the best set of the best split of what is available; request:
+                   the best set for this one); exit 3 when no set meets the request
   conformance      check a plugin .so and report its tier: conformance PLUGIN.so
                    [--config KEY=VALUE] [--tier N] [--junit FILE] [--json]
+                   [--timeout SECONDS] [--expect-no-devices]
                    (runs rayaccel-conformance, installed next to this command)
   sink             stand in for the raylet: accept agents' snapshots and print each applied
                    update: sink --listen ADDRESS [--json]
@@ -147,15 +150,6 @@ int ExecAgent(char** argv) {
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel: %s\n\n%s", problem.c_str(), kUsage);
   return kExitUsage;
-}
-
-// The plugin a --plugin argument names: NAME itself, or NAME of a path .../librayaccel-NAME.so;
-// "" for a path named otherwise.
-std::string PluginNameOf(const std::string& plugin) {
-  if (plugin.find('/') == std::string::npos) return plugin;
-  absl::string_view file = absl::string_view(plugin).substr(plugin.rfind('/') + 1);
-  if (!absl::ConsumePrefix(&file, "librayaccel-") || !absl::ConsumeSuffix(&file, ".so")) return "";
-  return std::string(file);
 }
 
 // Parses argv; returns -1 to go on, or an exit code.
@@ -287,19 +281,18 @@ int Parse(int argc, char** argv, Args* args) {
   }
   if (args->command.empty()) return Usage("no command given");
   // `--config KEY=VALUE`, as the conformance suite takes it, configures the one plugin named
-  // by --plugin; the plugin receives KEY either way.
+  // by --plugin (by path or name, whatever its table calls it); the plugin receives KEY.
   if (!bare_config.empty()) {
-    const std::string plugin =
-        args->options.plugins.size() == 1 ? PluginNameOf(args->options.plugins[0]) : "";
-    if (plugin.empty()) {
+    if (args->options.plugins.size() != 1) {
       return Usage("--config " + bare_config[0] +
                    ": name the plugin (PLUGIN.KEY=VALUE), or choose one with --plugin");
     }
     for (const std::string& v : bare_config) {
-      if (absl::Status st = AddConfigAssignment(plugin + "." + v, &args->options.config);
-          !st.ok()) {
-        return Usage(std::string(st.message()));
-      }
+      size_t eq = v.find('=');
+      std::string key(absl::StripAsciiWhitespace(v.substr(0, eq)));
+      if (key.empty()) return Usage("--config " + v + ": the key must not be empty");
+      args->options.sole_plugin_config[key] =
+          std::string(absl::StripAsciiWhitespace(v.substr(eq + 1)));
     }
   }
   return -1;

@@ -57,8 +57,8 @@ std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 // "450 GB/s" from MB/s (10^6 bytes per second, each direction), "-" when unknown.
 std::string Bandwidth(uint64_t mbps) {
   if (mbps == 0) return "-";
-  return mbps % 1000 == 0 || mbps >= 100000 ? absl::StrCat(mbps / 1000, " GB/s")
-                                            : absl::StrFormat("%.1f GB/s", mbps / 1000.0);
+  if (mbps % 1000 == 0) return absl::StrCat(mbps / 1000, " GB/s");
+  return absl::StrFormat("%.1f GB/s", mbps / 1000.0);
 }
 
 std::string LinkLabel(const Link& l) {
@@ -112,7 +112,6 @@ void WriteLinks(json::Writer& w, const NodeSnapshot& s) {
   w.EndArray();
 }
 
-// "GPU0", "GPU1", ..., "TPU0": the resource and a counter per resource, in snapshot order.
 // A device's name in tables: its resource and the plugin's index, the number a worker's
 // visible-devices variable takes ("GPU5"), prefixed by the plugin ("sim:GPU5") where several
 // plugins offer that resource.
@@ -419,7 +418,8 @@ Legend:
     }
   }
   for (const auto& [name, source] : named) {
-    out += absl::StrFormat("  %-6s = An interconnect named by %s\n", name, source);
+    out += absl::StrFormat("  %-6s = An interconnect named by %s (%s#: # bonded links)\n", name,
+                           source, name);
   }
   if (!speeds.empty()) {
     out += "\nBandwidth (each direction, as the plugins state it):\n";

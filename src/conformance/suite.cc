@@ -65,6 +65,11 @@ void Progress() {
   if (g_progress_fd >= 0) WriteAll(g_progress_fd, "+");
 }
 
+// In a check's child: what runs once the check's verdict is written (the plugin's shutdown).
+// Its stdout and helpers still count (quiet_stdout, a helper left behind), but a crash or hang
+// in shutdown is lifecycle.repeated's to report, once, not every check's.
+std::function<void()> g_after_verdict;
+
 Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<Outcome()>& body) {
   // Close-on-exec, so that a helper the plugin starts cannot hold the pipes open.
   int result_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
@@ -109,6 +114,13 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
                       : o.status == Outcome::Status::kWarn ? "W"
                                                            : "F";
     WriteAll(result_pipe[1], tag + o.message);
+    if (g_after_verdict) {
+      try {
+        g_after_verdict();
+      } catch (...) {
+      }
+    }
+    std::fflush(stdout);
     _exit(0);
   }
   setpgid(pid, pid);
@@ -182,7 +194,10 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
   // Helpers the plugin started outlive nothing: the rest of the check's group goes too. (The
   // group outlives its leader while members remain, so this is safe after the wait.)
   kill(-pid, SIGKILL);
-  if (timed_out) {
+  result.erase(0, std::min(result.size(), result.find_first_not_of('+')));  // progress marks
+  // A verdict was written before the plugin's shutdown: a crash or hang after it is shutdown's.
+  const bool verdict = !result.empty();
+  if (timed_out && !verdict) {
     return Outcome::Fail(
         absl::StrCat("hung: no answer within ", options.timeout_seconds, " s (killed)"));
   }
@@ -191,7 +206,7 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
         "left a process running that holds the check's stdout or stderr open (killed): a "
         "plugin must not leave helpers or daemons behind");
   }
-  if (WIFSIGNALED(status)) {
+  if (WIFSIGNALED(status) && !verdict) {
     int sig = WTERMSIG(status);
     std::string why =
         sig == SIGKILL
@@ -204,7 +219,6 @@ Outcome Isolated(const Options& options, bool quiet_stdout, const std::function<
     if (!err.empty()) why += "; stderr: " + Tail(err, 300);
     return Outcome::Fail(why);
   }
-  result.erase(0, std::min(result.size(), result.find_first_not_of('+')));  // progress marks
   if (result.empty()) {
     return Outcome::Fail(absl::StrCat("the plugin ended the process (exit status ",
                                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")"));
@@ -348,14 +362,15 @@ Discovery Discover(const LoadedPlugin& p, bool labels, bool topology, bool healt
 
 std::string Problems(const PluginReport& r) { return absl::StrJoin(r.problems, "; "); }
 
-// The body of most checks: load, initialize, run `fn`. Shutdown is lifecycle.repeated's to
-// judge: here the plugin is released unshut (the check's process exits next), so a plugin that
-// crashes in shutdown fails that check once, not every check.
+// The body of most checks: load, initialize, run `fn`; the plugin shuts down after the verdict
+// is written (g_after_verdict), so a plugin that crashes in shutdown fails lifecycle.repeated
+// once, not every check.
 Outcome WithPlugin(const Options& o, const std::function<Outcome(const LoadedPlugin&)>& fn) {
   Loaded l = Load(o);
   if (l.plugin == nullptr) return Outcome::Fail(l.error);
   Outcome outcome = fn(*l.plugin);
-  (void)l.plugin.release();
+  std::shared_ptr<LoadedPlugin> plugin = std::move(l.plugin);
+  g_after_verdict = [plugin]() mutable { plugin.reset(); };
   return outcome;
 }
 
@@ -523,15 +538,10 @@ Outcome AnswersValid(const Options& o) {
 }
 
 // The gate: the plugin loads, negotiates and initializes with the given configuration. Every
-// later check needs this; its failure is reported here, once. Shutdown is left to
-// lifecycle.repeated: the plugin is released unshut, and the check's process exits.
+// later check needs this; its failure is reported here, once. (Shutdown, after the verdict, is
+// lifecycle.repeated's to judge.)
 Outcome Initializes(const Options& o) {
-  return Isolated(o, false, [&]() -> Outcome {
-    Loaded l = Load(o);
-    if (l.plugin == nullptr) return Outcome::Fail(l.error);
-    (void)l.plugin.release();
-    return Outcome::Pass();
-  });
+  return RunIn(o, [](const LoadedPlugin&) { return Outcome::Pass(); });
 }
 
 Outcome IdsStable(const Options& o) {

@@ -48,7 +48,7 @@ inline constexpr size_t kMaxEncodedReportBytes =
     64 +                                                            // magic, counts, flag
     kMaxDevicesPerPlugin * (4 * 6 + 8 + 4 * 10 + 4) +               // device fields, string sizes
     kMaxDevicesPerPlugin * kMaxAttributesPerDevice * (3 * 4 + 8) +  // attributes
-    kMaxLinksPerPlugin * (7 * 4 + 2 * 8) +                          // links
+    kMaxLinksPerPlugin * (8 * 4 + 2 * 8) +                          // links, type_name size
     kMaxDomainsPerPlugin * 12 + kMaxDomainMembersPerPlugin * 4 +    // domains
     kMaxLabelsPerPlugin * 8 * 2 +                                   // labels and env
     kMaxDevicesPerPlugin * 12 +                                     // health

@@ -312,13 +312,19 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
   std::string type_name;
   if (link.type == RAYACCEL_LINK_OTHER && RAYACCEL_HAS_FIELD(&link, rayaccel_link, type_name) &&
       link.type_name.size > 0) {
-    absl::Status st = self->Text(link.type_name, where(), "type_name", &type_name);
-    if (!st.ok()) return self->Refuse(std::string(st.message()));
-    if (type_name.size() > 16 || !std::all_of(type_name.begin(), type_name.end(), [](char c) {
+    if (self->text_bytes_ > kMaxTextBytesPerReport) {
+      return self->OverLimit("bytes of text", kMaxTextBytesPerReport);
+    }
+    constexpr size_t kMaxTypeName = 16;
+    if (link.type_name.size <= kMaxTypeName) {
+      absl::Status st =
+          self->Text(link.type_name, absl::StrCat(where(), ": "), "type_name", &type_name);
+      if (!st.ok()) return self->Refuse(std::string(st.message()));
+    }
+    if (type_name.empty() || !std::all_of(type_name.begin(), type_name.end(), [](char c) {
           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
         })) {
-      return self->Refuse(
-          absl::StrCat(where(), ": type_name \"", type_name, "\" is not 1-16 of [A-Za-z0-9-]"));
+      return self->Refuse(absl::StrCat(where(), ": type_name is not 1-16 of [A-Za-z0-9-]"));
     }
   }
   ReportedLink r{std::min(link.device_a, link.device_b),
@@ -335,7 +341,7 @@ rayaccel_status Collector::AddLink(void* ctx, const rayaccel_link* in) {
   if (!self->link_keys_.insert(key).second) {
     return self->Refuse(absl::StrCat(where(), ": reported twice for the same type"));
   }
-  self->report_->links.push_back(r);
+  self->report_->links.push_back(std::move(r));
   return RAYACCEL_STATUS_OK;
 }
 

@@ -651,6 +651,7 @@ class Registry::Impl {
     if (auto it = options_.config.find(name); it != options_.config.end()) {
       for (auto& [k, v] : it->second) config[k] = v;
     }
+    for (auto& [k, v] : options_.sole_plugin_config) config[k] = v;  // one plugin: checked
     PluginStatus& status = slot->status;
     auto fail = [&](const std::string& why) {
       status.state = PluginStatus::State::kFailed;
@@ -796,6 +797,10 @@ Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Registry::~Registry() = default;
 
 absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions options) {
+  if (!options.sole_plugin_config.empty() && options.plugins.size() != 1) {
+    return absl::InvalidArgumentError(
+        "configuration without a plugin name needs exactly one plugin: name it (PLUGIN.KEY)");
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   if (absl::Status st = impl->Load(); !st.ok()) return st;
   std::unique_ptr<Registry> registry(new Registry(std::move(impl)));
