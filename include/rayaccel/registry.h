@@ -159,6 +159,29 @@ enum class AllocationObjective {
   kRequestFirst,
 };
 
+// A node as captured (Registry::Capture), to be replayed without its hardware
+// (RegistryOptions::replay): each plugin's answers as they crossed the ABI, re-checked by the
+// registry's own Collector on replay, and hwloc's view of the host. docs/capture.md.
+struct CapturedPlugin {
+  PluginStatus status;  // as the capture's snapshot had it (name, path, state, properties, ...)
+  bool has_prepare_allocation = false;
+  std::string zero_devices_reason;
+  std::string report;  // discover and the optional queries, in the plugin host's encoding
+  // validate_quantity for 1..N: "" when allowed, else the plugin's refusal.
+  std::map<uint32_t, std::string> quantities;
+  struct AllocationAnswer {
+    std::vector<uint32_t> indices;           // plugin indices, ascending
+    std::map<std::string, std::string> env;  // prepare_allocation's answer...
+    std::string error;                       // ...or its refusal
+  };
+  std::vector<AllocationAnswer> allocations;  // each device alone, pairs (small nodes), all
+};
+struct CapturedNode {
+  std::vector<CapturedPlugin> plugins;
+  std::string host_topology;  // the snapshot's description of it
+  std::string hwloc_xml;      // hwloc's export, when the capture used hwloc
+};
+
 struct RegistryOptions {
   // Folders to search for plugin files (librayaccel-<name>.so). Empty: RAYACCEL_PLUGIN_PATH
   // (colon-separated), then ../lib/rayaccel/plugins next to the running binary and next to
@@ -200,6 +223,10 @@ struct RegistryOptions {
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
 
   AllocationObjective allocation_objective = AllocationObjective::kWholePartition;
+
+  // Replay a captured node instead of loading plugins: its plugins answer as they did, through
+  // the same checks, and hwloc reads the captured topology. Plugin options are then unused.
+  std::shared_ptr<const CapturedNode> replay;
 
   // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS from a thread each
   // (isolated ones through their host): a reported change triggers a rescan, so a new snapshot
@@ -246,6 +273,11 @@ class Registry {
   // while no rescan can run).
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
       const std::vector<std::string>& devices, uint64_t generation = 0) const;
+
+  // Asks every plugin again and records its answers, the allocation environments for each
+  // device alone, pairs (up to 16 devices) and all, validate_quantity for 1..N (up to 64), and
+  // hwloc's view: what RegistryOptions::replay needs to give the same snapshot elsewhere.
+  absl::StatusOr<CapturedNode> Capture() const;
 
  private:
   class Impl;

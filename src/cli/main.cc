@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/capture_bundle.h"
 #include "cli/log_format.h"
 #include "cli/render.h"
 #include "cli/transfer_command.h"
@@ -67,6 +69,9 @@ Commands:
   transfer         move bytes between two processes or nodes through a plugin's transport
                    and verify them: transfer --serve | --connect TOKEN [--size 64MiB]
                    [--op read|write] [--iters N] (rayaccel transfer --help)
+  capture          record this node for replay elsewhere: every plugin's answers, hwloc's
+                   view, versions and the snapshot, in one file: capture [--out FILE]
+                   [--include-hostname] (docs/capture.md)
   version          print the version
 
 Options:
@@ -80,6 +85,9 @@ Options:
   --config-file FILE          lines of PLUGIN.KEY=VALUE
   --hwloc-xml FILE            use an exported hwloc topology instead of this machine's
                               (HWLOC_XMLFILE does the same)
+  --replay BUNDLE             answer as the captured node did (rayaccel capture), without its
+                              plugins or hardware (discover, plugins, resources,
+                              ray-start-args, topo, allocate, serve)
   --no-host-topology          do not consult hwloc
   --isolation process|none    run each plugin in a child process of its own, so that a
                               crash or hang in vendor code fails that plugin only
@@ -123,7 +131,10 @@ struct Args {
   RegistryOptions options;
   std::string log_level = "warn";
   std::string log_format = "text";
-  bool isolation_given = false;  // --isolation; serve isolates by default, the rest do not
+  bool isolation_given = false;   // --isolation; serve isolates by default, the rest do not
+  std::string replay;             // --replay BUNDLE
+  std::string out;                // capture --out FILE
+  bool include_hostname = false;  // capture --include-hostname
 };
 
 #if !RAYACCEL_CLI_RPC
@@ -259,6 +270,12 @@ int Parse(int argc, char** argv, Args* args) {
       } else if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
         return Usage(std::string(st.message()));
       }
+    } else if (flag == "--replay") {
+      if (!take(&args->replay) || args->replay.empty()) return Usage("--replay needs a bundle");
+    } else if (flag == "--out") {
+      if (!take(&args->out) || args->out.empty()) return Usage("--out needs a file");
+    } else if (flag == "--include-hostname") {
+      args->include_hostname = true;
     } else if (flag == "--config-file") {
       if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
     } else if (flag == "--log-format") {
@@ -339,6 +356,14 @@ int Run(int argc, char** argv) {
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 
   SetUpLogging(args.log_format, args.log_level);
+  if (!args.replay.empty()) {
+    absl::StatusOr<Bundle> bundle = ReadBundleFile(args.replay);
+    if (!bundle.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(bundle.status().message()).c_str());
+      return kExitUsage;
+    }
+    args.options.replay = std::make_shared<const CapturedNode>(std::move(bundle->node));
+  }
 
   const std::string& cmd = args.command;
   if (cmd == "version") {
@@ -363,11 +388,12 @@ int Run(int argc, char** argv) {
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);
 #endif
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
-      cmd != "topo" && cmd != "allocate") {
+      cmd != "topo" && cmd != "allocate" && cmd != "capture") {
     return Usage("unknown command \"" + cmd + "\"");
   }
   if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
   if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
+  if (cmd == "capture" && !args.agent.empty()) return Usage("capture does not take --agent");
   std::shared_ptr<const NodeSnapshot> snap;
   absl::StatusOr<std::unique_ptr<Registry>> registry;
   if (!args.agent.empty()) {
@@ -421,6 +447,23 @@ int Run(int argc, char** argv) {
     out = args.json ? AllocationJson(*snap, *allocation, env)
                     : AllocationText(*snap, *allocation, env);
     if (allocation->devices.empty()) exit_code = kExitNoAllocation;
+  } else if (cmd == "capture") {
+    absl::StatusOr<CapturedNode> node = (*registry)->Capture();
+    if (!node.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(node.status().message()).c_str());
+      return kExitFailure;
+    }
+    out = WriteBundle(*node, *snap, CollectManifest(args.include_hostname));
+    if (!args.out.empty()) {
+      std::ofstream file(args.out, std::ios::binary | std::ios::trunc);
+      if (!(file << out) || !file.flush()) {
+        std::fprintf(stderr, "rayaccel: cannot write %s\n", args.out.c_str());
+        return kExitFailure;
+      }
+      out = absl::StrCat("captured ", snap->plugins.size(), " plugins and ", snap->devices.size(),
+                         " devices to ", args.out, "; replay: rayaccel discover --replay ",
+                         args.out, "\n");
+    }
   } else {
     out = RayStartArgs(snap->ray);
   }

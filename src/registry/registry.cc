@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +22,7 @@
 #include "registry/collector.h"
 #include "registry/config.h"
 #include "registry/plugin_loader.h"
+#include "registry/replayed_plugin.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "topology/allocation.h"
@@ -213,7 +215,27 @@ class Registry::Impl {
     return snapshot_;
   }
 
+  // A captured node's plugins, answering as they did (ReplayedPlugin); those the capture found
+  // refused or failed stay so, with their message.
+  absl::Status LoadReplay() {
+    for (const CapturedPlugin& captured : options_.replay->plugins) {
+      Slot slot;
+      slot.status = captured.status;
+      if (captured.status.state == PluginStatus::State::kActive ||
+          captured.status.state == PluginStatus::State::kDegraded) {
+        slot.plugin = std::make_shared<ReplayedPlugin>(captured);
+        slot.status.state = PluginStatus::State::kActive;  // the scan judges the answer again
+        slot.status.message.clear();
+        slot.status.device_count = 0;
+      }
+      slots_.push_back(std::move(slot));
+    }
+    host_description_ = options_.replay->host_topology;  // hwloc's part follows on first scan
+    return absl::OkStatus();
+  }
+
   absl::Status Load() {
+    if (options_.replay != nullptr) return LoadReplay();
     if (options_.use_environment) environment_ = RayaccelEnvironment();  // before plugin code
     PluginConfig file_config;
     if (!options_.config_file.empty()) {
@@ -606,6 +628,24 @@ class Registry::Impl {
                                [](const Device& d) { return !d.pci_bus_id.empty(); });
     if (!any_pci) return;
     host_attempted_ = true;
+    if (options_.replay != nullptr) {
+      // The captured view: hwloc reads the captured XML, described as the capture described it.
+      const CapturedNode& node = *options_.replay;
+      constexpr absl::string_view kHwloc = "hwloc, ";
+      if (node.hwloc_xml.empty() || !absl::StartsWith(node.host_topology, kHwloc)) {
+        host_description_ = node.host_topology;
+        return;
+      }
+      absl::StatusOr<std::unique_ptr<HostTopology>> host =
+          HostTopology::LoadXml(node.hwloc_xml, node.host_topology.substr(kHwloc.size()));
+      if (!host.ok()) {
+        host_description_ = "unavailable: " + std::string(host.status().message());
+        return;
+      }
+      host_ = *std::move(host);
+      host_description_ = node.host_topology;
+      return;
+    }
     absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load(options_.hwloc_xml);
     if (host.ok()) {
       host_ = *std::move(host);
@@ -765,6 +805,72 @@ class Registry::Impl {
     return nullptr;
   }
 
+ public:
+  absl::StatusOr<CapturedNode> Capture() const {
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    std::shared_ptr<const NodeSnapshot> snap = snapshot();
+    CapturedNode node;
+    node.host_topology = snap->host_topology;
+    if (host_ != nullptr) {
+      absl::StatusOr<std::string> xml = host_->ExportXml();
+      if (!xml.ok()) return xml.status();
+      node.hwloc_xml = *std::move(xml);
+    }
+    for (Slot& slot : slots_) {
+      CapturedPlugin c;
+      c.status = slot.status;
+      for (const PluginStatus& p : snap->plugins) {
+        if (p.name == slot.status.name && p.path == slot.status.path) c.status = p;
+      }
+      const bool answered = c.status.state == PluginStatus::State::kActive ||
+                            c.status.state == PluginStatus::State::kDegraded;
+      if (slot.plugin != nullptr && slot.plugin->alive() && answered) {
+        PluginHandle& plugin = *slot.plugin;
+        c.has_prepare_allocation = plugin.has_prepare_allocation();
+        PluginReport report;
+        if (absl::Status st = plugin.Query(&report); !st.ok()) {
+          return absl::UnavailableError(
+              absl::StrCat("capture: plugin ", c.status.name, ": ", st.message()));
+        }
+        c.zero_devices_reason = plugin.zero_devices_reason();
+        isolation::EncodeReport(report, &c.report);
+        std::vector<uint32_t> indices;
+        for (const Device& d : report.devices) indices.push_back(d.index);
+        std::sort(indices.begin(), indices.end());
+        const size_t n = indices.size();
+        if ((c.status.capabilities & RAYACCEL_CAP_ALLOCATION) != 0) {
+          for (uint32_t q = 1; q <= std::min<size_t>(n, 64); ++q) {
+            absl::Status st = plugin.ValidateQuantity(q);
+            c.quantities[q] = st.ok() ? "" : std::string(st.message());
+          }
+        }
+        if (c.has_prepare_allocation && n > 0) {
+          std::vector<std::vector<uint32_t>> sets;
+          for (uint32_t i : indices) sets.push_back({i});
+          for (size_t a = 0; n <= 16 && a < n; ++a) {
+            for (size_t b = a + 1; b < n; ++b) sets.push_back({indices[a], indices[b]});
+          }
+          if (n > 2) sets.push_back(indices);
+          for (const std::vector<uint32_t>& set : sets) {
+            CapturedPlugin::AllocationAnswer answer;
+            answer.indices = set;
+            absl::StatusOr<EnvList> env = plugin.PrepareAllocation(set);
+            if (env.ok()) {
+              answer.env.insert(env->begin(), env->end());
+            } else {
+              answer.error = std::string(env.status().message());
+              if (answer.error.empty()) answer.error = "refused";
+            }
+            c.allocations.push_back(std::move(answer));
+          }
+        }
+      }
+      node.plugins.push_back(std::move(c));
+    }
+    return node;
+  }
+
+ private:
   RegistryOptions options_;
   std::vector<std::string> environment_;  // RAYACCEL_* as it was before any plugin ran
   std::unique_ptr<HostTopology> host_;    // guarded by plugins_mu_, like the two below
@@ -810,6 +916,7 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions optio
 }
 
 std::shared_ptr<const NodeSnapshot> Registry::snapshot() const { return impl_->snapshot(); }
+absl::StatusOr<CapturedNode> Registry::Capture() const { return impl_->Capture(); }
 std::shared_ptr<const NodeSnapshot> Registry::Rescan() { return impl_->Rescan(); }
 
 std::shared_ptr<const NodeSnapshot> Registry::WaitForNewer(

@@ -115,23 +115,57 @@ HostTopology::HostTopology(std::unique_ptr<Impl> impl, std::string source)
     : impl_(std::move(impl)), source_(std::move(source)) {}
 HostTopology::~HostTopology() = default;
 
-absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::string& xml_path) {
-  auto impl = std::make_unique<Impl>();
-  if (hwloc_topology_init(&impl->topo) != 0) {
-    impl->topo = nullptr;
+namespace {
+
+// Filters and components for every load: what rayaccel reads, nothing more.
+absl::Status Prepare(hwloc_topology_t* topo) {
+  if (hwloc_topology_init(topo) != 0) {
+    *topo = nullptr;
     return absl::InternalError("hwloc_topology_init failed");
   }
   // Keep every PCI bridge: PCIe path levels are counted from them. Caches are not needed.
-  hwloc_topology_set_io_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_ALL);
-  hwloc_topology_set_cache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_icache_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_type_filter(impl->topo, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_io_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  hwloc_topology_set_cache_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_type_filter(*topo, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
   // Components that only add what rayaccel does not read, at a cost: OpenGL displays (it tries
   // to connect to an X server), OpenCL, CUDA runtime, Level Zero and ROCm SMI devices (the
   // plugins report accelerators themselves). NVML stays: its NVLink matrix is used.
   for (const char* unused : {"gl", "opencl", "cuda", "levelzero", "rsmi"}) {
-    hwloc_topology_set_components(impl->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unused);
+    hwloc_topology_set_components(*topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unused);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::string& xml,
+                                                                    std::string source) {
+  auto impl = std::make_unique<Impl>();
+  if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
+  if (xml.size() > (size_t{256} << 20) ||
+      hwloc_topology_set_xmlbuffer(impl->topo, xml.data(), static_cast<int>(xml.size())) != 0 ||
+      hwloc_topology_load(impl->topo) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hwloc cannot read the XML topology of ", source));
+  }
+  return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), std::move(source)));
+}
+
+absl::StatusOr<std::string> HostTopology::ExportXml() const {
+  char* buffer = nullptr;
+  int length = 0;
+  if (hwloc_topology_export_xmlbuffer(impl_->topo, &buffer, &length, 0) != 0 || buffer == nullptr) {
+    return absl::InternalError("hwloc cannot export the topology as XML");
+  }
+  std::string xml(buffer, length > 0 ? static_cast<size_t>(length - 1) : 0);  // no final NUL
+  hwloc_free_xmlbuffer(impl_->topo, buffer);
+  return xml;
+}
+
+absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::string& xml_path) {
+  auto impl = std::make_unique<Impl>();
+  if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
   std::string source = "this machine";
   if (!xml_path.empty()) {
     if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {

@@ -20,6 +20,12 @@ class HostTopology {
  public:
   // `xml_path` empty: hwloc's default (HWLOC_XMLFILE when set, else this machine).
   static absl::StatusOr<std::unique_ptr<HostTopology>> Load(const std::string& xml_path = "");
+  // From an exported topology held in memory (a capture bundle's); `source` is what source()
+  // then says.
+  static absl::StatusOr<std::unique_ptr<HostTopology>> LoadXml(const std::string& xml,
+                                                               std::string source);
+  // This topology exported as hwloc XML, for a capture bundle.
+  absl::StatusOr<std::string> ExportXml() const;
   ~HostTopology();
   HostTopology(const HostTopology&) = delete;
   HostTopology& operator=(const HostTopology&) = delete;

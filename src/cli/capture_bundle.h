@@ -1,0 +1,51 @@
+// The capture bundle (docs/capture.md): one JSON document holding a node's captured plugin
+// answers, hwloc's view of it, an environment manifest and the snapshot rayaccel produced,
+// from which `--replay` gives the same snapshot on any machine.
+#ifndef RAYACCEL_CLI_CAPTURE_BUNDLE_H_
+#define RAYACCEL_CLI_CAPTURE_BUNDLE_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "rayaccel/registry.h"
+
+namespace rayaccel::cli {
+
+inline constexpr char kBundleFormat[] = "rayaccel-capture";
+inline constexpr int kBundleVersion = 1;
+// A bundle larger than this is refused before parsing: a node's answers and hwloc's XML take
+// a few MiB at most.
+inline constexpr size_t kMaxBundleBytes = size_t{256} << 20;
+
+// Where and with what the capture ran. Environment variables only from an allow-list (the
+// visible-devices families, RAY_OVERRIDE_*, TPU_*, RAYACCEL_*), never one whose name says it
+// holds a secret; the host name only when asked for.
+struct Manifest {
+  std::string rayaccel_version;
+  std::string abi_version;
+  std::string kernel;   // uname -r
+  std::string machine;  // uname -m
+  std::string os;       // /etc/os-release PRETTY_NAME
+  std::string hostname;
+  std::map<std::string, std::string> environment;
+};
+Manifest CollectManifest(bool include_hostname);
+
+// The bundle's text. `snapshot` is what the capture produced, for diffing a replay against.
+std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
+                        const Manifest& manifest);
+
+struct Bundle {
+  CapturedNode node;
+  Manifest manifest;
+};
+// Refuses anything that is not a well-formed bundle of this format and version, naming what
+// is wrong; a plugin's answers are checked again by the registry when replayed.
+absl::StatusOr<Bundle> ParseBundle(std::string_view text);
+absl::StatusOr<Bundle> ReadBundleFile(const std::string& path);
+
+}  // namespace rayaccel::cli
+
+#endif  // RAYACCEL_CLI_CAPTURE_BUNDLE_H_

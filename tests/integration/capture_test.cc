@@ -1,0 +1,205 @@
+// Capture and replay (docs/capture.md): `rayaccel capture` on a node, then `--replay` anywhere
+// gives the same output for every local command, byte for byte, without the node's plugins,
+// drivers or fixture files. Each in-tree plugin on its fixtures; broken bundles are refused.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using testing::CommandResult;
+using testing::Example;
+using testing::Fixture;
+
+struct Node {
+  const char* name;
+  std::vector<std::string> args;           // what selects and configures the plugins
+  std::map<std::string, std::string> env;  // the capture's environment (fake vendor libraries)
+  int devices;                             // at least this many
+};
+
+std::string Plugin(const std::string& name) {
+  return std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-" + name + ".so";
+}
+
+std::vector<Node> Nodes() {
+  const std::string nvml = std::string("cuda.nvml_library=") + RAYACCEL_FAKE_NVML;
+  auto cuda = [&](const char* name, const std::string& fixture, int devices,
+                  std::vector<std::string> more) {
+    std::vector<std::string> args = {"--plugin", Plugin("cuda"), "--config", nvml};
+    args.insert(args.end(), more.begin(), more.end());
+    return Node{name, args, {{"FAKE_NVML_FIXTURE", Fixture("fake-nvml/" + fixture)}}, devices};
+  };
+  auto rocm = [&](const char* name, const std::string& capture, int devices) {
+    return Node{name,
+                {"--plugin", Plugin("rocm"), "--config",
+                 "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/" + capture + "/topology")},
+                {},
+                devices};
+  };
+  auto tpu = [&](const char* name, const std::string& host, int devices) {
+    return Node{name,
+                {"--plugin", Plugin("tpu"), "--no-host-topology", "--config", "tpu.metadata=off",
+                 "--config", "tpu.dev_root=" + Fixture("tpu/" + host + "/dev"), "--config",
+                 "tpu.sysfs_root=" + Fixture("tpu/" + host + "/sys")},
+                {},
+                devices};
+  };
+  auto sim = [&](const char* name, const std::string& spec, int devices,
+                 std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {"--plugin", "sim", "--config", "sim.spec=" + spec};
+    args.insert(args.end(), more.begin(), more.end());
+    return Node{name, args, {}, devices};
+  };
+  // `devices`: 2 or more lets `allocate --size 2` be compared too (pairs are captured on nodes
+  // of up to 16 devices).
+  return {
+      sim("sim-dgx-h100", Example("dgx-h100.json"), 8),
+      sim("sim-dgx2-on-its-hwloc", Fixture("specs/dgx2-v100.json"), 16,
+          {"--hwloc-xml", Fixture("hwloc/nvidiaDGX2.xml")}),
+      sim("sim-tpu-v4-host", Example("tpu-v4-host.json"), 4),
+      sim("sim-nvl72", Example("nvl72.json"), 1),
+      sim("sim-named-interconnect", Fixture("specs/named-interconnect.json"), 3),
+      cuda("cuda-dgx-h100", "dgx-h100.json", 8, {"--no-host-topology"}),
+      cuda("cuda-gb200-tray", "gb200-tray.json", 4, {"--no-host-topology"}),
+      cuda("cuda-mig-a100", "mig-a100.json", 1, {"--no-host-topology"}),
+      cuda("cuda-gpu-lost", "gpu-lost.json", 3, {"--no-host-topology"}),
+      cuda("cuda-h200-recorded", "h200-vm.json", 1, {"--hwloc-xml", Fixture("hwloc/h200-vm.xml")}),
+      rocm("rocm-mi300-cpx", "topo-mi300-cpx", 1),
+      rocm("rocm-mi210-xgmi-pcie", "topo-mi210-xgmi-pcie", 2),
+      tpu("tpu-v5e-8", "v5e-8-host", 8),
+      tpu("tpu-v4", "v4-host", 4),
+      Node{"gaudi-hls2",
+           {"--plugin", Plugin("gaudi"), "--no-host-topology", "--config",
+            "gaudi.sysfs_root=" + Fixture("gaudi/hls2/sys")},
+           {},
+           8},
+  };
+}
+
+CommandResult Cli(std::vector<std::string> args, const std::vector<std::string>& node,
+                  const std::map<std::string, std::string>& env) {
+  args.insert(args.begin(), RAYACCEL_CLI);
+  args.insert(args.end(), node.begin(), node.end());
+  std::map<std::string, std::string> all = env;
+  all["RAYACCEL_PLUGIN_PATH"] = "";
+  return testing::Run(args, all);
+}
+
+class RoundTrip : public ::testing::TestWithParam<Node> {};
+
+TEST_P(RoundTrip, ReplayGivesTheSameAnswersWithoutThePlugins) {
+  const Node& node = GetParam();
+  const std::string bundle = testing::MakeTempDir("capture") + "/" + node.name + ".json";
+  CommandResult captured = Cli({"capture", "--out", bundle}, node.args, node.env);
+  ASSERT_EQ(captured.exit_code, 0) << captured.err;
+  EXPECT_NE(captured.out.find("captured "), std::string::npos) << captured.out;
+
+  // The replay needs nothing of the node: no plugin path, no fixture, no fake vendor library.
+  const std::vector<std::string> replay = {"--replay", bundle, "--plugin-path", "/nonexistent"};
+  std::vector<std::vector<std::string>> commands = {
+      {"discover", "--json"}, {"discover"},
+      {"plugins", "--json"},  {"topo"},
+      {"topo", "--json"},     {"resources", "--json"},
+      {"ray-start-args"},     {"allocate", "--size", "1", "--json"}};
+  if (node.devices >= 2) commands.push_back({"allocate", "--size", "2", "--json"});
+  for (const std::vector<std::string>& command : commands) {
+    SCOPED_TRACE(::testing::PrintToString(command));
+    CommandResult live = Cli(command, node.args, node.env);
+    CommandResult again = Cli(command, replay, {});
+    EXPECT_EQ(again.exit_code, live.exit_code) << again.err;
+    EXPECT_EQ(again.out, live.out);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, RoundTrip, ::testing::ValuesIn(Nodes()),
+                         [](const ::testing::TestParamInfo<Node>& info) {
+                           std::string name = info.param.name;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+// A bundle is someone else's file: anything malformed is refused with what is wrong (exit 2),
+// never a crash; answers that no longer pass the registry's checks fail that plugin only.
+TEST(Capture, BrokenBundlesAreRefusedWithTheReason) {
+  const std::string dir = testing::MakeTempDir("capture-broken");
+  const std::string good = dir + "/good.json";
+  ASSERT_EQ(Cli({"capture", "--out", good},
+                {"--plugin", "sim", "--config", "sim.spec=" + Example("tpu-v4-host.json")}, {})
+                .exit_code,
+            0);
+  std::ifstream in(good);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string bundle = text.str();
+  auto replay_of = [&](const std::string& name, const std::string& content) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << content;
+    return Cli({"discover", "--json", "--replay", path}, {}, {});
+  };
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = bundle;
+    size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  struct Case {
+    std::string name, content, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"truncated", bundle.substr(0, bundle.size() / 2), "not a usable capture bundle: line"},
+           {"empty", "", "not a usable capture bundle"},
+           {"other-format", replace("\"rayaccel-capture\"", "\"something-else\""),
+            "format is not \"rayaccel-capture\""},
+           {"newer-version", replace("\"version\": 1", "\"version\": 7"),
+            "version 7; this rayaccel reads version 1"},
+           {"bad-state", replace("\"state\": \"active\"", "\"state\": \"happy\""),
+            "bundle.plugins[0].state: expected active, degraded, failed or refused"},
+           {"bad-base64", replace("\"report\": \"", "\"report\": \"!!!"),
+            "bundle.plugins[0].report: expected base64"},
+           {"no-plugins", replace("\"plugins\":", "\"plugins_\":"),
+            "bundle.plugins: expected a value (missing)"}}) {
+    SCOPED_TRACE(c.name);
+    CommandResult r = replay_of(c.name + ".json", c.content);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+  // Well-formed, but the answer's bytes are corrupt: that plugin fails with the reason.
+  const std::string corrupt = replace("\"report\": \"", "\"report\": \"AAAA");
+  CommandResult r = replay_of("corrupt-report.json", corrupt);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"status\": \"failed\""), std::string::npos) << r.out;
+}
+
+// Nothing from the environment but an allow-list, and no host name unless asked for.
+TEST(Capture, TheManifestKeepsSecretsOut) {
+  const std::string dir = testing::MakeTempDir("capture-manifest");
+  const std::vector<std::string> node = {"--plugin", "sim", "--config",
+                                         "sim.spec=" + Example("tpu-v4-host.json")};
+  const std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", "0,1"},
+                                                  {"RAYACCEL_AGENT_TOKEN", "s3cret"},
+                                                  {"AWS_SECRET_ACCESS_KEY", "s3cret"},
+                                                  {"HOME_SWEET_HOME", "s3cret"}};
+  ASSERT_EQ(Cli({"capture", "--out", dir + "/a.json"}, node, env).exit_code, 0);
+  std::ifstream in(dir + "/a.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"CUDA_VISIBLE_DEVICES\": \"0,1\""), std::string::npos);
+  EXPECT_EQ(text.str().find("s3cret"), std::string::npos);
+  EXPECT_NE(text.str().find("\"hostname\": \"\""), std::string::npos);
+  ASSERT_EQ(Cli({"capture", "--include-hostname", "--out", dir + "/b.json"}, node, env).exit_code,
+            0);
+  std::ifstream in_b(dir + "/b.json");
+  std::stringstream text_b;
+  text_b << in_b.rdbuf();
+  EXPECT_EQ(text_b.str().find("\"hostname\": \"\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rayaccel
