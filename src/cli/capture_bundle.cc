@@ -3,8 +3,10 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
@@ -127,7 +129,98 @@ std::map<std::string, std::string> StringMap(const json::Value* v, const std::st
   return out;
 }
 
+// A parsed value written back as JSON text.
+std::string Text(const json::Value& v) {
+  json::Writer w;
+  std::function<void(const json::Value&)> write = [&](const json::Value& x) {
+    switch (x.type()) {
+      case json::Value::Type::kNull:
+        w.Null();
+        break;
+      case json::Value::Type::kBool:
+        w.Bool(x.bool_value());
+        break;
+      case json::Value::Type::kNumber:
+        if (std::optional<int64_t> i = x.as_int64()) {
+          w.Int(*i);
+        } else if (std::optional<uint64_t> u = x.as_uint64()) {
+          w.Uint(*u);
+        } else {
+          w.Double(x.number());
+        }
+        break;
+      case json::Value::Type::kString:
+        w.String(x.string());
+        break;
+      case json::Value::Type::kArray:
+        w.BeginArray();
+        for (const json::Value& item : x.array()) write(item);
+        w.EndArray();
+        break;
+      case json::Value::Type::kObject:
+        w.BeginObject();
+        for (const json::Value::Member& m : x.members()) {
+          w.Key(m.first);
+          write(m.second);
+        }
+        w.EndObject();
+        break;
+    }
+  };
+  write(v);
+  return w.Finish();
+}
+
+// Leaves of a JSON value by path: "devices[0].id" -> "\"GPU-...\"".
+void Flatten(const json::Value& v, const std::string& path, const std::vector<std::string>& ignore,
+             std::map<std::string, std::string>* out) {
+  if (v.is_object()) {
+    for (const json::Value::Member& m : v.members()) {
+      if (std::find(ignore.begin(), ignore.end(), m.first) != ignore.end()) continue;
+      Flatten(m.second, path.empty() ? m.first : path + "." + m.first, ignore, out);
+    }
+    if (v.members().empty()) (*out)[path] = "{}";
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.array().size(); ++i) {
+      Flatten(v.array()[i], absl::StrCat(path, "[", i, "]"), ignore, out);
+    }
+    if (v.array().empty()) (*out)[path] = "[]";
+  } else {
+    std::string text = Text(v);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    (*out)[path] = text;
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> DiffJson(std::string_view a, std::string_view b,
+                                  const std::vector<std::string>& ignore) {
+  std::map<std::string, std::string> left, right;
+  json::ParseError error;
+  if (std::optional<json::Value> va = json::Parse(a, &error)) Flatten(*va, "", ignore, &left);
+  if (std::optional<json::Value> vb = json::Parse(b, &error)) Flatten(*vb, "", ignore, &right);
+  std::vector<std::string> out;
+  auto l = left.begin();
+  auto r = right.begin();
+  while (l != left.end() || r != right.end()) {
+    if (r == right.end() || (l != left.end() && l->first < r->first)) {
+      out.push_back(absl::StrCat("- ", l->first, ": ", l->second));
+      ++l;
+    } else if (l == left.end() || r->first < l->first) {
+      out.push_back(absl::StrCat("+ ", r->first, ": ", r->second));
+      ++r;
+    } else {
+      if (l->second != r->second) {
+        out.push_back(absl::StrCat("- ", l->first, ": ", l->second));
+        out.push_back(absl::StrCat("+ ", r->first, ": ", r->second));
+      }
+      ++l;
+      ++r;
+    }
+  }
+  return out;
+}
 
 Manifest CollectManifest(bool include_hostname) {
   Manifest m;
@@ -149,13 +242,9 @@ Manifest CollectManifest(bool include_hostname) {
   return m;
 }
 
-std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
-                        const Manifest& manifest) {
+std::string ManifestJson(const Manifest& manifest) {
   json::Writer w;
   w.BeginObject();
-  w.Key("format").String(kBundleFormat);
-  w.Key("version").Int(kBundleVersion);
-  w.Key("manifest").BeginObject();
   w.Key("rayaccel_version").String(manifest.rayaccel_version);
   w.Key("abi_version").String(manifest.abi_version);
   w.Key("kernel").String(manifest.kernel);
@@ -166,6 +255,16 @@ std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
   for (const auto& [k, v] : manifest.environment) w.Key(k).String(v);
   w.EndObject();
   w.EndObject();
+  return w.Finish();
+}
+
+std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
+                        const Manifest& manifest) {
+  json::Writer w;
+  w.BeginObject();
+  w.Key("format").String(kBundleFormat);
+  w.Key("version").Int(kBundleVersion);
+  w.Key("manifest").Raw(ManifestJson(manifest));
   w.Key("host_topology").String(node.host_topology);
   w.Key("hwloc_xml").String(node.hwloc_xml);
   w.Key("plugins").BeginArray();
@@ -301,7 +400,10 @@ absl::StatusOr<Bundle> ParseBundle(std::string_view text) {
     }
     bundle.node.plugins.push_back(std::move(p));
   }
-  root.Object("snapshot");  // present, for comparing a replay with
+  if (const json::Value* snapshot = root.Object("snapshot")) bundle.snapshot_json = Text(*snapshot);
+  if (const json::Value* manifest_value = root.Object("manifest")) {
+    bundle.manifest_json = Text(*manifest_value);
+  }
   if (!error.empty()) return invalid(error);
   return bundle;
 }

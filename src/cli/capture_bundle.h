@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
@@ -32,6 +33,7 @@ struct Manifest {
   std::map<std::string, std::string> environment;
 };
 Manifest CollectManifest(bool include_hostname);
+std::string ManifestJson(const Manifest& manifest);
 
 // The bundle's text. `snapshot` is what the capture produced, for diffing a replay against.
 std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
@@ -40,11 +42,19 @@ std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
 struct Bundle {
   CapturedNode node;
   Manifest manifest;
+  std::string manifest_json;  // the manifest and the snapshot as JSON text, for Diff
+  std::string snapshot_json;
 };
 // Refuses anything that is not a well-formed bundle of this format and version, naming what
 // is wrong; a plugin's answers are checked again by the registry when replayed.
 absl::StatusOr<Bundle> ParseBundle(std::string_view text);
 absl::StatusOr<Bundle> ReadBundleFile(const std::string& path);
+
+// What differs between two JSON documents (a snapshot or a manifest), one line per leaf:
+// "- devices[2].health: healthy" / "+ devices[2].health: unhealthy"; members named in
+// `ignore` (the snapshot's generation) are skipped. Empty when they agree.
+std::vector<std::string> DiffJson(std::string_view a, std::string_view b,
+                                  const std::vector<std::string>& ignore);
 
 }  // namespace rayaccel::cli
 

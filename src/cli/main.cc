@@ -13,11 +13,13 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/capture_bundle.h"
@@ -72,6 +74,8 @@ Commands:
   capture          record this node for replay elsewhere: every plugin's answers, hwloc's
                    view, versions and the snapshot, in one file: capture [--out FILE]
                    [--include-hostname] (docs/capture.md)
+  diff             what differs between two capture bundles, or a bundle and this host:
+                   diff A.json [B.json]; exit 1 when the snapshots differ
   version          print the version
 
 Options:
@@ -131,10 +135,11 @@ struct Args {
   RegistryOptions options;
   std::string log_level = "warn";
   std::string log_format = "text";
-  bool isolation_given = false;   // --isolation; serve isolates by default, the rest do not
-  std::string replay;             // --replay BUNDLE
-  std::string out;                // capture --out FILE
-  bool include_hostname = false;  // capture --include-hostname
+  bool isolation_given = false;      // --isolation; serve isolates by default, the rest do not
+  std::string replay;                // --replay BUNDLE
+  std::vector<std::string> bundles;  // diff A [B]
+  std::string out;                   // capture --out FILE
+  bool include_hostname = false;     // capture --include-hostname
 };
 
 #if !RAYACCEL_CLI_RPC
@@ -161,6 +166,21 @@ int ExecAgent(char** argv) {
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel: %s\n\n%s", problem.c_str(), kUsage);
   return kExitUsage;
+}
+
+// `rayaccel diff`: what differs between a bundle's snapshot and another's (or this host's), then
+// between their manifests. Exit 0 when the snapshots agree (generation aside), 1 when not.
+int Diff(const Bundle& a, const Bundle& b, const std::string& b_name) {
+  std::vector<std::string> snapshot = DiffJson(a.snapshot_json, b.snapshot_json, {"generation"});
+  std::vector<std::string> manifest = DiffJson(a.manifest_json, b.manifest_json, {});
+  std::string out = snapshot.empty() ? "snapshot: the same\n" : "snapshot:\n";
+  for (const std::string& line : snapshot) absl::StrAppend(&out, "  ", line, "\n");
+  if (!manifest.empty()) {
+    absl::StrAppend(&out, "versions and environment (- first, + ", b_name, "):\n");
+    for (const std::string& line : manifest) absl::StrAppend(&out, "  ", line, "\n");
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return snapshot.empty() ? kExitOk : kExitFailure;
 }
 
 // Parses argv; returns -1 to go on, or an exit code.
@@ -292,6 +312,8 @@ int Parse(int argc, char** argv, Args* args) {
       return Usage("unknown option " + arg);
     } else if (args->command.empty()) {
       args->command = arg;
+    } else if (args->command == "diff" && args->bundles.size() < 2) {
+      args->bundles.push_back(arg);
     } else {
       return Usage("unexpected argument " + arg);
     }
@@ -388,12 +410,26 @@ int Run(int argc, char** argv) {
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);
 #endif
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
-      cmd != "topo" && cmd != "allocate" && cmd != "capture") {
+      cmd != "topo" && cmd != "allocate" && cmd != "capture" && cmd != "diff") {
     return Usage("unknown command \"" + cmd + "\"");
   }
   if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
   if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
   if (cmd == "capture" && !args.agent.empty()) return Usage("capture does not take --agent");
+  if (cmd == "diff" && args.bundles.empty()) return Usage("diff needs a bundle: diff A [B]");
+  // diff A B compares two bundles; neither this host nor its plugins are involved.
+  std::optional<Bundle> first, second;
+  if (cmd == "diff") {
+    for (size_t i = 0; i < args.bundles.size(); ++i) {
+      absl::StatusOr<Bundle> b = ReadBundleFile(args.bundles[i]);
+      if (!b.ok()) {
+        std::fprintf(stderr, "rayaccel: %s\n", std::string(b.status().message()).c_str());
+        return kExitUsage;
+      }
+      (i == 0 ? first : second) = *std::move(b);
+    }
+    if (second) return Diff(*first, *second, args.bundles[1]);
+  }
   std::shared_ptr<const NodeSnapshot> snap;
   absl::StatusOr<std::unique_ptr<Registry>> registry;
   if (!args.agent.empty()) {
@@ -447,6 +483,11 @@ int Run(int argc, char** argv) {
     out = args.json ? AllocationJson(*snap, *allocation, env)
                     : AllocationText(*snap, *allocation, env);
     if (allocation->devices.empty()) exit_code = kExitNoAllocation;
+  } else if (cmd == "diff") {
+    Bundle here;
+    here.snapshot_json = DiscoverJson(*snap);
+    here.manifest_json = ManifestJson(CollectManifest(false));
+    return Diff(*first, here, args.replay.empty() ? "this host" : args.replay + " (replayed)");
   } else if (cmd == "capture") {
     absl::StatusOr<CapturedNode> node = (*registry)->Capture();
     if (!node.ok()) {

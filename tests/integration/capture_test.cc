@@ -1,6 +1,8 @@
 // Capture and replay (docs/capture.md): `rayaccel capture` on a node, then `--replay` anywhere
 // gives the same output for every local command, byte for byte, without the node's plugins,
 // drivers or fixture files. Each in-tree plugin on its fixtures; broken bundles are refused.
+#include <dirent.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -175,6 +177,38 @@ TEST(Capture, BrokenBundlesAreRefusedWithTheReason) {
   CommandResult r = replay_of("corrupt-report.json", corrupt);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"status\": \"failed\""), std::string::npos) << r.out;
+}
+
+// Bundles captured by an earlier build, kept in the tree (they seed the bundle reader's fuzzing
+// too): each replays on this checkout to the snapshot it recorded, and `diff` says so.
+TEST(Capture, CommittedBundlesReplayToTheSnapshotTheyRecorded) {
+  const std::string dir = std::string(RAYACCEL_SOURCE_DIR) + "/tests/fuzz/corpus/capture_bundle";
+  std::vector<std::string> bundles;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) {
+        bundles.push_back(dir + "/" + name);
+      }
+    }
+    closedir(d);
+  }
+  ASSERT_GE(bundles.size(), 3u);
+  for (const std::string& bundle : bundles) {
+    SCOPED_TRACE(bundle);
+    CommandResult r = Cli({"diff", bundle, "--replay", bundle}, {}, {});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.rfind("snapshot: the same\n", 0), 0u) << r.out;
+  }
+  // Two different nodes: what differs, and exit 1.
+  CommandResult r =
+      Cli({"diff", dir + "/tpu-v4-host.json", dir + "/named-interconnect.json"}, {}, {});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.out.find("  - devices[0].id: \"tpu-v4-16-w0-chip0\"\n  + devices[0].id: \"acme-0\"\n"),
+      std::string::npos)
+      << r.out;
+  EXPECT_EQ(Cli({"diff"}, {}, {}).exit_code, 2);
 }
 
 // Nothing from the environment but an allow-list, and no host name unless asked for.
