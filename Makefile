@@ -41,8 +41,21 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# What rayaccel sees on this host; when it gives Ray no accelerator, a line saying so and a
+# simulated example node, clearly marked, with the commands to run on real hardware.
 run: build
-	$(BUILD_DIR)/bin/rayaccel discover
+	@"$(BUILD_DIR)/bin/rayaccel" discover
+	@if [ "$$("$(BUILD_DIR)/bin/rayaccel" resources --json 2>/dev/null)" = "{}" ]; then \
+	  echo; \
+	  echo "No accelerator resources for Ray on this host (plugin status above)."; \
+	  echo "A SIMULATED example node (examples/dgx-h100.json), to show what rayaccel reports:"; \
+	  echo; \
+	  "$(BUILD_DIR)/bin/rayaccel" discover --plugin-path "$(BUILD_DIR)/lib/rayaccel/plugins" \
+	    --plugin sim --config sim.spec=examples/dgx-h100.json --no-host-topology && \
+	  echo && \
+	  echo "On a node with accelerators: $(BUILD_DIR)/bin/rayaccel discover, topo, ray-start-args;" && \
+	  echo "to report one: $(BUILD_DIR)/bin/rayaccel capture --out node.json (docs/capture.md)"; \
+	fi
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

@@ -176,7 +176,9 @@ void Flatten(const json::Value& v, const std::string& path, const std::vector<st
              std::map<std::string, std::string>* out) {
   if (v.is_object()) {
     for (const json::Value::Member& m : v.members()) {
-      if (std::find(ignore.begin(), ignore.end(), m.first) != ignore.end()) continue;
+      if (path.empty() && std::find(ignore.begin(), ignore.end(), m.first) != ignore.end()) {
+        continue;  // top-level members only: a device attribute may have any name
+      }
       Flatten(m.second, path.empty() ? m.first : path + "." + m.first, ignore, out);
     }
     if (v.members().empty()) (*out)[path] = "{}";

@@ -17,8 +17,8 @@ namespace rayaccel::cli {
 inline constexpr char kBundleFormat[] = "rayaccel-capture";
 inline constexpr int kBundleVersion = 1;
 // A bundle larger than this is refused before parsing: a node's answers and hwloc's XML take
-// a few MiB at most.
-inline constexpr size_t kMaxBundleBytes = size_t{256} << 20;
+// a few MiB (a 72-GPU rack's, about 2 MiB).
+inline constexpr size_t kMaxBundleBytes = size_t{32} << 20;
 
 // Where and with what the capture ran. Environment variables only from an allow-list (the
 // visible-devices families, RAY_OVERRIDE_*, TPU_*, RAYACCEL_*), never one whose name says it

@@ -168,6 +168,17 @@ int Usage(const std::string& problem) {
   return kExitUsage;
 }
 
+// hwloc's export names the host (<info name="HostName" value="..."/>): dropped unless asked for.
+std::string WithoutHostName(std::string xml) {
+  const std::string tag = "<info name=\"HostName\"";
+  for (size_t at = xml.find(tag); at != std::string::npos; at = xml.find(tag, at)) {
+    size_t end = xml.find("/>", at);
+    if (end == std::string::npos) break;
+    xml.erase(at, end + 2 - at);
+  }
+  return xml;
+}
+
 // `rayaccel diff`: what differs between a bundle's snapshot and another's (or this host's), then
 // between their manifests. Exit 0 when the snapshots agree (generation aside), 1 when not.
 int Diff(const Bundle& a, const Bundle& b, const std::string& b_name) {
@@ -378,12 +389,20 @@ int Run(int argc, char** argv) {
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 
   SetUpLogging(args.log_format, args.log_level);
+  if (!args.replay.empty() && !args.agent.empty()) {
+    return Usage("--replay and --agent each choose where the snapshot comes from: give one");
+  }
+  if ((!args.out.empty() || args.include_hostname) && args.command != "capture") {
+    return Usage("--out and --include-hostname are capture's");
+  }
+  std::string replayed_manifest;  // for diff: the replayed node's versions, not this host's
   if (!args.replay.empty()) {
     absl::StatusOr<Bundle> bundle = ReadBundleFile(args.replay);
     if (!bundle.ok()) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(bundle.status().message()).c_str());
       return kExitUsage;
     }
+    replayed_manifest = bundle->manifest_json;
     args.options.replay = std::make_shared<const CapturedNode>(std::move(bundle->node));
   }
 
@@ -486,7 +505,8 @@ int Run(int argc, char** argv) {
   } else if (cmd == "diff") {
     Bundle here;
     here.snapshot_json = DiscoverJson(*snap);
-    here.manifest_json = ManifestJson(CollectManifest(false));
+    here.manifest_json =
+        args.replay.empty() ? ManifestJson(CollectManifest(false)) : replayed_manifest;
     return Diff(*first, here, args.replay.empty() ? "this host" : args.replay + " (replayed)");
   } else if (cmd == "capture") {
     absl::StatusOr<CapturedNode> node = (*registry)->Capture();
@@ -494,6 +514,24 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(node.status().message()).c_str());
       return kExitFailure;
     }
+    if (!args.include_hostname) node->hwloc_xml = WithoutHostName(node->hwloc_xml);
+    // The bundle's snapshot is what its answers replay to, so that it always agrees with
+    // itself; a node that changed between the first scan and the capture says so.
+    RegistryOptions replay = args.options;
+    replay.replay = std::make_shared<const CapturedNode>(*node);
+    absl::StatusOr<std::unique_ptr<Registry>> replayed = Registry::Create(replay);
+    if (!replayed.ok()) {
+      std::fprintf(stderr, "rayaccel: capture does not replay: %s\n",
+                   std::string(replayed.status().message()).c_str());
+      return kExitFailure;
+    }
+    std::shared_ptr<const NodeSnapshot> recorded = (*replayed)->snapshot();
+    if (DiscoverJson(*recorded) != DiscoverJson(*snap)) {
+      std::fprintf(stderr,
+                   "rayaccel: the node changed while it was captured; the bundle holds the "
+                   "later answers\n");
+    }
+    snap = recorded;
     out = WriteBundle(*node, *snap, CollectManifest(args.include_hostname));
     if (!args.out.empty()) {
       std::ofstream file(args.out, std::ios::binary | std::ios::trunc);

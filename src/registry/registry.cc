@@ -218,15 +218,24 @@ class Registry::Impl {
   // A captured node's plugins, answering as they did (ReplayedPlugin); those the capture found
   // refused or failed stay so, with their message.
   absl::Status LoadReplay() {
+    std::set<std::string> names;
     for (const CapturedPlugin& captured : options_.replay->plugins) {
       Slot slot;
       slot.status = captured.status;
-      if (captured.status.state == PluginStatus::State::kActive ||
-          captured.status.state == PluginStatus::State::kDegraded) {
+      for (std::string* text :
+           {&slot.status.message, &slot.status.name, &slot.status.path, &slot.status.abi_version}) {
+        if (!CheckText(*text, "").ok()) *text = "(not valid text in the bundle)";
+      }
+      if (!names.insert(captured.status.name).second) {
+        slot.status.state = PluginStatus::State::kRefused;
+        slot.status.message = "a plugin of this name is already replayed";
+      } else if (captured.status.state == PluginStatus::State::kActive ||
+                 captured.status.state == PluginStatus::State::kDegraded) {
         slot.plugin = std::make_shared<ReplayedPlugin>(captured);
         slot.status.state = PluginStatus::State::kActive;  // the scan judges the answer again
         slot.status.message.clear();
         slot.status.device_count = 0;
+        Initialize(&slot, {});  // its properties pass the same checks as a live plugin's
       }
       slots_.push_back(std::move(slot));
     }
@@ -838,11 +847,9 @@ class Registry::Impl {
         for (const Device& d : report.devices) indices.push_back(d.index);
         std::sort(indices.begin(), indices.end());
         const size_t n = indices.size();
-        if ((c.status.capabilities & RAYACCEL_CAP_ALLOCATION) != 0) {
-          for (uint32_t q = 1; q <= std::min<size_t>(n, 64); ++q) {
-            absl::Status st = plugin.ValidateQuantity(q);
-            c.quantities[q] = st.ok() ? "" : std::string(st.message());
-          }
+        for (uint32_t q = 1; q <= std::min<size_t>(n, 64); ++q) {
+          absl::Status st = plugin.ValidateQuantity(q);
+          c.quantities[q] = st.ok() ? "" : std::string(st.message());
         }
         if (c.has_prepare_allocation && n > 0) {
           std::vector<std::vector<uint32_t>> sets;
@@ -863,6 +870,10 @@ class Registry::Impl {
             }
             c.allocations.push_back(std::move(answer));
           }
+        }
+        if (!plugin.alive()) {
+          return absl::UnavailableError(absl::StrCat("capture: plugin ", c.status.name,
+                                                     " died while its answers were recorded"));
         }
       }
       node.plugins.push_back(std::move(c));

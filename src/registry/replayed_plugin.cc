@@ -5,11 +5,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "isolation/report_codec.h"
+#include "registry/validate.h"
 
 namespace rayaccel {
 
 absl::StatusOr<PluginProperties> ReplayedPlugin::GetProperties() const {
+  // The same checks as a loaded plugin's answer: a bundle is someone else's file.
   const PluginStatus& s = captured_.status;
+  for (const auto& [value, field] : {std::pair{&s.vendor, "vendor"},
+                                     {&s.resource_name, "resource_name"},
+                                     {&s.visible_devices_env, "visible_devices_env"},
+                                     {&s.plugin_version, "plugin_version"}}) {
+    if (absl::Status st = CheckText(*value, absl::StrCat("get_properties: ", field)); !st.ok()) {
+      return st;
+    }
+  }
   return PluginProperties{s.vendor, s.resource_name, s.visible_devices_env, s.plugin_version};
 }
 
@@ -21,9 +31,9 @@ absl::Status ReplayedPlugin::Query(PluginReport* report) {
 absl::Status ReplayedPlugin::ValidateQuantity(uint32_t quantity) const {
   auto it = captured_.quantities.find(quantity);
   if (it == captured_.quantities.end()) {
-    if ((captured_.status.capabilities & RAYACCEL_CAP_ALLOCATION) == 0) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("validate_quantity(", quantity, ") was not captured"));
+    return absl::FailedPreconditionError(absl::StrCat("validate_quantity(", quantity,
+                                                      ") was not captured (1 to the device count, "
+                                                      "at most 64, were)"));
   }
   return it->second.empty() ? absl::OkStatus() : absl::InvalidArgumentError(it->second);
 }

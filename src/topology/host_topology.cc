@@ -143,8 +143,10 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::s
                                                                     std::string source) {
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
-  if (xml.size() > (size_t{256} << 20) ||
-      hwloc_topology_set_xmlbuffer(impl->topo, xml.data(), static_cast<int>(xml.size())) != 0 ||
+  // hwloc takes the length with the final NUL, which c_str() provides.
+  if (xml.size() > (size_t{32} << 20) ||
+      hwloc_topology_set_xmlbuffer(impl->topo, xml.c_str(), static_cast<int>(xml.size() + 1)) !=
+          0 ||
       hwloc_topology_load(impl->topo) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("hwloc cannot read the XML topology of ", source));

@@ -167,14 +167,20 @@ TEST(Capture, BrokenBundlesAreRefusedWithTheReason) {
            {"no-plugins", replace("\"plugins\":", "\"plugins_\":"),
             "bundle.plugins: expected a value (missing)"}}) {
     SCOPED_TRACE(c.name);
-    CommandResult r = replay_of(c.name + ".json", c.content);
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
-    EXPECT_TRUE(r.out.empty());
+    CommandResult broken = replay_of(c.name + ".json", c.content);
+    EXPECT_EQ(broken.exit_code, 2);
+    EXPECT_NE(broken.err.find(c.message), std::string::npos) << broken.err;
+    EXPECT_TRUE(broken.out.empty());
   }
+  // Properties pass the same checks as a live plugin's: a resource of Ray's own fails it.
+  CommandResult r = replay_of("cpu-resource.json",
+                              replace("\"resource_name\": \"TPU\"", "\"resource_name\": \"CPU\""));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("is one of Ray's own resources"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"devices\": []"), std::string::npos) << r.out;
   // Well-formed, but the answer's bytes are corrupt: that plugin fails with the reason.
   const std::string corrupt = replace("\"report\": \"", "\"report\": \"AAAA");
-  CommandResult r = replay_of("corrupt-report.json", corrupt);
+  r = replay_of("corrupt-report.json", corrupt);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"status\": \"failed\""), std::string::npos) << r.out;
 }
@@ -233,6 +239,22 @@ TEST(Capture, TheManifestKeepsSecretsOut) {
   std::stringstream text_b;
   text_b << in_b.rdbuf();
   EXPECT_EQ(text_b.str().find("\"hostname\": \"\""), std::string::npos);
+
+  // hwloc's export names the host too: dropped unless asked for.
+  const std::vector<std::string> pci = {"--plugin",    "sim",
+                                        "--config",    "sim.spec=" + Example("dgx1-v100.json"),
+                                        "--hwloc-xml", Fixture("hwloc/h200-vm.xml")};
+  for (bool include : {false, true}) {
+    const std::string file = dir + (include ? "/with-host.json" : "/without-host.json");
+    std::vector<std::string> args = {"capture", "--out", file};
+    if (include) args.push_back("--include-hostname");
+    ASSERT_EQ(Cli(args, pci, {}).exit_code, 0);
+    std::ifstream bundle(file);
+    std::stringstream xml;
+    xml << bundle.rdbuf();
+    EXPECT_EQ(xml.str().find("HostName") != std::string::npos, include);
+    EXPECT_EQ(Cli({"diff", file, "--replay", file}, {}, {}).exit_code, 0);
+  }
 }
 
 }  // namespace
