@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -553,12 +555,23 @@ TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
   EXPECT_NE(ReadText(err).find("plain TCP on 0.0.0.0:0 is refused"), std::string::npos)
       << ReadText(err);
 
-  // Allowed explicitly, it serves (over loopback here, the address it also listens on).
-  const int port = testing::FreeLoopbackPort();
-  ASSERT_GT(port, 0);
-  wide.back() = "tcp://0.0.0.0:" + std::to_string(port);
-  wide.push_back("--allow-insecure-tcp");
-  pid_t agent = testing::Spawn(RAYACCEL_CLI, wide, "/dev/null");
+  // Allowed explicitly, it serves (over loopback here, the address it also listens on). Port 0:
+  // the agent takes a free one and logs it (a port picked here could be taken on another
+  // address by a test running beside this one before the agent binds all of them).
+  wide.insert(wide.end(), {"--allow-insecure-tcp", "--log-level", "info"});
+  const std::string log = dir + "/log.txt";
+  pid_t agent = testing::Spawn(RAYACCEL_CLI, wide, "/dev/null", log);
+  int port = 0;
+  const std::string serving = "serving generation 1 on 0.0.0.0:";
+  for (int i = 0; i < 200 && port == 0; ++i) {
+    std::string text = ReadText(log);
+    if (size_t at = text.find(serving); at != std::string::npos) {
+      port = std::atoi(text.c_str() + at + serving.size());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_GT(port, 0) << ReadText(log);
   auto stub = v1::AcceleratorRegistry::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -569,6 +582,7 @@ TEST(ServeCommand, RefusesPlainTcpOffLoopbackUnlessAllowed) {
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(Stop(agent), 0);
   unlink(err.c_str());
+  unlink(log.c_str());
   rmdir(dir.c_str());
 }
 
