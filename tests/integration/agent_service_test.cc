@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
