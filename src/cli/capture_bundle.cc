@@ -224,6 +224,16 @@ std::vector<std::string> DiffJson(std::string_view a, std::string_view b,
   return out;
 }
 
+std::string WithoutHostName(std::string xml) {
+  const std::string tag = "<info name=\"HostName\"";
+  for (size_t at = xml.find(tag); at != std::string::npos; at = xml.find(tag, at)) {
+    size_t end = xml.find("/>", at);
+    if (end == std::string::npos) break;
+    xml.erase(at, end + 2 - at);
+  }
+  return xml;
+}
+
 Manifest CollectManifest(bool include_hostname) {
   Manifest m;
   m.rayaccel_version = RAYACCEL_VERSION;

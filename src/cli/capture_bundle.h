@@ -17,7 +17,7 @@ namespace rayaccel::cli {
 inline constexpr char kBundleFormat[] = "rayaccel-capture";
 inline constexpr int kBundleVersion = 1;
 // A bundle larger than this is refused before parsing: a node's answers and hwloc's XML take
-// a few MiB (a 72-GPU rack's, about 2 MiB).
+// a few MiB at most (examples/nvl72.json, 72 GPUs, captures to 0.8 MiB).
 inline constexpr size_t kMaxBundleBytes = size_t{32} << 20;
 
 // Where and with what the capture ran. Environment variables only from an allow-list (the
@@ -34,6 +34,10 @@ struct Manifest {
 };
 Manifest CollectManifest(bool include_hostname);
 std::string ManifestJson(const Manifest& manifest);
+
+// hwloc's export names the host (<info name="HostName" value="..."/>): a bundle keeps it only
+// when asked for.
+std::string WithoutHostName(std::string hwloc_xml);
 
 // The bundle's text. `snapshot` is what the capture produced, for diffing a replay against.
 std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,

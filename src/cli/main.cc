@@ -168,17 +168,6 @@ int Usage(const std::string& problem) {
   return kExitUsage;
 }
 
-// hwloc's export names the host (<info name="HostName" value="..."/>): dropped unless asked for.
-std::string WithoutHostName(std::string xml) {
-  const std::string tag = "<info name=\"HostName\"";
-  for (size_t at = xml.find(tag); at != std::string::npos; at = xml.find(tag, at)) {
-    size_t end = xml.find("/>", at);
-    if (end == std::string::npos) break;
-    xml.erase(at, end + 2 - at);
-  }
-  return xml;
-}
-
 // `rayaccel diff`: what differs between a bundle's snapshot and another's (or this host's), then
 // between their manifests. Exit 0 when the snapshots agree (generation aside), 1 when not.
 int Diff(const Bundle& a, const Bundle& b, const std::string& b_name) {
