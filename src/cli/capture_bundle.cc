@@ -9,12 +9,15 @@
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "cli/render.h"
 #include "rayaccel/plugin.h"
+#include "topology/host_topology.h"
 #include "util/json.h"
 
 extern char** environ;
@@ -83,8 +86,8 @@ class Fields {
     if (!v->is_bool()) return Fail(key, "true or false"), false;
     return v->bool_value();
   }
-  const json::Value* Array(std::string_view key) {
-    const json::Value* v = Get(key, true);
+  const json::Value* Array(std::string_view key, bool required = true) {
+    const json::Value* v = Get(key, required);
     if (v != nullptr && !v->is_array()) return Fail(key, "an array"), nullptr;
     return v;
   }
@@ -125,6 +128,24 @@ std::map<std::string, std::string> StringMap(const json::Value* v, const std::st
       return out;
     }
     out[m.first] = m.second.string();
+  }
+  return out;
+}
+
+std::vector<std::string> StringList(const json::Value* v, const std::string& where,
+                                    std::string* error) {
+  std::vector<std::string> out;
+  if (v == nullptr) return out;
+  if (!v->is_array()) {
+    if (error->empty()) *error = where + ": expected an array of strings";
+    return out;
+  }
+  for (const json::Value& item : v->array()) {
+    if (!item.is_string()) {
+      if (error->empty()) *error = where + ": expected an array of strings";
+      return out;
+    }
+    out.push_back(item.string());
   }
   return out;
 }
@@ -234,8 +255,19 @@ std::string WithoutHostName(std::string xml) {
   return xml;
 }
 
-Manifest CollectManifest(bool include_hostname) {
+Manifest CollectManifest(bool include_hostname, const std::string& sysfs_root) {
   Manifest m;
+  m.hwloc_version = HostTopology::LibraryVersion();
+  // The kernel drivers behind the in-tree plugins' devices (vfio_pci: TPU VMs).
+  for (const char* module :
+       {"nvidia", "nvidia_uvm", "nvidia_peermem", "amdgpu", "habanalabs", "vfio_pci"}) {
+    const std::string dir = absl::StrCat(sysfs_root, "/sys/module/", module);
+    if (access(dir.c_str(), F_OK) != 0) continue;
+    std::ifstream in(dir + "/version");
+    std::string version;
+    std::getline(in, version);
+    m.kernel_modules[module] = std::string(absl::StripAsciiWhitespace(version));
+  }
   m.rayaccel_version = RAYACCEL_VERSION;
   m.abi_version = absl::StrCat(RAYACCEL_ABI_VERSION_MAJOR, ".", RAYACCEL_ABI_VERSION_MINOR);
   utsname u{};
@@ -254,6 +286,30 @@ Manifest CollectManifest(bool include_hostname) {
   return m;
 }
 
+void AddVendorStacks(const NodeSnapshot& snapshot, Manifest* manifest) {
+  manifest->vendor_stacks.clear();
+  for (const PluginStatus& p : snapshot.plugins) {
+    if (p.state == PluginStatus::State::kRefused) continue;
+    Manifest::VendorStack stack{p.name, p.plugin_version, p.vendor, {}, {}, {}};
+    auto add_distinct = [](std::vector<std::string>* list, const std::string& value) {
+      if (!value.empty() && std::find(list->begin(), list->end(), value) == list->end()) {
+        list->push_back(value);
+      }
+    };
+    for (const Device& d : snapshot.devices) {
+      if (d.plugin != p.name) continue;
+      add_distinct(&stack.driver_versions, d.driver_version);
+      if (!d.firmware_version.empty()) stack.firmware[d.id] = d.firmware_version;
+      for (const Attribute& a : d.attributes) {
+        if (a.kind == Attribute::Kind::kVersion) {
+          add_distinct(&stack.version_attributes[a.name], a.string_value);
+        }
+      }
+    }
+    manifest->vendor_stacks.push_back(std::move(stack));
+  }
+}
+
 std::string ManifestJson(const Manifest& manifest) {
   json::Writer w;
   w.BeginObject();
@@ -266,6 +322,32 @@ std::string ManifestJson(const Manifest& manifest) {
   w.Key("environment").BeginObject();
   for (const auto& [k, v] : manifest.environment) w.Key(k).String(v);
   w.EndObject();
+  w.Key("hwloc_version").String(manifest.hwloc_version);
+  w.Key("kernel_modules").BeginObject();
+  for (const auto& [k, v] : manifest.kernel_modules) w.Key(k).String(v);
+  w.EndObject();
+  w.Key("vendor_stacks").BeginArray();
+  for (const Manifest::VendorStack& v : manifest.vendor_stacks) {
+    w.BeginObject();
+    w.Key("plugin").String(v.plugin);
+    w.Key("plugin_version").String(v.plugin_version);
+    w.Key("vendor").String(v.vendor);
+    w.Key("driver_versions").BeginArray();
+    for (const std::string& d : v.driver_versions) w.String(d);
+    w.EndArray();
+    w.Key("firmware").BeginObject();
+    for (const auto& [id, version] : v.firmware) w.Key(id).String(version);
+    w.EndObject();
+    w.Key("version_attributes").BeginObject();
+    for (const auto& [name, values] : v.version_attributes) {
+      w.Key(name).BeginArray();
+      for (const std::string& value : values) w.String(value);
+      w.EndArray();
+    }
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
   return w.Finish();
 }
@@ -354,6 +436,30 @@ absl::StatusOr<Bundle> ParseBundle(std::string_view text) {
   bundle.manifest.hostname = manifest.String("hostname");
   bundle.manifest.environment =
       StringMap(manifest.Object("environment"), "bundle.manifest.environment", &error);
+  // Added within version 1 (bundles written before lack them); for people and for diff.
+  bundle.manifest.hwloc_version = manifest.String("hwloc_version", /*required=*/false);
+  bundle.manifest.kernel_modules =
+      StringMap(manifest.Object("kernel_modules", false), "bundle.manifest.kernel_modules", &error);
+  if (const json::Value* stacks = manifest.Array("vendor_stacks", false)) {
+    for (size_t i = 0; i < stacks->array().size() && error.empty(); ++i) {
+      const std::string where = absl::StrCat("bundle.manifest.vendor_stacks[", i, "]");
+      Fields f(&stacks->array()[i], where, &error);
+      Manifest::VendorStack v;
+      v.plugin = f.String("plugin");
+      v.plugin_version = f.String("plugin_version");
+      v.vendor = f.String("vendor");
+      v.driver_versions =
+          StringList(f.Array("driver_versions"), where + ".driver_versions", &error);
+      v.firmware = StringMap(f.Object("firmware"), where + ".firmware", &error);
+      if (const json::Value* attributes = f.Object("version_attributes")) {
+        for (const json::Value::Member& m : attributes->members()) {
+          v.version_attributes[m.first] =
+              StringList(&m.second, absl::StrCat(where, ".version_attributes.", m.first), &error);
+        }
+      }
+      bundle.manifest.vendor_stacks.push_back(std::move(v));
+    }
+  }
   bundle.node.host_topology = root.String("host_topology");
   bundle.node.hwloc_xml = root.String("hwloc_xml");
   const json::Value* plugins = root.Array("plugins");

@@ -31,8 +31,25 @@ struct Manifest {
   std::string os;       // /etc/os-release PRETTY_NAME
   std::string hostname;
   std::map<std::string, std::string> environment;
+  std::string hwloc_version;  // the hwloc library in use
+  // Accelerator kernel drivers loaded, with the version they declare (/sys/module/M/version;
+  // empty for a driver built into the kernel's own tree).
+  std::map<std::string, std::string> kernel_modules;
+  // Each plugin's vendor stack as its devices reported it.
+  struct VendorStack {
+    std::string plugin;
+    std::string plugin_version;
+    std::string vendor;
+    std::vector<std::string> driver_versions;                            // distinct, in order met
+    std::map<std::string, std::string> firmware;                         // device id -> version
+    std::map<std::string, std::vector<std::string>> version_attributes;  // name -> distinct
+  };
+  std::vector<VendorStack> vendor_stacks;
 };
-Manifest CollectManifest(bool include_hostname);
+// `sysfs_root` is where /sys/module is looked for ("" is "/").
+Manifest CollectManifest(bool include_hostname, const std::string& sysfs_root = "");
+// Fills `vendor_stacks` from a snapshot's plugins and devices.
+void AddVendorStacks(const NodeSnapshot& snapshot, Manifest* manifest);
 std::string ManifestJson(const Manifest& manifest);
 
 // hwloc's export names the host (<info name="HostName" value="..."/>): a bundle keeps it only

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/capture_anonymize.h"
 #include "cli/capture_bundle.h"
 #include "cli/log_format.h"
 #include "cli/render.h"
@@ -73,7 +75,7 @@ Commands:
                    [--op read|write] [--iters N] (rayaccel transfer --help)
   capture          record this node for replay elsewhere: every plugin's answers, hwloc's
                    view, versions and the snapshot, in one file: capture [--out FILE]
-                   [--include-hostname] (docs/capture.md)
+                   [--include-hostname] [--anonymize] (docs/capture.md)
   diff             what differs between two capture bundles, or a bundle and this host:
                    diff A.json [B.json]; exit 1 when the snapshots differ
   version          print the version
@@ -140,6 +142,7 @@ struct Args {
   std::vector<std::string> bundles;  // diff A [B]
   std::string out;                   // capture --out FILE
   bool include_hostname = false;     // capture --include-hostname
+  bool anonymize = false;            // capture --anonymize
 };
 
 #if !RAYACCEL_CLI_RPC
@@ -296,6 +299,8 @@ int Parse(int argc, char** argv, Args* args) {
       if (!take(&args->out) || args->out.empty()) return Usage("--out needs a file");
     } else if (flag == "--include-hostname") {
       args->include_hostname = true;
+    } else if (flag == "--anonymize") {
+      args->anonymize = true;
     } else if (flag == "--config-file") {
       if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
     } else if (flag == "--log-format") {
@@ -381,8 +386,8 @@ int Run(int argc, char** argv) {
   if (!args.replay.empty() && !args.agent.empty()) {
     return Usage("--replay and --agent each choose where the snapshot comes from: give one");
   }
-  if ((!args.out.empty() || args.include_hostname) && args.command != "capture") {
-    return Usage("--out and --include-hostname are capture's");
+  if ((!args.out.empty() || args.include_hostname || args.anonymize) && args.command != "capture") {
+    return Usage("--out, --include-hostname and --anonymize are capture's");
   }
   std::string replayed_manifest;  // for diff: the replayed node's versions, not this host's
   if (!args.replay.empty()) {
@@ -494,8 +499,13 @@ int Run(int argc, char** argv) {
   } else if (cmd == "diff") {
     Bundle here;
     here.snapshot_json = DiscoverJson(*snap);
-    here.manifest_json =
-        args.replay.empty() ? ManifestJson(CollectManifest(false)) : replayed_manifest;
+    if (args.replay.empty()) {
+      Manifest manifest = CollectManifest(false);
+      AddVendorStacks(*snap, &manifest);
+      here.manifest_json = ManifestJson(manifest);
+    } else {
+      here.manifest_json = replayed_manifest;
+    }
     return Diff(*first, here, args.replay.empty() ? "this host" : args.replay + " (replayed)");
   } else if (cmd == "capture") {
     absl::StatusOr<CapturedNode> node = (*registry)->Capture();
@@ -504,6 +514,17 @@ int Run(int argc, char** argv) {
       return kExitFailure;
     }
     if (!args.include_hostname) node->hwloc_xml = WithoutHostName(node->hwloc_xml);
+    Manifest manifest = CollectManifest(args.include_hostname);
+    if (args.anonymize) {
+      // A key of this capture's own, not kept: stand-ins cannot be traced back by trying
+      // serials (docs/capture.md).
+      std::random_device random;
+      const uint64_t key = (uint64_t{random()} << 32) ^ random();
+      if (absl::Status s = Anonymize(key, &*node, &manifest); !s.ok()) {
+        std::fprintf(stderr, "rayaccel: %s\n", std::string(s.message()).c_str());
+        return kExitFailure;
+      }
+    }
     // The bundle's snapshot is what its answers replay to, so that it always agrees with
     // itself; a node that changed between the first scan and the capture says so.
     RegistryOptions replay = args.options;
@@ -515,13 +536,14 @@ int Run(int argc, char** argv) {
       return kExitFailure;
     }
     std::shared_ptr<const NodeSnapshot> recorded = (*replayed)->snapshot();
-    if (DiscoverJson(*recorded) != DiscoverJson(*snap)) {
+    if (!args.anonymize && DiscoverJson(*recorded) != DiscoverJson(*snap)) {
       std::fprintf(stderr,
                    "rayaccel: the node changed while it was captured; the bundle holds the "
                    "later answers\n");
     }
     snap = recorded;
-    out = WriteBundle(*node, *snap, CollectManifest(args.include_hostname));
+    AddVendorStacks(*snap, &manifest);
+    out = WriteBundle(*node, *snap, manifest);
     if (!args.out.empty()) {
       std::ofstream file(args.out, std::ios::binary | std::ios::trunc);
       if (!(file << out) || !file.flush()) {

@@ -154,6 +154,11 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::s
   return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), std::move(source)));
 }
 
+std::string HostTopology::LibraryVersion() {
+  const unsigned v = hwloc_get_api_version();
+  return absl::StrCat(v >> 16, ".", (v >> 8) & 0xff, ".", v & 0xff);
+}
+
 absl::StatusOr<std::string> HostTopology::ExportXml() const {
   char* buffer = nullptr;
   int length = 0;

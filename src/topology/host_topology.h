@@ -24,6 +24,8 @@ class HostTopology {
   // then says.
   static absl::StatusOr<std::unique_ptr<HostTopology>> LoadXml(const std::string& xml,
                                                                std::string source);
+  // The hwloc library in use, "2.9.0".
+  static std::string LibraryVersion();
   // This topology exported as hwloc XML, for a capture bundle.
   absl::StatusOr<std::string> ExportXml() const;
   ~HostTopology();

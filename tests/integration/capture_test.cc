@@ -5,10 +5,15 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "support/test_support.h"
+#include "util/json.h"
 
 namespace rayaccel {
 namespace {
@@ -39,7 +44,7 @@ std::vector<Node> Nodes() {
   auto rocm = [&](const char* name, const std::string& capture, int devices) {
     return Node{name,
                 {"--plugin", Plugin("rocm"), "--config",
-                 "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/" + capture + "/topology")},
+                 "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/" + capture)},
                 {},
                 devices};
   };
@@ -71,7 +76,7 @@ std::vector<Node> Nodes() {
       cuda("cuda-mig-a100", "mig-a100.json", 1, {"--no-host-topology"}),
       cuda("cuda-gpu-lost", "gpu-lost.json", 3, {"--no-host-topology"}),
       cuda("cuda-h200-recorded", "h200-vm.json", 1, {"--hwloc-xml", Fixture("hwloc/h200-vm.xml")}),
-      rocm("rocm-mi300-cpx", "topo-mi300-cpx", 1),
+      rocm("rocm-mi300-cpx", "topo-mi300-cpx/topology", 1),
       rocm("rocm-mi210-xgmi-pcie", "topo-mi210-xgmi-pcie", 2),
       tpu("tpu-v5e-8", "v5e-8-host", 8),
       tpu("tpu-v4", "v4-host", 4),
@@ -100,6 +105,14 @@ TEST_P(RoundTrip, ReplayGivesTheSameAnswersWithoutThePlugins) {
   CommandResult captured = Cli({"capture", "--out", bundle}, node.args, node.env);
   ASSERT_EQ(captured.exit_code, 0) << captured.err;
   EXPECT_NE(captured.out.find("captured "), std::string::npos) << captured.out;
+  // The node is what it should be: a fixture path gone wrong would compare nothing with nothing.
+  size_t devices = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(
+      captured.out.substr(captured.out.find(" and ") + 5,
+                          captured.out.find(" devices") - captured.out.find(" and ") - 5),
+      &devices))
+      << captured.out;
+  EXPECT_GE(devices, static_cast<size_t>(node.devices)) << captured.out;
 
   // The replay needs nothing of the node: no plugin path, no fixture, no fake vendor library.
   const std::vector<std::string> replay = {"--replay", bundle, "--plugin-path", "/nonexistent"};
@@ -124,6 +137,112 @@ INSTANTIATE_TEST_SUITE_P(Nodes, RoundTrip, ::testing::ValuesIn(Nodes()),
                            for (char& c : name) c = c == '-' ? '_' : c;
                            return name;
                          });
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Walks two JSON documents of the same shape; where strings differ, records old -> new.
+// Fails on any other difference (a number, a shape, a key).
+void Pair(const json::Value& a, const json::Value& b, const std::string& path,
+          std::map<std::string, std::string>* mapping, std::vector<std::string>* paths) {
+  ASSERT_EQ(a.type(), b.type()) << path;
+  if (a.is_object()) {
+    ASSERT_EQ(a.members().size(), b.members().size()) << path;
+    for (size_t i = 0; i < a.members().size(); ++i) {
+      ASSERT_EQ(a.members()[i].first, b.members()[i].first) << path;
+      Pair(a.members()[i].second, b.members()[i].second, path + "." + a.members()[i].first, mapping,
+           paths);
+    }
+  } else if (a.is_array()) {
+    ASSERT_EQ(a.array().size(), b.array().size()) << path;
+    for (size_t i = 0; i < a.array().size(); ++i) {
+      Pair(a.array()[i], b.array()[i], absl::StrCat(path, "[", i, "]"), mapping, paths);
+    }
+  } else if (a.is_string() && a.string() != b.string()) {
+    auto [it, added] = mapping->emplace(a.string(), b.string());
+    EXPECT_EQ(it->second, b.string()) << path << ": one value, two stand-ins";
+    EXPECT_EQ(a.string().size(), b.string().size()) << path << ": a stand-in keeps the shape";
+    paths->push_back(path);
+  } else if (!a.is_string()) {
+    EXPECT_EQ(a.string(), b.string()) << path;  // a number's literal text
+  }
+}
+
+// --anonymize: ids, serials, unique ids and UUIDs are replaced consistently; nothing else
+// changes, the originals are nowhere in the file, and allocations still name the devices.
+TEST(Capture, AnonymizedBundlesLineUpWithoutTheOriginalIds) {
+  const std::string dir = testing::MakeTempDir("capture-anonymize");
+  for (const Node& node : Nodes()) {
+    const std::string name = node.name;
+    if (name != "cuda-mig-a100" && name != "cuda-gb200-tray" && name != "sim-dgx2-on-its-hwloc" &&
+        name != "rocm-mi210-xgmi-pcie" && name != "cuda-h200-recorded") {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const std::string plain = dir + "/" + name + ".json";
+    const std::string anon = dir + "/" + name + "-anon.json";
+    ASSERT_EQ(Cli({"capture", "--out", plain}, node.args, node.env).exit_code, 0);
+    CommandResult captured = Cli({"capture", "--anonymize", "--out", anon}, node.args, node.env);
+    ASSERT_EQ(captured.exit_code, 0) << captured.err;
+    const std::vector<std::string> replay = {"--plugin-path", "/nonexistent"};
+    CommandResult live = Cli({"discover", "--json", "--replay", plain}, replay, {});
+    CommandResult scrubbed = Cli({"discover", "--json", "--replay", anon}, replay, {});
+    ASSERT_EQ(scrubbed.exit_code, 0) << scrubbed.err;
+    json::ParseError error;
+    std::optional<json::Value> a = json::Parse(live.out, &error);
+    std::optional<json::Value> b = json::Parse(scrubbed.out, &error);
+    ASSERT_TRUE(a && b);
+    std::map<std::string, std::string> mapping;
+    std::vector<std::string> paths;
+    Pair(*a, *b, "", &mapping, &paths);
+    ASSERT_FALSE(mapping.empty());
+    for (const std::string& path : paths) {
+      const bool identifying = absl::EndsWith(path, ".id") || absl::EndsWith(path, ".parent_id") ||
+                               absl::StrContains(path, "serial") ||
+                               absl::StrContains(path, "unique_id") ||
+                               absl::EndsWith(path, "ray.io/gpu-domain") ||
+                               absl::EndsWith(path, "nvidia.com/gpu.clique");
+      EXPECT_TRUE(identifying) << path << " changed";
+    }
+    std::set<std::string> stand_ins;
+    const std::string text = ReadAll(anon);
+    for (const auto& [original, stand_in] : mapping) {
+      EXPECT_TRUE(stand_ins.insert(stand_in).second) << "two values share " << stand_in;
+      if (original.size() >= 6) {
+        EXPECT_EQ(text.find(original), std::string::npos) << original << " is still in the file";
+      }
+    }
+    // hwloc's serials and addresses are gone from the XML too.
+    if (name == "sim-dgx2-on-its-hwloc") {
+      EXPECT_NE(ReadAll(plain).find("0321019030481"), std::string::npos);
+      EXPECT_EQ(text.find("0321019030481"), std::string::npos);
+    }
+    if (name == "cuda-h200-recorded") {
+      EXPECT_NE(ReadAll(plain).find("02:fc:00:00:00:01"), std::string::npos);
+      EXPECT_EQ(text.find("02:fc:00:00:00:01"), std::string::npos);
+    }
+    // The allocation environment names the stand-ins (a MIG instance goes by its UUID).
+    CommandResult lease = Cli({"allocate", "--size", "1", "--json", "--replay", anon}, replay, {});
+    CommandResult lease_live =
+        Cli({"allocate", "--size", "1", "--json", "--replay", plain}, replay, {});
+    std::string expected = lease_live.out;
+    for (const auto& [original, stand_in] : mapping) {
+      for (size_t at = expected.find(original); at != std::string::npos;
+           at = expected.find(original, at + stand_in.size())) {
+        expected.replace(at, original.size(), stand_in);
+      }
+    }
+    EXPECT_EQ(lease.out, expected);
+    // Each capture draws its own stand-ins.
+    ASSERT_EQ(Cli({"capture", "--anonymize", "--out", anon + "2"}, node.args, node.env).exit_code,
+              0);
+    EXPECT_NE(Cli({"discover", "--json", "--replay", anon + "2"}, replay, {}).out, scrubbed.out);
+  }
+}
 
 // A bundle is someone else's file: anything malformed is refused with what is wrong (exit 2),
 // never a crash; answers that no longer pass the registry's checks fail that plugin only.
