@@ -174,7 +174,8 @@ struct CapturedPlugin {
     std::map<std::string, std::string> env;  // prepare_allocation's answer...
     std::string error;                       // ...or its refusal
   };
-  std::vector<AllocationAnswer> allocations;  // each device alone, pairs (small nodes), all
+  // Each device alone, pairs (small nodes), all, and all but partition parents.
+  std::vector<AllocationAnswer> allocations;
 };
 struct CapturedNode {
   std::vector<CapturedPlugin> plugins;
@@ -275,8 +276,9 @@ class Registry {
       const std::vector<std::string>& devices, uint64_t generation = 0) const;
 
   // Asks every plugin again and records its answers, the allocation environments for each
-  // device alone, pairs (up to 16 devices) and all, validate_quantity for 1..N (up to 64), and
-  // hwloc's view: what RegistryOptions::replay needs to give the same snapshot elsewhere.
+  // device alone, pairs (up to 16 devices), all and all but partition parents, validate_quantity
+  // for 1..N (up to 64), and hwloc's view: what RegistryOptions::replay needs to give the same
+  // snapshot elsewhere.
   absl::StatusOr<CapturedNode> Capture() const;
 
  private:

@@ -1,11 +1,17 @@
 // rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE] [--json]
 //                                [--timeout SECONDS] [--expect-no-devices]
+// rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [...]
+//
+// --replay checks a captured plugin's answers (docs/capture.md) through the replay plugin
+// installed in ../lib/rayaccel/replay/ next to this program.
 //
 // Runs every check of the suite as a GoogleTest test (so --junit is GoogleTest's JUnit XML),
 // prints a summary (or JSON) and the tier the plugin reaches. Exit code: 0 when the plugin
 // reaches --tier (default 1), 1 when it does not, 2 for usage errors (a missing plugin file
 // included).
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -24,7 +30,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE]\n"
-    "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n";
+    "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n"
+    "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n";
 
 struct Result {
   const Check* check;
@@ -79,6 +86,7 @@ int Run(int argc, char** argv) {
   Options options;
   int want_tier = 1;
   bool json = false;
+  std::string replay;
   std::string junit;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -108,6 +116,8 @@ int Run(int argc, char** argv) {
       if (!value(&v) || v.size() != 1 || v[0] < '1' || v[0] > '3')
         return Usage("--tier is 1, 2 or 3");
       want_tier = v[0] - '0';
+    } else if (flag == "--replay") {
+      if (!value(&replay) || replay.empty()) return Usage("--replay needs a capture bundle");
     } else if (flag == "--junit") {
       if (!value(&junit)) return Usage("--junit needs a file");
     } else if (flag == "--timeout") {
@@ -123,6 +133,17 @@ int Run(int argc, char** argv) {
     } else {
       return Usage("one plugin at a time");
     }
+  }
+  if (!replay.empty()) {
+    if (!options.plugin_path.empty()) return Usage("--replay and a plugin file: give one");
+    if (access(replay.c_str(), R_OK) != 0) return Usage(replay + ": " + std::strerror(errno));
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    std::string self = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string();
+    options.plugin_path =
+        self.substr(0, self.rfind('/')) + "/../lib/rayaccel/replay/librayaccel-replay.so";
+    char bundle[PATH_MAX];
+    options.config["bundle"] = realpath(replay.c_str(), bundle) != nullptr ? bundle : replay;
   }
   if (options.plugin_path.empty()) return Usage("no plugin given");
   struct stat st {};
@@ -224,7 +245,12 @@ int Run(int argc, char** argv) {
     std::string out = w.Finish();
     std::fwrite(out.data(), 1, out.size(), stdout);
   } else {
-    std::printf("rayaccel conformance: %s\n\n", options.plugin_path.c_str());
+    if (replay.empty()) {
+      std::printf("rayaccel conformance: %s\n\n", options.plugin_path.c_str());
+    } else {
+      std::printf("rayaccel conformance: %s, replayed by %s\n\n", replay.c_str(),
+                  options.plugin_path.c_str());
+    }
     for (const Result& r : results) {
       std::printf("  %-4s  tier %d  %-34s %s\n", status_name(r.outcome.status), r.check->tier,
                   r.check->name.c_str(), r.outcome.message.c_str());

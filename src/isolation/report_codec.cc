@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "isolation/report_walk.h"
 
 namespace rayaccel::isolation {
 namespace {
@@ -83,89 +84,13 @@ class Comparer {
   bool same_ = true;
 };
 
-// Reads from untrusted bytes: every read is bounds-checked, and a failed read leaves the
-// reader failed (every later read returns zero/empty), checked once per item.
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  bool ok() const { return ok_; }
-  size_t left() const { return in_.size(); }
-  uint8_t U8() {
-    if (!Need(1)) return 0;
-    uint8_t v = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return v;
-  }
-  uint32_t U32() {
-    if (!Need(4)) return 0;
-    const auto* p = reinterpret_cast<const unsigned char*>(in_.data());
-    uint32_t v = p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
-    in_.remove_prefix(4);
-    return v;
-  }
-  uint64_t U64() {
-    uint64_t lo = U32();
-    return lo | (static_cast<uint64_t>(U32()) << 32);
-  }
-  rayaccel_string Str() {
-    uint32_t n = U32();
-    if (!Need(n)) return {nullptr, 0};
-    rayaccel_string s{in_.data(), n};
-    in_.remove_prefix(n);
-    return s;
-  }
-  // A count of items of at least `min_item_bytes` each, within `limit`: refused before any
-  // item is read when the bytes left cannot hold that many.
-  uint32_t Count(size_t limit, size_t min_item_bytes, const char* what) {
-    uint32_t n = U32();
-    if (ok_ && (n > limit || static_cast<uint64_t>(n) * min_item_bytes > in_.size())) {
-      ok_ = false;
-      error_ = absl::StrCat(n, " ", what, " do not fit the limits or the message");
-    }
-    return ok_ ? n : 0;
-  }
-  absl::Status status() const {
-    return ok_ ? absl::OkStatus()
-               : absl::DataLossError(absl::StrCat("the plugin host sent a malformed report: ",
-                                                  error_.empty() ? "truncated" : error_));
-  }
-
- private:
-  bool Need(size_t n) {
-    if (ok_ && in_.size() >= n) return true;
-    ok_ = false;
-    return false;
-  }
-  absl::string_view in_;
-  bool ok_ = true;
-  std::string error_;
-};
-
 template <typename E>
 uint32_t Raw(E e) {
   return static_cast<uint32_t>(e);
 }
 
-// An enum field with whatever bits the sender gave: plugin.h gives the enums a fixed
-// underlying type in C++, so any value is representable until the Collector refuses it.
-template <typename E>
-E AsEnum(uint32_t raw) {
-  return static_cast<E>(raw);
-}
-
 std::string_view View(rayaccel_string s) {
   return s.data == nullptr ? std::string_view() : std::string_view(s.data, s.size);
-}
-
-// Notes (refusals, a hook's failure with the plugin's own message) stay as an in-process
-// registry has them, bounded; whoever prints them escapes them, in either mode.
-absl::Status ReadNotes(Reader& r, const char* what, std::vector<std::string>* out) {
-  uint32_t n = r.Count(kMaxNotes, 4, what);
-  for (uint32_t i = 0; i < n && r.ok(); ++i) {
-    rayaccel_string s = r.Str();
-    if (r.ok()) out->emplace_back(View(s).substr(0, kMaxNoteBytes));
-  }
-  return r.status();
 }
 
 }  // namespace
@@ -285,7 +210,7 @@ std::string EncodeReportReply(const ReportReply& reply) {
 }
 
 absl::StatusOr<ReportReply> DecodeReportReply(absl::string_view frame) {
-  Reader r(frame);
+  ByteReader r(std::string_view(frame.data(), frame.size()));
   ReportReply reply;
   bool head = r.U8() == 'R';
   reply.answer_id = r.U64();
@@ -304,106 +229,24 @@ absl::StatusOr<ReportReply> DecodeReportReply(absl::string_view frame) {
 }
 
 absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
-  Reader r(bytes);
-  if (r.U32() != kMagic) return absl::DataLossError("the plugin host sent no report");
   // The sender's notes come first, as they would in-process; the Collector adds its own only
   // if this side disagrees with what the host accepted.
   PluginReport checked;
   Collector collector(&checked);
   const rayaccel_sink* sink = collector.sink();
-  void* ctx = sink->host_context;
-
-  // The fewest bytes each item can take (every string empty): 16 four-byte fields and the
-  // memory size per device, and so on.
-  uint32_t devices = r.Count(kMaxDevicesPerPlugin, 4 * 16 + 8, "devices");
-  std::vector<uint32_t> members;
-  for (uint32_t i = 0; i < devices && r.ok(); ++i) {
-    rayaccel_device_info d{};
-    d.struct_size = sizeof(d);
-    d.index = r.U32();
-    d.id = r.Str();
-    d.name = r.Str();
-    d.accelerator_type = r.Str();
-    d.architecture = r.Str();
-    d.memory_bytes = r.U64();
-    d.pci_bus_id = r.Str();
-    d.pci_vendor_id = r.U32();
-    d.pci_device_id = r.U32();
-    d.numa_node = static_cast<int32_t>(r.U32());
-    d.driver_version = r.Str();
-    d.firmware_version = r.Str();
-    d.parent_id = r.Str();
-    d.partition_profile = r.Str();
-    d.health = AsEnum<rayaccel_health>(r.U32());
-    d.health_reason = r.Str();
-    uint32_t attributes = r.Count(kMaxAttributesPerDevice, 4 * 3 + 8, "attributes");
-    if (!r.ok()) break;
-    sink->add_device(ctx, &d);
-    for (uint32_t k = 0; k < attributes && r.ok(); ++k) {
-      rayaccel_attribute a{};
-      a.struct_size = sizeof(a);
-      a.device_index = d.index;
-      a.name = r.Str();
-      a.kind = AsEnum<rayaccel_attribute_kind>(r.U32());
-      a.string_value = r.Str();
-      a.int_value = static_cast<int64_t>(r.U64());
-      if (r.ok()) sink->add_attribute(ctx, &a);
-    }
+  ReportNotes notes;
+  std::string error = WalkReport(std::string_view(bytes.data(), bytes.size()),
+                                 {sink, sink, sink, sink, sink}, &notes);
+  if (error == "no report") return absl::DataLossError("the plugin host sent no report");
+  if (error == "bytes after the report") {
+    return absl::DataLossError("the plugin host sent bytes after its report");
   }
-  uint32_t links = r.Count(kMaxLinksPerPlugin, 8 * 4 + 2 * 8, "links");
-  for (uint32_t i = 0; i < links && r.ok(); ++i) {
-    rayaccel_link l{};
-    l.struct_size = sizeof(l);
-    l.device_a = r.U32();
-    l.device_b = r.U32();
-    l.type = AsEnum<rayaccel_link_type>(r.U32());
-    l.count = r.U32();
-    l.bandwidth_mbps = r.U64();
-    l.pcie_path = AsEnum<rayaccel_pcie_path>(r.U32());
-    l.weight = r.U32();
-    l.hops = r.U32();
-    l.min_bandwidth_mbps = r.U64();
-    l.type_name = r.Str();
-    if (r.ok()) sink->add_link(ctx, &l);
+  if (!error.empty()) {
+    return absl::DataLossError("the plugin host sent a malformed report: " + error);
   }
-  uint32_t domains = r.Count(kMaxDomainsPerPlugin, 12, "domains");
-  for (uint32_t i = 0; i < domains && r.ok(); ++i) {
-    rayaccel_domain d{};
-    d.struct_size = sizeof(d);
-    d.kind = r.Str();
-    d.id = r.Str();
-    uint32_t n = r.Count(kMaxDevicesPerPlugin, 4, "domain members");
-    members.clear();
-    for (uint32_t k = 0; k < n && r.ok(); ++k) members.push_back(r.U32());
-    d.devices = members.data();
-    d.device_count = members.size();
-    if (r.ok()) sink->add_domain(ctx, &d);
-  }
-  uint32_t labels = r.Count(kMaxLabelsPerPlugin, 8, "labels");
-  for (uint32_t i = 0; i < labels && r.ok(); ++i) {
-    rayaccel_string k = r.Str(), v = r.Str();
-    if (r.ok()) sink->add_label(ctx, k, v);
-  }
-  uint32_t health = r.Count(kMaxDevicesPerPlugin, 12, "health reports");
-  for (uint32_t i = 0; i < health && r.ok(); ++i) {
-    uint32_t index = r.U32();
-    auto state = AsEnum<rayaccel_health>(r.U32());
-    rayaccel_string reason = r.Str();
-    if (r.ok()) sink->set_health(ctx, index, state, reason);
-  }
-  uint32_t env = r.Count(kMaxLabelsPerPlugin, 8, "environment variables");
-  for (uint32_t i = 0; i < env && r.ok(); ++i) {
-    rayaccel_string k = r.Str(), v = r.Str();
-    if (r.ok()) sink->set_env(ctx, k, v);
-  }
-  if (!r.ok()) return r.status();
-  if (absl::Status st = ReadNotes(r, "problems", &report->problems); !st.ok()) return st;
-  if (absl::Status st = ReadNotes(r, "hook failures", &report->hook_failures); !st.ok()) {
-    return st;
-  }
-  uint8_t over_limit = r.U8();
-  if (!r.ok()) return r.status();
-  if (r.left() != 0) return absl::DataLossError("the plugin host sent bytes after its report");
+  report->problems.insert(report->problems.end(), notes.problems.begin(), notes.problems.end());
+  report->hook_failures.insert(report->hook_failures.end(), notes.hook_failures.begin(),
+                               notes.hook_failures.end());
   report->devices = std::move(checked.devices);
   report->links = std::move(checked.links);
   report->domains = std::move(checked.domains);
@@ -411,7 +254,7 @@ absl::Status DecodeReport(absl::string_view bytes, PluginReport* report) {
   report->health = std::move(checked.health);
   report->env = std::move(checked.env);
   report->problems.insert(report->problems.end(), checked.problems.begin(), checked.problems.end());
-  report->over_limit = over_limit != 0 || checked.over_limit;
+  report->over_limit = notes.over_limit || checked.over_limit;
   return absl::OkStatus();
 }
 

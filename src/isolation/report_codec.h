@@ -33,14 +33,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "isolation/report_walk.h"
 #include "registry/collector.h"
 #include "registry/validate.h"
 
 namespace rayaccel::isolation {
-
-// Texts the host adds itself (refusals, a hook's failure with the plugin's message).
-inline constexpr size_t kMaxNoteBytes = 4096;
-inline constexpr size_t kMaxNotes = 256;
 
 // The largest encoding of a report within the Collector's limits: what the wire must carry
 // for every answer the registry would accept in-process.

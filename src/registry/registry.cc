@@ -858,6 +858,20 @@ class Registry::Impl {
             for (size_t b = a + 1; b < n; ++b) sets.push_back({indices[a], indices[b]});
           }
           if (n > 2) sets.push_back(indices);
+          // Every device but the parents of partitions (a GPU in MIG mode): a whole-node lease
+          // where partitions exist.
+          std::set<std::string> parents;
+          for (const Device& d : report.devices) {
+            if (!d.parent_id.empty()) parents.insert(d.parent_id);
+          }
+          std::vector<uint32_t> leaves;
+          for (const Device& d : report.devices) {
+            if (parents.count(d.id) == 0) leaves.push_back(d.index);
+          }
+          std::sort(leaves.begin(), leaves.end());
+          if (leaves.size() > 1 && std::find(sets.begin(), sets.end(), leaves) == sets.end()) {
+            sets.push_back(leaves);
+          }
           for (const std::vector<uint32_t>& set : sets) {
             CapturedPlugin::AllocationAnswer answer;
             answer.indices = set;

@@ -49,7 +49,8 @@ absl::StatusOr<EnvList> ReplayedPlugin::PrepareAllocation(
   }
   return absl::FailedPreconditionError(
       absl::StrCat("prepare_allocation for devices ", absl::StrJoin(sorted, ","),
-                   " was not captured (each device alone, pairs on small nodes, and all were)"));
+                   " was not captured (each device alone, pairs on small nodes, all, and all but "
+                   "partition parents were)"));
 }
 
 }  // namespace rayaccel

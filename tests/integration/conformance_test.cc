@@ -26,7 +26,8 @@ struct Report {
 };
 
 Report Conform(const std::string& plugin, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {RAYACCEL_CONFORMANCE, plugin, "--json"};
+  std::vector<std::string> args = {RAYACCEL_CONFORMANCE, "--json"};
+  if (!plugin.empty()) args.push_back(plugin);
   args.insert(args.end(), extra.begin(), extra.end());
   testing::CommandResult r = testing::Run(args);
   Report report;
@@ -70,6 +71,90 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
   Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
   EXPECT_EQ(no_transport.exit_code, 1);
+}
+
+// A captured node's plugin is checked through the replay plugin (docs/capture.md): the suite
+// finds in the replay what it finds in the live plugin, without the plugin's vendor library.
+TEST(Conformance, RunsAgainstACapturedPlugin) {
+  const std::string dir = testing::MakeTempDir("conformance-replay");
+  auto capture = [&](const std::string& file, std::vector<std::string> node,
+                     const std::map<std::string, std::string>& env) {
+    std::vector<std::string> args = {RAYACCEL_CLI, "capture", "--out", dir + "/" + file};
+    args.insert(args.end(), node.begin(), node.end());
+    std::map<std::string, std::string> all = env;
+    all["RAYACCEL_PLUGIN_PATH"] = "";
+    testing::CommandResult r = testing::Run(args, all);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  const std::string plugins = RAYACCEL_PLUGIN_DIR;
+  capture("h100.json",
+          {"--plugin", "sim", "--config", "sim.spec=" + testing::Example("dgx-h100.json")}, {});
+  Report sim = Conform("", {"--replay", dir + "/h100.json", "--tier", "2", "--timeout", "60"});
+  EXPECT_EQ(sim.exit_code, 0);
+  EXPECT_EQ(sim.tier, 2);  // no transport and no health events in a capture
+  EXPECT_EQ(sim.checks["discovery.answers_valid"].second, "8 devices");
+  EXPECT_EQ(sim.checks["topology.valid"].first, "pass");
+  EXPECT_EQ(sim.checks["transport.round_trip"].first, "skip");
+
+  // The live CUDA plugin and its replay fail the same check with the same words.
+  const std::map<std::string, std::string> mig = {
+      {"FAKE_NVML_FIXTURE", Fixture("fake-nvml/mig-a100.json")}};
+  const std::string nvml = std::string("cuda.nvml_library=") + RAYACCEL_FAKE_NVML;
+  capture("mig.json", {"--plugin", plugins + "/librayaccel-cuda.so", "--config", nvml}, mig);
+  Report replayed = Conform("", {"--replay", dir + "/mig.json", "--timeout", "60"});
+  std::vector<std::string> args = {
+      RAYACCEL_CONFORMANCE, "--json", plugins + "/librayaccel-cuda.so", "--config", nvml,
+      "--timeout",          "60"};
+  testing::CommandResult live_run = testing::Run(args, mig);
+  json::ParseError error;
+  std::optional<json::Value> live = json::Parse(live_run.out, &error);
+  ASSERT_TRUE(live) << live_run.err;
+  for (const json::Value& c : live->Find("checks")->array()) {
+    const std::string name = c.Find("name")->string();
+    if (c.Find("status")->string() == "fail") {
+      EXPECT_EQ(replayed.checks[name].first, "fail") << name;
+      EXPECT_EQ(replayed.checks[name].second, c.Find("message")->string()) << name;
+    } else {
+      EXPECT_NE(replayed.checks[name].first, "fail")
+          << name << ": " << replayed.checks[name].second;
+    }
+  }
+
+  // A bundle with several plugins needs the one named; a wrong name or file says so.
+  capture("two.json",
+          {"--plugin", "sim", "--config", "sim.spec=" + testing::Example("dgx-h100.json"),
+           "--plugin", plugins + "/librayaccel-cuda.so", "--config", nvml},
+          mig);
+  Report ambiguous = Conform("", {"--replay", dir + "/two.json"});
+  EXPECT_EQ(ambiguous.checks["lifecycle.initializes"].first, "fail");
+  EXPECT_NE(ambiguous.checks["lifecycle.initializes"].second.find("set plugin"), std::string::npos)
+      << ambiguous.checks["lifecycle.initializes"].second;
+  Report named =
+      Conform("", {"--replay", dir + "/two.json", "--config", "plugin=sim", "--tier", "2"});
+  EXPECT_EQ(named.tier, 2);
+  Report missing = Conform("", {"--replay", dir + "/two.json", "--config", "plugin=tpu"});
+  EXPECT_NE(missing.checks["lifecycle.initializes"].second.find("no plugin \"tpu\""),
+            std::string::npos);
+  EXPECT_EQ(testing::Run({RAYACCEL_CONFORMANCE, "--replay", dir + "/absent.json"}).exit_code, 2);
+}
+
+// The committed bundles (tests/fuzz/corpus/capture_bundle: the fake-NVML nodes, the KFD
+// captures, Gaudi, TPU, the recorded H200) are a library of nodes the suite runs against,
+// as a vendor's CI would keep its customers' nodes.
+TEST(Conformance, EveryCommittedBundleReplaysToTier2) {
+  const std::string dir = std::string(RAYACCEL_SOURCE_DIR) + "/tests/fuzz/corpus/capture_bundle";
+  int checked = 0;
+  for (const char* name : {"cuda-dgx-h100", "cuda-gb200-tray", "h200-vm-fixture",
+                           "rocm-mi210-xgmi-pcie", "gaudi-hls2", "tpu-v5e-8"}) {
+    SCOPED_TRACE(name);
+    Report r = Conform("", {"--replay", dir + "/" + name + ".json", "--tier", "2"});
+    EXPECT_EQ(r.tier, 2);
+    for (const auto& [check, outcome] : r.checks) {
+      EXPECT_NE(outcome.first, "fail") << check << ": " << outcome.second;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
 }
 
 struct Expectation {
