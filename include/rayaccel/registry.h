@@ -14,8 +14,11 @@
 #ifndef RAYACCEL_REGISTRY_H_
 #define RAYACCEL_REGISTRY_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -222,6 +225,13 @@ struct RegistryOptions {
   uint32_t call_timeout_ms = 10000;
   uint32_t restart_backoff_ms = 1000;
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
+  // Every plugin host is started through this when set: call `spawn` once (it forks and execs
+  // the host; it may run on any thread) and return what it returns, the host's pid, or -1.
+  // For an embedder that tracks its children: a raylet in subreaper mode kills the children it
+  // does not know (Ray's KnownChildrenTracker::addKnownChild takes exactly such a function).
+  // Hosts are ordinary children: a process that ignores SIGCHLD or reaps every child still
+  // gets the cause of a plugin's crash (the host notes its fatal signal). docs/embedding.md.
+  std::function<pid_t(const std::function<pid_t()>& spawn)> spawn_child;
 
   AllocationObjective allocation_objective = AllocationObjective::kWholePartition;
 

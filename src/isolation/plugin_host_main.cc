@@ -5,6 +5,8 @@
 // runaway allocation here costs this process only: the registry sees it, marks the plugin
 // failed with the cause, and restarts the host later.
 #include <malloc.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -241,12 +243,60 @@ int Serve(const std::string& path) {
 }  // namespace
 }  // namespace rayaccel::isolation
 
+namespace {
+
+// fd 5: the registry reads the fatal signal from here when the host's exit status went to
+// someone else (a process that ignores SIGCHLD, or reaps every child it has).
+constexpr int kCrashNoteFd = 5;
+
+void NoteFatalSignal(int sig) {
+  char note[8] = {'S'};
+  int n = 1;
+  if (sig >= 10) note[n++] = static_cast<char>('0' + sig / 10);
+  note[n++] = static_cast<char>('0' + sig % 10);
+  note[n++] = '\n';
+  (void)!write(kCrashNoteFd, note, static_cast<size_t>(n));
+  signal(sig, SIG_DFL);  // and die of it as before, once this handler returns
+  raise(sig);
+}
+
+void WatchFatalSignals() {
+  static char alternate_stack[64 * 1024];  // a stack overflow still gets its note
+  stack_t ss{};
+  ss.ss_sp = alternate_stack;
+  ss.ss_size = sizeof(alternate_stack);
+  sigaltstack(&ss, nullptr);
+  struct sigaction action {};
+  action.sa_handler = NoteFatalSignal;
+  action.sa_flags = SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP}) {
+    sigaction(sig, &action, nullptr);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: rayaccel-plugin-host PLUGIN.so (protocol on fd 3)\n");
     return 2;
   }
   dup2(2, 1);  // whatever the plugin prints lands on stderr, never in a protocol
+  // SIG_IGN survives exec: a registry in a process that ignores SIGCHLD must not hand that to
+  // a plugin that waits for helpers it starts.
+  signal(SIGCHLD, SIG_DFL);
+  WatchFatalSignals();
+  // Ends with the registry: when its end of the request socket closes (the registry's process
+  // exited, however), this host goes too, even while a plugin call is stuck on the main thread.
+  std::thread([] {
+    pollfd p{3, POLLRDHUP, 0};
+    while (true) {
+      if (poll(&p, 1, -1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+        _exit(0);
+      }
+    }
+  }).detach();
   spdlog::set_default_logger(spdlog::stderr_color_mt("plugin-host"));
   spdlog::set_level(spdlog::level::warn);
   return rayaccel::isolation::Serve(argv[1]);

@@ -3,13 +3,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -71,24 +72,33 @@ void ReapLeftovers() {
                    g_unreaped.end());
 }
 
-// Kills a plugin host and everything it started (its process group), before it is reaped, so
-// the group id cannot have been reused.
-void KillGroup(pid_t pid) {
+// Kills a plugin host and everything it started (its process group). The host itself through
+// its pidfd where there is one: if someone else reaped it (SIGCHLD ignored), its pid may
+// already name another process. Its group id stays reserved while any helper of it lives.
+void KillGroup(pid_t pid, int pidfd) {
   kill(-pid, SIGKILL);
-  kill(pid, SIGKILL);  // in case the child had not yet made its group
+  if (pidfd >= 0) {
+    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+  } else {
+    kill(pid, SIGKILL);  // in case the child had not yet made its group
+  }
 }
 
+enum class Reaped { kYes, kGone, kStuck };
+
 // Waits up to a second for a killed child; leaves it for later rather than hang the registry.
-bool Reap(pid_t pid, int* status) {
+// kGone: the kernel or another part of this process reaped it (SIGCHLD ignored, or a
+// waitpid(-1) loop such as a raylet's), so its exit status is lost.
+Reaped Reap(pid_t pid, int* status) {
   for (int i = 0; i < 1000; ++i) {
     pid_t r = waitpid(pid, status, WNOHANG);
-    if (r == pid) return true;
-    if (r < 0 && errno != EINTR) return false;  // not ours to reap (SIGCHLD ignored, ...)
+    if (r == pid) return Reaped::kYes;
+    if (r < 0 && errno != EINTR) return Reaped::kGone;
     usleep(1000);
   }
   std::lock_guard<std::mutex> lock(g_unreaped_mu);
   g_unreaped.push_back(pid);
-  return false;
+  return Reaped::kStuck;
 }
 
 absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::string& path,
@@ -108,27 +118,36 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
     close(sv[1]);
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(err)));
   }
-  pid_t pid = fork();
-  if (pid < 0) {
+  // The host's last words (plugin_host_main.cc): the fatal signal, should its exit status be
+  // taken by someone else.
+  int cv[2];
+  if (pipe2(cv, O_CLOEXEC | O_NONBLOCK) != 0) {
     int err = errno;
     for (int fd : {sv[0], sv[1], hv[0], hv[1]}) close(fd);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(err)));
   }
-  if (pid == 0) {
-    // The child: a process group of its own (a plugin that signals "its" group, or spawns
-    // helpers, reaches only this one), the protocol on fds 3 and 4, nothing else inherited,
-    // stdin from /dev/null, dies with the registry, bounded memory, then exec.
+  // The child: a process group of its own (a plugin that signals "its" group, or spawns
+  // helpers, reaches only this one), the protocol on fds 3 and 4 and the crash note on 5,
+  // nothing else inherited, stdin from /dev/null, bounded memory, then exec. Only
+  // async-signal-safe calls: another thread of this process may hold any lock. It ends with
+  // the registry by watching fd 3 for the registry's end closing (plugin_host_main.cc), not
+  // with PR_SET_PDEATHSIG, which follows the thread that created it: a raylet creates
+  // registries on threads that come and go.
+  auto spawn = [&]() -> pid_t {
+    pid_t child = fork();
+    if (child != 0) return child;
     setpgid(0, 0);
-    // Out of the way first (fcntl F_DUPFD: the lowest free fd >= 5), then into place; dup2
+    // Out of the way first (fcntl F_DUPFD: the lowest free fd >= 6), then into place; dup2
     // clears close-on-exec on the copies.
-    int request = fcntl(sv[1], F_DUPFD, 5);
-    int health = fcntl(hv[1], F_DUPFD, 5);
+    int request = fcntl(sv[1], F_DUPFD, 6);
+    int health = fcntl(hv[1], F_DUPFD, 6);
+    int crash = fcntl(cv[1], F_DUPFD, 6);
     dup2(request, 3);
     dup2(health, 4);
-    close_range(5, ~0U, 0);
+    dup2(crash, 5);
+    close_range(6, ~0U, 0);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0 && null != 0) dup2(null, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (options.memory_limit_bytes > 0 && !kSanitizedBuild) {  // 0: no limit
       // RLIMIT_DATA, not RLIMIT_AS: GPU runtimes reserve huge address ranges they never touch.
       rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
@@ -137,13 +156,22 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
     execl(options.host_binary.c_str(), options.host_binary.c_str(), path.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
+  };
+  pid_t pid = options.spawn_child ? options.spawn_child(spawn) : spawn();
+  if (pid <= 0) {
+    int err = errno;
+    for (int fd : {sv[0], sv[1], hv[0], hv[1], cv[0], cv[1]}) close(fd);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
   }
   setpgid(pid, pid);  // as the child does: whichever runs first, the group exists
   close(sv[1]);
   close(hv[1]);
+  close(cv[1]);
   std::unique_ptr<RemotePlugin> p(new RemotePlugin());
   p->options_ = options;
   p->pid_ = pid;
+  p->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // -1 before Linux 5.3
+  p->crash_fd_ = cv[0];
   p->fd_ = sv[0];
   p->health_fd_ = hv[0];
   json::Writer w = Request("open");
@@ -167,9 +195,12 @@ RemotePlugin::~RemotePlugin() {
     (void)Call(Done(w), "shutdown", std::min(options_.call_timeout, kShutdownTimeout));
   }
   if (pid_ > 0) {
-    KillGroup(pid_);
+    KillGroup(pid_, pidfd_);
     int status = 0;
-    Reap(pid_, &status);
+    (void)Reap(pid_, &status);
+  }
+  for (int fd : {pidfd_, crash_fd_}) {
+    if (fd >= 0) close(fd);
   }
   if (fd_ >= 0) close(fd_);
   if (health_fd_ >= 0) close(health_fd_);
@@ -225,16 +256,31 @@ absl::Status RemotePlugin::Fail(absl::Status cause, const char* what) const {
   bool timed_out = cause.code() == absl::StatusCode::kDeadlineExceeded;
   // The host closed its end before we killed it: whatever signal ended it was not ours.
   bool died_first = cause.code() == absl::StatusCode::kUnavailable;
-  KillGroup(pid_);
+  KillGroup(pid_, pidfd_);
   int status = 0;
-  bool reaped = Reap(pid_, &status);
+  Reaped reaped = Reap(pid_, &status);
   pid_ = -1;
   if (timed_out) {
     return absl::DeadlineExceededError(absl::StrCat("no answer within ",
                                                     options_.call_timeout.count(), " ms during ",
                                                     what, "; the plugin host was killed"));
   }
-  if (!reaped) {
+  if (reaped == Reaped::kGone) {
+    // Its exit status went elsewhere; a fatal signal it caught itself is in its last words.
+    char note[32] = {};
+    ssize_t n = read(crash_fd_, note, sizeof(note) - 1);
+    int sig = 0;
+    if (n > 1 && note[0] == 'S') sig = std::atoi(note + 1);
+    if (sig > 0 && sig < NSIG) {
+      return absl::UnavailableError(absl::StrCat("the plugin crashed with signal ", sig, " (",
+                                                 strsignal(sig), ") during ", what));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "the plugin host ended during ", what,
+        " without a word; its exit status went to another part of this process (one that "
+        "ignores SIGCHLD or reaps every child), so how is unknown"));
+  }
+  if (reaped == Reaped::kStuck) {
     return absl::UnavailableError(absl::StrCat("the plugin host stopped answering during ", what,
                                                " and was killed (not yet exited)"));
   }

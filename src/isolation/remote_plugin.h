@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,8 @@ struct RemoteOptions {
   std::string host_binary;  // rayaccel-plugin-host
   std::chrono::milliseconds call_timeout{10000};
   uint64_t memory_limit_bytes = uint64_t{4} << 30;  // the child's RLIMIT_DATA; 0: no limit
+  // RegistryOptions::spawn_child: the embedder's wrapper around starting a host, or none.
+  std::function<pid_t(const std::function<pid_t()>& spawn)> spawn_child;
 };
 
 class RemotePlugin : public PluginHandle {
@@ -74,6 +77,8 @@ class RemotePlugin : public PluginHandle {
   RemoteOptions options_;
   mutable std::mutex call_mu_;  // one request on the channel at a time
   mutable std::atomic<pid_t> pid_{-1};
+  int pidfd_ = -1;     // signals reach this host only, even once its pid could be reused
+  int crash_fd_ = -1;  // the host's last words: the fatal signal it caught (plugin_host_main.cc)
   mutable int fd_ = -1;
   int health_fd_ = -1;  // health events from the host's watch thread
   std::atomic<bool> watching_{false};

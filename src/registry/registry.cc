@@ -572,6 +572,7 @@ class Registry::Impl {
     remote.host_binary = options_.plugin_host.empty() ? DefaultPluginHost() : options_.plugin_host;
     remote.call_timeout = std::chrono::milliseconds(options_.call_timeout_ms);
     remote.memory_limit_bytes = options_.plugin_memory_limit_bytes;
+    remote.spawn_child = options_.spawn_child;
     absl::StatusOr<std::unique_ptr<isolation::RemotePlugin>> p =
         isolation::RemotePlugin::Open(path, remote);
     if (!p.ok()) return p.status();

@@ -1,7 +1,16 @@
 // The registry with each plugin in a child process (rayaccel-plugin-host): vendor faults that
 // would take an in-process host down cost only the faulty plugin, with the cause, and a
 // crashed plugin comes back after its backoff.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -231,6 +240,124 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& c : name) c = c == '-' ? '_' : c;
       return name;
     });
+
+// A raylet creates things on threads that come and go: plugin hosts outlive the thread that
+// created the registry (PR_SET_PDEATHSIG would follow that thread), and go when the process
+// does.
+TEST(Isolation, HostsOutliveTheThreadThatCreatedTheRegistry) {
+  std::unique_ptr<Registry> registry;
+  std::thread([&] { registry = Make(Isolated({SimPlugin()})); }).join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the old death signal's window
+  std::shared_ptr<const NodeSnapshot> s = registry->Rescan();
+  EXPECT_EQ(StatusOf(*s, "sim").state, PluginStatus::State::kActive) << StatusOf(*s, "sim").message;
+  EXPECT_TRUE(registry->ValidateQuantity("TPU", 4).ok());
+  EXPECT_TRUE(registry->PrepareAllocation({s->devices[0].id}).ok());
+}
+
+// The registry's process dies without a word (SIGKILL): its plugin hosts notice their socket
+// closing and exit, even with a plugin call in progress.
+TEST(Isolation, HostsEndWithTheRegistrysProcess) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto registry = Registry::Create(Isolated({TestPlugin("hang"), SimPlugin()}));
+    (void)write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  // Its plugin hosts: the children of `child` (in groups of their own).
+  std::vector<pid_t> hosts;
+  DIR* proc = opendir("/proc");
+  ASSERT_NE(proc, nullptr);
+  while (dirent* e = readdir(proc)) {
+    const std::string entry = e->d_name;
+    pid_t pid = std::atoi(entry.c_str());
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + entry + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t close_paren = line.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(close_paren + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == child) hosts.push_back(pid);
+  }
+  closedir(proc);
+  EXPECT_GE(hosts.size(), 1u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  for (pid_t host : hosts) {
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; ++i) {  // up to 5 s
+      gone = kill(host, 0) != 0;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(gone) << "plugin host " << host << " outlived its registry";
+  }
+}
+
+// A process that ignores SIGCHLD (the raylet does by default), or reaps every child it has
+// with waitpid(-1) (the raylet's subreaper mode), still learns how a plugin died: the host's
+// exit status is gone, but it noted the fatal signal itself.
+TEST(Isolation, CrashCausesSurviveTheHostsOwnChildHandling) {
+  for (bool ignore_sigchld : {true, false}) {
+    SCOPED_TRACE(ignore_sigchld ? "SIGCHLD ignored" : "a waitpid(-1) loop");
+    struct sigaction old {};
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    if (ignore_sigchld) ASSERT_EQ(sigaction(SIGCHLD, &ignore, &old), 0);
+    std::atomic<bool> stop{false};
+    std::thread reaper([&] {
+      while (!stop && !ignore_sigchld) {
+        waitpid(-1, nullptr, WNOHANG);
+        std::this_thread::yield();
+      }
+    });
+    {
+      std::unique_ptr<Registry> registry =
+          Make(Isolated({TestPlugin("segfault"), TestPlugin("abort"), SimPlugin()}));
+      for (int scan = 0; scan < 3; ++scan) {
+        std::shared_ptr<const NodeSnapshot> s = registry->Rescan();
+        EXPECT_NE(StatusOf(*s, "segfault").message.find("signal 11 (Segmentation fault)"),
+                  std::string::npos)
+            << StatusOf(*s, "segfault").message;
+        EXPECT_NE(StatusOf(*s, "abort").message.find("signal 6 (Aborted)"), std::string::npos)
+            << StatusOf(*s, "abort").message;
+        EXPECT_EQ(StatusOf(*s, "sim").state, PluginStatus::State::kActive)
+            << StatusOf(*s, "sim").message;
+      }
+    }
+    stop = true;
+    reaper.join();
+    if (ignore_sigchld) sigaction(SIGCHLD, &old, nullptr);
+  }
+}
+
+// An embedder that tracks its children (Ray's KnownChildrenTracker, whose subreaper mode kills
+// children it does not know) starts every plugin host through RegistryOptions::spawn_child.
+TEST(Isolation, TheEmbedderSeesEveryPluginHostStart) {
+  std::vector<pid_t> started;
+  RegistryOptions options = Isolated({TestPlugin("crash-once"), SimPlugin()});
+  options.spawn_child = [&](const std::function<pid_t()>& spawn) {
+    pid_t pid = spawn();
+    started.push_back(pid);
+    return pid;
+  };
+  std::unique_ptr<Registry> registry = Make(options);
+  EXPECT_EQ(started.size(), 2u);
+  std::shared_ptr<const NodeSnapshot> s = registry->Rescan();  // crash-once comes back
+  EXPECT_EQ(started.size(), 3u);
+  for (pid_t pid : started) EXPECT_GT(pid, 0);
+  EXPECT_EQ(kill(started[1], 0), 0) << "the sim plugin's host, still running";
+}
 
 // A plugin that signals its process group reaches only its own plugin host, or its own
 // conformance check: both run in groups of their own. (setsid keeps this test's own group out
