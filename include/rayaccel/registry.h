@@ -245,7 +245,17 @@ struct RegistryOptions {
   bool watch_health = false;
 };
 
+// What a registry has done since it was created, for metrics.
+struct RegistryStats {
+  uint64_t scans = 0;            // scans that asked the plugins (the first included)
+  uint64_t changes = 0;          // scans that found a change: new generations
+  uint64_t health_events = 0;    // health-watch wake-ups that led to a scan
+  uint64_t plugin_restarts = 0;  // isolated plugins started again after a crash
+};
+
 class Registry {
+  class Impl;
+
  public:
   // Loads the plugins and takes the first snapshot. Fails only for errors of rayaccel itself
   // (e.g. a named plugin file that does not exist is a plugin status, not a failure).
@@ -260,30 +270,66 @@ class Registry {
   // Asks every loaded plugin again and publishes a new snapshot (generation + 1).
   std::shared_ptr<const NodeSnapshot> Rescan();
 
-  // Waits until a snapshot newer than `generation` is published (a rescan, or a health change
-  // when watch_health is on), or `timeout` passes; returns the current snapshot either way.
+  // Waits until a snapshot newer than `generation` is published (a rescan that found a change,
+  // or a health change when watch_health is on), `timeout` passes, or Shutdown; returns the
+  // current snapshot either way.
   std::shared_ptr<const NodeSnapshot> WaitForNewer(uint64_t generation,
                                                    std::chrono::milliseconds timeout) const;
+
+  // Calls `on_snapshot` with the current snapshot and then with each newer one, on a thread of
+  // the registry's: one call at a time, in order of generations; snapshots published during a
+  // call are coalesced into the newest. The callback may call the registry (a lease, a rescan);
+  // an exception it throws is logged. Delivery ends when the handle is destroyed (waiting for a
+  // call in progress, unless destroyed from within the callback) or at Shutdown.
+  class Subscription {
+   public:
+    ~Subscription();
+    Subscription(const Subscription&) = delete;
+    Subscription& operator=(const Subscription&) = delete;
+
+   private:
+    friend class Registry;
+    Subscription() = default;
+    std::weak_ptr<Impl> impl_;
+    uint64_t id_ = 0;
+  };
+  std::unique_ptr<Subscription> Subscribe(
+      std::function<void(std::shared_ptr<const NodeSnapshot>)> on_snapshot);
+
+  RegistryStats stats() const;
+
+  // Stops health watches and subscriptions, wakes every WaitForNewer and returns once no thread
+  // is left inside one. Afterwards snapshot() and WaitForNewer answer with the last snapshot and
+  // Rescan does nothing. The destructor calls it: destroying a Registry while other threads
+  // wait in WaitForNewer is safe (starting a call on a destroyed one is not).
+  void Shutdown();
 
   // Whether `quantity` devices of `resource` may be requested together (plugin hook).
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;
 
   // The best `size` devices of one family for a request (docs/topology.md): from
-  // `available` (ids or positions; empty: every healthy, schedulable device of `resource`),
-  // always including `must_include`. `resource` empty: the family of the given devices, else
-  // the first family. An impossible request is an Allocation with no devices and the reason;
-  // malformed input (unknown device, mixed families) is an error.
-  absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available,
-                                                 const std::vector<std::string>& must_include,
+  // `available_ids` (device ids; empty: every healthy, schedulable device of `resource`),
+  // always including `must_include_ids`. `resource` empty: the family of the given devices,
+  // else the first family. An impossible request is an Allocation with no devices and the
+  // reason; malformed input (unknown device, mixed families) is an error. Calls no plugin
+  // unless the family's plugin has a validate_quantity hook.
+  absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available_ids,
+                                                 const std::vector<std::string>& must_include_ids,
                                                  size_t size,
                                                  const std::string& resource = "") const;
 
-  // The environment a worker needs to use exactly these devices (ids or snapshot positions
-  // as decimal strings). All devices must come from one plugin. With `generation` set, the
-  // call fails with FailedPrecondition unless that is still the current snapshot (checked
-  // while no rescan can run).
+  // The environment a worker needs to use exactly these devices, named by id. All devices must
+  // come from one plugin. With `generation` set to an older snapshot than the current one, the
+  // lease holds while the devices it names are still there and not unhealthy (a change
+  // elsewhere on the node does not stale it); otherwise FailedPrecondition says which device
+  // changed. Checked while no rescan can run.
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
-      const std::vector<std::string>& devices, uint64_t generation = 0) const;
+      const std::vector<std::string>& device_ids, uint64_t generation = 0) const;
+  // The same for devices named by their positions in NodeSnapshot::devices, which mean
+  // something only in the snapshot they were read from: FailedPrecondition unless `generation`
+  // is the current one.
+  absl::StatusOr<std::map<std::string, std::string>> PrepareAllocationAt(
+      const std::vector<size_t>& positions, uint64_t generation) const;
 
   // Asks every plugin again and records its answers, the allocation environments for each
   // device alone, pairs (up to 16 devices), all and all but partition parents, validate_quantity
@@ -292,9 +338,8 @@ class Registry {
   absl::StatusOr<CapturedNode> Capture() const;
 
  private:
-  class Impl;
-  explicit Registry(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Registry(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with subscriptions, which may outlive the registry
 };
 
 }  // namespace rayaccel

@@ -36,9 +36,8 @@ struct rayaccel_plugin_instance {
   std::string spec_path;
   std::mutex mu;  // guards everything below
   rayaccel::sim::SimSpec spec;
-  bool loaded = false;  // `spec` matches the file as of loaded_size and loaded_mtime
-  off_t loaded_size = 0;
-  timespec loaded_mtime{};
+  bool loaded = false;  // `spec` matches the file as of loaded_stat
+  struct stat loaded_stat {};
   // The health watch (wait_health_events): an inotify descriptor on the spec's folder and the
   // file as last reported. Guarded by watch_mu, taken only by the watching thread.
   std::mutex watch_mu;
@@ -50,15 +49,18 @@ struct rayaccel_plugin_instance {
 namespace rayaccel::sim {
 namespace {
 
-// Re-reads the spec when the file changed since the last read (size or modification time);
-// a broken file is an error and the previous spec is kept for the other hooks.
+// Re-reads the spec when the file changed since the last read: another file under the name
+// (an editor's save by rename; the kernel's file times tick in milliseconds, so a quick
+// rewrite can keep the old time), another size or another modification time. A broken file
+// is an error and the previous spec is kept for the other hooks.
 rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   if (self->spec_path.empty()) return RAYACCEL_STATUS_OK;
   struct stat st {};
   const bool have_stat = stat(self->spec_path.c_str(), &st) == 0;
-  if (have_stat && self->loaded && st.st_size == self->loaded_size &&
-      st.st_mtim.tv_sec == self->loaded_mtime.tv_sec &&
-      st.st_mtim.tv_nsec == self->loaded_mtime.tv_nsec) {
+  const struct stat& was = self->loaded_stat;
+  if (have_stat && self->loaded && st.st_dev == was.st_dev && st.st_ino == was.st_ino &&
+      st.st_size == was.st_size && st.st_mtim.tv_sec == was.st_mtim.tv_sec &&
+      st.st_mtim.tv_nsec == was.st_mtim.tv_nsec) {
     return RAYACCEL_STATUS_OK;
   }
   SimSpec spec;
@@ -69,8 +71,7 @@ rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   }
   self->spec = std::move(spec);
   self->loaded = have_stat;  // without a stat there is nothing to compare next time
-  self->loaded_size = st.st_size;
-  self->loaded_mtime = st.st_mtim;
+  self->loaded_stat = st;
   return RAYACCEL_STATUS_OK;
 }
 
@@ -287,10 +288,7 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
       // and this first wait is still news.
       SpecChanged(self);
       std::lock_guard<std::mutex> spec_lock(self->mu);
-      if (self->loaded) {
-        self->watched_stat.st_size = self->loaded_size;
-        self->watched_stat.st_mtim = self->loaded_mtime;
-      }
+      if (self->loaded) self->watched_stat = self->loaded_stat;
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args->timeout_ms);
     while (true) {

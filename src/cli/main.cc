@@ -57,7 +57,8 @@ Commands:
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
   allocate         the best devices for a request, and the environment a worker given them
                    gets: --size N [--available IDS] [--must-include IDS] [--resource NAME]
-                   (IDS: positions or ids, a,b,c) [--objective partition|request] (default
+                   (IDS: device ids, a,b,c; --available-positions and
+                   --must-include-positions take snapshot positions instead) [--objective partition|request] (default
                    partition: the best set of the best split of what is available; request:
                    the best set for this one); exit 3 when no set meets the request
   conformance      check a plugin .so and report its tier: conformance PLUGIN.so
@@ -132,6 +133,8 @@ struct Args {
   bool dot = false;
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
+  std::vector<size_t> available_positions;     // allocate --available-positions
+  std::vector<size_t> must_include_positions;  // allocate --must-include-positions
   std::vector<std::string> must_include;
   std::string resource;
   RegistryOptions options;
@@ -241,9 +244,20 @@ int Parse(int argc, char** argv, Args* args) {
       }
     } else if (flag == "--available" || flag == "--must-include") {
       std::string v;
-      if (!take(&v)) return Usage(flag + " needs device positions or ids, comma-separated");
+      if (!take(&v)) return Usage(flag + " needs device ids, comma-separated");
       auto* list = flag == "--available" ? &args->available : &args->must_include;
       for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipEmpty())) list->emplace_back(id);
+    } else if (flag == "--available-positions" || flag == "--must-include-positions") {
+      std::string v;
+      if (!take(&v)) return Usage(flag + " needs snapshot positions, comma-separated");
+      auto* list = flag == "--available-positions" ? &args->available_positions
+                                                   : &args->must_include_positions;
+      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        size_t n = 0;
+        if (!absl::SimpleAtoi(p, &n))
+          return Usage(flag + ": \"" + std::string(p) + "\" is not a position");
+        list->push_back(n);
+      }
     } else if (flag == "--resource") {
       if (!take(&args->resource)) return Usage("--resource needs a name");
     } else if (flag == "--raylet") {
@@ -476,6 +490,18 @@ int Run(int argc, char** argv) {
   } else if (cmd == "topo") {
     out = args.dot ? TopoDot(*snap) : args.json ? TopoJson(*snap) : TopoText(*snap);
   } else if (cmd == "allocate") {
+    // Positions are this snapshot's: named here by the ids they hold.
+    for (auto [positions, ids] : {std::pair{&args.available_positions, &args.available},
+                                  {&args.must_include_positions, &args.must_include}}) {
+      for (size_t p : *positions) {
+        if (p >= snap->devices.size()) {
+          std::fprintf(stderr, "rayaccel: no device at position %zu (%zu devices)\n", p,
+                       snap->devices.size());
+          return kExitUsage;
+        }
+        ids->push_back(snap->devices[p].id);
+      }
+    }
     absl::StatusOr<Allocation> allocation = (*registry)->PreferredAllocation(
         args.available, args.must_include, static_cast<size_t>(args.size), args.resource);
     if (!allocation.ok()) {

@@ -118,7 +118,56 @@ void AppendMessage(std::string* message, const std::string& text) {
 class Registry::Impl {
  public:
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
-  ~Impl() { StopWatching(); }
+  ~Impl() { Shutdown(); }
+
+  // Stops the watches and the subscription thread, wakes every WaitForNewer and returns once
+  // none is left inside it; later calls answer from the last snapshot or fail Unavailable.
+  void Shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(snapshot_mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+    }
+    published_.notify_all();
+    StopWatching();
+    if (notifier_.joinable()) {
+      // The last handle on the registry may be let go from a subscriber's own callback.
+      if (std::this_thread::get_id() == notifier_.get_id()) {
+        notifier_.detach();
+      } else {
+        notifier_.join();
+      }
+    }
+    std::unique_lock<std::mutex> lock(snapshot_mu_);
+    published_.wait(lock, [&] { return waiters_ == 0; });
+  }
+
+  RegistryStats stats() const {
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    return stats_;
+  }
+
+  bool shut_down() const {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    return shut_down_;
+  }
+
+  uint64_t Subscribe(std::function<void(std::shared_ptr<const NodeSnapshot>)> callback) {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    if (shut_down_) return 0;
+    const uint64_t id = ++last_subscription_;
+    subscribers_.emplace(id, std::make_shared<Subscriber>(Subscriber{std::move(callback)}));
+    if (!notifier_.joinable()) notifier_ = std::thread([this] { Notify(); });
+    return id;
+  }
+
+  // Waits for a callback in progress unless called from it (the notifier thread).
+  void Unsubscribe(uint64_t id) {
+    std::unique_lock<std::mutex> lock(snapshot_mu_);
+    subscribers_.erase(id);
+    if (std::this_thread::get_id() == notifier_.get_id()) return;
+    published_.wait(lock, [&] { return delivering_ != id; });
+  }
 
   // One thread per plugin that offers health events; a change triggers a rescan. An isolated
   // plugin is watched through its host; after a crash the watch waits for the restart.
@@ -172,6 +221,10 @@ class Registry::Impl {
               Rescan();
             } else if (st.ok()) {
               spdlog::info("plugin {}: health changed; rescanning", name);
+              {
+                std::lock_guard<std::mutex> lock(plugins_mu_);
+                ++stats_.health_events;
+              }
               auto started = std::chrono::steady_clock::now();
               std::shared_ptr<const NodeSnapshot> before = snapshot();
               std::shared_ptr<const NodeSnapshot> after = Rescan();
@@ -211,10 +264,61 @@ class Registry::Impl {
   std::shared_ptr<const NodeSnapshot> WaitForNewer(uint64_t generation,
                                                    std::chrono::milliseconds timeout) const {
     std::unique_lock<std::mutex> lock(snapshot_mu_);
-    published_.wait_for(lock, timeout, [&] { return snapshot_->generation > generation; });
-    return snapshot_;
+    ++waiters_;
+    published_.wait_for(lock, timeout,
+                        [&] { return shut_down_ || snapshot_->generation > generation; });
+    std::shared_ptr<const NodeSnapshot> snap = snapshot_;
+    // The last thing done with this object: Shutdown (and so the destructor) waits for it.
+    if (--waiters_ == 0 && shut_down_) published_.notify_all();
+    return snap;
   }
 
+ private:
+  struct Subscriber {
+    std::function<void(std::shared_ptr<const NodeSnapshot>)> callback;
+    uint64_t delivered = 0;  // the generation it last saw
+  };
+
+  // The subscription thread: each subscriber sees every newer snapshot it has not seen, in
+  // order of generations, one callback at a time; snapshots published while a callback runs
+  // are coalesced into the newest.
+  void Notify() {
+    std::unique_lock<std::mutex> lock(snapshot_mu_);
+    while (!shut_down_) {
+      std::shared_ptr<const NodeSnapshot> snap = snapshot_;
+      bool delivered_any = false;
+      for (auto& [id, subscriber] : subscribers_) {
+        if (subscriber->delivered >= snap->generation) continue;
+        subscriber->delivered = snap->generation;
+        delivering_ = id;
+        std::shared_ptr<Subscriber> keep = subscriber;
+        lock.unlock();
+        try {
+          keep->callback(snap);
+        } catch (const std::exception& e) {
+          spdlog::error("snapshot subscriber threw: {}", e.what());
+        } catch (...) {
+          spdlog::error("snapshot subscriber threw");
+        }
+        lock.lock();
+        delivering_ = 0;
+        published_.notify_all();  // an Unsubscribe may be waiting for this callback
+        delivered_any = true;
+        break;  // the map may have changed while unlocked: look again
+      }
+      if (!delivered_any) {
+        published_.wait(lock, [&] {
+          if (shut_down_) return true;
+          for (const auto& [id, subscriber] : subscribers_) {
+            if (subscriber->delivered < snapshot_->generation) return true;
+          }
+          return false;
+        });
+      }
+    }
+  }
+
+ public:
   // A captured node's plugins, answering as they did (ReplayedPlugin); those the capture found
   // refused or failed stay so, with their message.
   absl::Status LoadReplay() {
@@ -307,10 +411,12 @@ class Registry::Impl {
   }
 
   std::shared_ptr<const NodeSnapshot> Rescan() {
+    if (shut_down()) return snapshot();
     std::lock_guard<std::mutex> lock(plugins_mu_);
     // Each plugin's answer, and everything else the snapshot is a function of, as bytes: when
     // they equal the last scan's (what an agent sees almost every time), the last snapshot
-    // stands under a new generation and merging, enrichment and mapping are skipped.
+    // stands, generation and all: merging, enrichment and mapping are skipped, nobody is
+    // woken, and leases on it stay valid. A new generation means something changed.
     struct Answer {
       PluginStatus status;
       std::shared_ptr<const PluginReport> report;  // to merge; none when the plugin failed
@@ -356,12 +462,9 @@ class Registry::Impl {
 
     auto snap = std::make_shared<NodeSnapshot>();
     std::shared_ptr<const NodeSnapshot> last = snapshot();
-    if (last != nullptr && inputs == last_inputs_) {
-      *snap = *last;
-      snap->generation = ++generation_;
-      Publish(snap);
-      return snap;
-    }
+    ++stats_.scans;
+    if (last != nullptr && inputs == last_inputs_) return last;
+    ++stats_.changes;
     last_inputs_ = std::move(inputs);
     snap->generation = ++generation_;
     absl::flat_hash_set<std::string> ids;
@@ -500,20 +603,58 @@ class Registry::Impl {
     return chosen;
   }
 
+  // By ids: against an older generation the lease holds while the devices it names are still
+  // there and not unhealthy (a change elsewhere on the node does not stale it).
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
-      const std::vector<std::string>& requested, uint64_t generation) const {
+      const std::vector<std::string>& ids, uint64_t generation) const {
     // Hold the plugins first: no rescan can then move the indices resolved below.
     std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
-    if (generation != 0 && generation != snap->generation) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "snapshot ", generation, " is stale: the current one is ", snap->generation));
-    }
-    if (requested.empty()) return absl::InvalidArgumentError("no devices given");
-    absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, requested);
+    if (ids.empty()) return absl::InvalidArgumentError("no devices given");
+    absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, ids);
     if (!positions.ok()) return positions.status();
+    if (generation != 0 && generation != snap->generation) {
+      for (size_t p : *positions) {
+        const Device& d = snap->devices[p];
+        if (d.health == Health::kUnhealthy) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("device ", d.id, " is unhealthy now (", d.health_reason, "); snapshot ",
+                           generation, " is stale, the current one is ", snap->generation));
+        }
+      }
+    }
+    return PrepareLocked(*snap, *positions);
+  }
+
+  // By positions, which mean something only in the snapshot they were read from.
+  absl::StatusOr<std::map<std::string, std::string>> PrepareAllocationAt(
+      const std::vector<size_t>& positions, uint64_t generation) const {
+    std::lock_guard<std::mutex> lock(plugins_mu_);
+    std::shared_ptr<const NodeSnapshot> snap = snapshot();
+    if (generation != snap->generation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("positions refer to snapshot ", generation, "; the current one is ",
+                       snap->generation, " (name devices by id to lease across snapshots)"));
+    }
+    if (positions.empty()) return absl::InvalidArgumentError("no devices given");
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] >= snap->devices.size()) {
+        return absl::NotFoundError(absl::StrCat("no device at position ", positions[i]));
+      }
+      if (std::find(positions.begin(), positions.begin() + i, positions[i]) !=
+          positions.begin() + i) {
+        return absl::InvalidArgumentError(absl::StrCat("position ", positions[i], " given twice"));
+      }
+    }
+    return PrepareLocked(*snap, positions);
+  }
+
+ private:
+  // Caller holds plugins_mu_; `positions` are valid and distinct in `snap`, the current one.
+  absl::StatusOr<std::map<std::string, std::string>> PrepareLocked(
+      const NodeSnapshot& snap, const std::vector<size_t>& positions) const {
     std::vector<const Device*> devices;
-    for (size_t p : *positions) devices.push_back(&snap->devices[p]);
+    for (size_t p : positions) devices.push_back(&snap.devices[p]);
     const std::string& plugin_name = devices.front()->plugin;
     for (const Device* d : devices) {
       if (d->plugin != plugin_name) {
@@ -561,7 +702,6 @@ class Registry::Impl {
     return env;
   }
 
- private:
   absl::StatusOr<std::unique_ptr<PluginHandle>> OpenPlugin(const std::string& path) const {
     if (options_.isolation == RegistryOptions::Isolation::kInProcess) {
       absl::StatusOr<std::unique_ptr<LoadedPlugin>> p = LoadedPlugin::Open(path);
@@ -602,6 +742,7 @@ class Registry::Impl {
   void Restart(Slot* slot) {
     if (std::chrono::steady_clock::now() < slot->next_restart) return;
     ++slot->restarts;
+    ++stats_.plugin_restarts;
     const std::string& path = slot->status.path;
     absl::Status ok = options_.check_permissions ? CheckPermissions(path) : absl::OkStatus();
     absl::StatusOr<std::unique_ptr<PluginHandle>> opened =
@@ -666,25 +807,21 @@ class Registry::Impl {
     }
   }
 
-  // Device ids or decimal snapshot positions to positions; each at most once.
+  // Device ids to snapshot positions; each at most once.
   static absl::StatusOr<std::vector<size_t>> Resolve(const NodeSnapshot& snap,
-                                                     const std::vector<std::string>& wanted) {
+                                                     const std::vector<std::string>& ids) {
     std::vector<size_t> out;
-    for (const std::string& want : wanted) {
+    out.reserve(ids.size());
+    for (const std::string& id : ids) {
       size_t position = snap.devices.size();
       for (size_t p = 0; p < snap.devices.size() && position == snap.devices.size(); ++p) {
-        if (snap.devices[p].id == want) position = p;
-      }
-      size_t n = 0;
-      if (position == snap.devices.size() && absl::SimpleAtoi(want, &n) &&
-          n < snap.devices.size()) {
-        position = n;
+        if (snap.devices[p].id == id) position = p;
       }
       if (position == snap.devices.size()) {
-        return absl::NotFoundError(absl::StrCat("no device \"", want, "\""));
+        return absl::NotFoundError(absl::StrCat("no device \"", id, "\""));
       }
       if (std::find(out.begin(), out.end(), position) != out.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("device \"", want, "\" given twice"));
+        return absl::InvalidArgumentError(absl::StrCat("device \"", id, "\" given twice"));
       }
       out.push_back(position);
     }
@@ -906,8 +1043,15 @@ class Registry::Impl {
   mutable std::mutex plugins_mu_;    // one caller into the plugins at a time
   mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
+  RegistryStats stats_;  // guarded by plugins_mu_
   mutable std::mutex snapshot_mu_;
-  mutable std::condition_variable published_;  // a new snapshot_
+  mutable std::condition_variable published_;  // a new snapshot_, shutdown, a waiter leaving
+  bool shut_down_ = false;                     // guarded by snapshot_mu_, like the four below
+  mutable int waiters_ = 0;                    // threads inside WaitForNewer
+  std::map<uint64_t, std::shared_ptr<Subscriber>> subscribers_;
+  uint64_t last_subscription_ = 0;
+  uint64_t delivering_ = 0;  // the subscription whose callback runs now, 0 none
+  std::thread notifier_;
   std::shared_ptr<const NodeSnapshot> snapshot_;
   std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by plugins_mu_
   std::atomic<bool> stopping_{false};
@@ -925,8 +1069,23 @@ absl::Status PluginHandle::QueryShared(std::shared_ptr<const PluginReport>* repo
   return st;
 }
 
-Registry::Registry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Registry::~Registry() = default;
+Registry::Registry(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Registry::~Registry() { impl_->Shutdown(); }
+
+void Registry::Shutdown() { impl_->Shutdown(); }
+RegistryStats Registry::stats() const { return impl_->stats(); }
+
+Registry::Subscription::~Subscription() {
+  if (std::shared_ptr<Impl> impl = impl_.lock()) impl->Unsubscribe(id_);
+}
+
+std::unique_ptr<Registry::Subscription> Registry::Subscribe(
+    std::function<void(std::shared_ptr<const NodeSnapshot>)> on_snapshot) {
+  std::unique_ptr<Subscription> s(new Subscription());
+  s->impl_ = impl_;
+  s->id_ = impl_->Subscribe(std::move(on_snapshot));
+  return s;
+}
 
 absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions options) {
   if (!options.sole_plugin_config.empty() && options.plugins.size() != 1) {
@@ -935,7 +1094,7 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions optio
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   if (absl::Status st = impl->Load(); !st.ok()) return st;
-  std::unique_ptr<Registry> registry(new Registry(std::move(impl)));
+  std::unique_ptr<Registry> registry(new Registry(std::shared_ptr<Impl>(std::move(impl))));
   registry->Rescan();
   registry->impl_->StartWatching();
   return registry;
@@ -961,8 +1120,13 @@ absl::StatusOr<Allocation> Registry::PreferredAllocation(
 }
 
 absl::StatusOr<std::map<std::string, std::string>> Registry::PrepareAllocation(
-    const std::vector<std::string>& devices, uint64_t generation) const {
-  return impl_->PrepareAllocation(devices, generation);
+    const std::vector<std::string>& device_ids, uint64_t generation) const {
+  return impl_->PrepareAllocation(device_ids, generation);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Registry::PrepareAllocationAt(
+    const std::vector<size_t>& positions, uint64_t generation) const {
+  return impl_->PrepareAllocationAt(positions, generation);
 }
 
 }  // namespace rayaccel

@@ -48,7 +48,7 @@ std::unique_ptr<Registry> SimRegistry(const std::string& spec) {
   options.plugins = {kSimPlugin};
   options.use_environment = false;
   options.host_topology = false;
-  options.config["sim"]["spec"] = testing::Example(spec);
+  options.config["sim"]["spec"] = spec[0] == '/' ? spec : testing::Example(spec);
   auto registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
   return *std::move(registry);
@@ -65,7 +65,10 @@ class AgentServiceTest : public ::testing::Test {
              RegistryService::Options service_options = {}) {
     dir_ = TempDir();
     if (options.listen.empty()) options.listen = "unix:" + dir_ + "/agent.sock";
-    registry_ = SimRegistry(spec);
+    // A copy of the spec, so that Change() can edit it.
+    spec_ = dir_ + "/spec.json";
+    testing::CopyFile(testing::Example(spec), spec_);
+    registry_ = SimRegistry(spec_);
     service_ = std::make_unique<RegistryService>(registry_.get(), service_options);
     auto server = Server::Start(options, {service_.get()});
     ASSERT_TRUE(server.ok()) << server.status();
@@ -82,7 +85,32 @@ class AgentServiceTest : public ::testing::Test {
     return v1::AcceleratorRegistry::NewStub(grpc::CreateChannel(server_->target(), credentials));
   }
 
+  // Edits the spec and rescans: a new generation (a rescan that changes nothing keeps the
+  // generation). `unhealthy_id`: that device turns unhealthy; otherwise the first device's
+  // driver version changes.
+  std::shared_ptr<const NodeSnapshot> Change(const std::string& unhealthy_id = "") {
+    if (unhealthy_id.empty()) {
+      testing::ChangeSimSpec(spec_);
+    } else {
+      std::string text = ReadText(spec_);
+      size_t at = text.find("\"uuid\": \"" + unhealthy_id + "\"");
+      EXPECT_NE(at, std::string::npos) << unhealthy_id;
+      const std::string healthy = "\"health\": \"healthy\"";
+      at = text.find(healthy, at);
+      EXPECT_NE(at, std::string::npos) << unhealthy_id;
+      text.replace(at, healthy.size(),
+                   "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
+      std::ofstream(spec_ + ".new") << text;
+      EXPECT_EQ(rename((spec_ + ".new").c_str(), spec_.c_str()), 0);
+    }
+    const uint64_t before = registry_->snapshot()->generation;
+    std::shared_ptr<const NodeSnapshot> after = registry_->Rescan();
+    EXPECT_GT(after->generation, before);
+    return after;
+  }
+
   std::string dir_;
+  std::string spec_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<RegistryService> service_;
   std::unique_ptr<Server> server_;
@@ -112,7 +140,7 @@ TEST_F(AgentServiceTest, WatchersGetTheCurrentSnapshotAtOnceThenEachNewOne) {
   ASSERT_TRUE(reader->Read(&s));
   const uint64_t first = s.generation();
   EXPECT_EQ(first, registry_->snapshot()->generation);
-  registry_->Rescan();
+  Change();
   ASSERT_TRUE(reader->Read(&s));
   EXPECT_EQ(s.generation(), first + 1);
 
@@ -121,7 +149,7 @@ TEST_F(AgentServiceTest, WatchersGetTheCurrentSnapshotAtOnceThenEachNewOne) {
   v1::WatchSnapshotsRequest after;
   after.set_after_generation(first + 1);
   auto later = stub->WatchSnapshots(&later_context, after);
-  registry_->Rescan();
+  Change();
   ASSERT_TRUE(later->Read(&s));
   EXPECT_EQ(s.generation(), first + 2);
   context.TryCancel();
@@ -141,7 +169,7 @@ TEST_F(AgentServiceTest, ASlowWatcherSkipsToTheNewestAndHoldsUpNoOne) {
   ASSERT_TRUE(fast->Read(&s));
   constexpr int kRescans = 300;
   uint64_t newest = 0;
-  for (int i = 0; i < kRescans; ++i) newest = registry_->Rescan()->generation;
+  for (int i = 0; i < kRescans; ++i) newest = Change()->generation;
   // The fast watcher reaches the newest while the slow one has not read anything.
   while (s.generation() < newest) ASSERT_TRUE(fast->Read(&s));
   EXPECT_EQ(s.generation(), newest);
@@ -192,8 +220,8 @@ TEST_F(AgentServiceTest, ManyConcurrentWatchersEachGetEveryChange) {
   }
   ASSERT_EQ(ready, kWatchers);
   EXPECT_EQ(service_->watcher_count(), static_cast<size_t>(kWatchers));
-  registry_->Rescan();
-  registry_->Rescan();
+  Change();
+  Change();
   for (int i = 0; i < 1000 && done < kWatchers; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -250,7 +278,13 @@ TEST_F(AgentServiceTest, AllocationThroughTheService) {
   }
   EXPECT_EQ(env.env().count("CUDA_VISIBLE_DEVICES"), 1u);
 
-  registry_->Rescan();  // the ids now come from a stale snapshot
+  Change();  // the ids now come from an older snapshot, and still hold
+  {
+    grpc::ClientContext context;
+    grpc::Status st = stub->PrepareAllocation(&context, prepare, &env);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  Change(chosen.device_ids(1));  // one of them turned unhealthy: the lease is stale
   grpc::ClientContext stale_context;
   EXPECT_EQ(stub->PrepareAllocation(&stale_context, prepare, &env).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);

@@ -29,8 +29,13 @@ class Allocator {
     EXPECT_TRUE(registry.ok()) << registry.status();
     registry_ = *std::move(registry);
   }
+  // `available` and `must`: snapshot positions, as decimal strings; the registry takes ids.
   Allocation Get(size_t size, std::vector<std::string> available = {},
                  std::vector<std::string> must = {}) {
+    std::shared_ptr<const NodeSnapshot> snap = registry_->snapshot();
+    for (std::vector<std::string>* list : {&available, &must}) {
+      for (std::string& p : *list) p = snap->devices.at(std::stoul(p)).id;
+    }
     absl::StatusOr<Allocation> a = registry_->PreferredAllocation(available, must, size);
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? *a : Allocation();
@@ -257,7 +262,9 @@ TEST(Allocation, OnlyThePluginGivingTheResourceToRayIsAllocated) {
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->devices, (Set{0, 1}));  // testgpu's two, never a mix with sim's
   EXPECT_TRUE((*registry)->PreferredAllocation({}, {}, 3)->devices.empty());
-  absl::StatusOr<Allocation> sim = (*registry)->PreferredAllocation({"2", "3"}, {}, 1);
+  std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+  absl::StatusOr<Allocation> sim =
+      (*registry)->PreferredAllocation({snap->devices[2].id, snap->devices[3].id}, {}, 1);
   EXPECT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("is not given to Ray as GPU"), absl::string_view::npos);
 }

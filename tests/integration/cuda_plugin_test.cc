@@ -68,7 +68,7 @@ TEST(CudaPlugin, DgxH100ThroughNvswitch) {
   EXPECT_EQ(s->ray.resources,
             (std::map<std::string, double>{{"GPU", 8}, {"accelerator_type:H100", 1}}));
   EXPECT_EQ(s->ray.labels.count("ray.io/gpu-domain"), 0u);  // single node: no fabric clique
-  auto env = registry->PrepareAllocation({"0", "5"});
+  auto env = registry->PrepareAllocationAt({0, 5}, s->generation);
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "0,5");
   EXPECT_EQ(env->at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
@@ -110,7 +110,7 @@ TEST(CudaPlugin, Gb200TrayPublishesItsNvlinkDomain) {
   EXPECT_EQ(s->domains[0].id, "5f3c1a2e-8d4b-4e6f-9a7c-0b1d2e3f4a5b.7");
   EXPECT_EQ(s->ray.labels.at("ray.io/gpu-domain"), "5f3c1a2e-8d4b-4e6f-9a7c-0b1d2e3f4a5b.7");
   EXPECT_EQ(s->devices[0].accelerator_type, "GB200");
-  auto env = registry->PrepareAllocation({"1"});
+  auto env = registry->PrepareAllocation({s->devices[1].id});
   ASSERT_TRUE(env.ok());
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), s->devices[1].id);  // by UUID when asked
 }

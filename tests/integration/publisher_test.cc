@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "rpc/raylet_sink.h"
 #include "spdlog/spdlog.h"
+#include "support/test_support.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -42,14 +43,23 @@ class PublisherTest : public ::testing::Test {
     options.plugins = {std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so"};
     options.use_environment = false;
     options.host_topology = false;
-    options.config["sim"]["spec"] = std::string(RAYACCEL_EXAMPLES_DIR) + "/dgx-h100.json";
+    spec_ = dir_ + "/spec.json";
+    testing::CopyFile(std::string(RAYACCEL_EXAMPLES_DIR) + "/dgx-h100.json", spec_);
+    options.config["sim"]["spec"] = spec_;
     auto registry = Registry::Create(options);
     ASSERT_TRUE(registry.ok()) << registry.status();
     registry_ = std::move(*registry);
   }
   void TearDown() override {
     StopSink();
+    unlink(spec_.c_str());
     rmdir(dir_.c_str());
+  }
+
+  // A rescan that finds a change, so a new generation.
+  uint64_t Change() {
+    testing::ChangeSimSpec(spec_);
+    return registry_->Rescan()->generation;
   }
 
   std::string socket() const { return dir_ + "/sink.sock"; }
@@ -82,6 +92,7 @@ class PublisherTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string spec_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<RayletSink> sink_;
   std::unique_ptr<grpc::Server> server_;
@@ -94,7 +105,7 @@ TEST_F(PublisherTest, FirstPublishAndEachRescanReachTheSink) {
   ASSERT_TRUE(Eventually([&] { return SinkGeneration() == first; }));
   EXPECT_EQ(sink_->state().Current(kNode)->resources_total().at("GPU"), 8);
 
-  uint64_t next = registry_->Rescan()->generation;
+  uint64_t next = Change();
   ASSERT_GT(next, first);
   ASSERT_TRUE(Eventually([&] { return SinkGeneration() == next; }));
   EXPECT_TRUE(Eventually([&] { return publisher->acked_generation() == next; }));
@@ -113,7 +124,7 @@ TEST_F(PublisherTest, ARestartedSinkGetsTheCurrentStateWithoutRestartingTheAgent
 
   // A change while it is away: discovery does not wait, and the newest reaches the new sink.
   StopSink();
-  uint64_t while_away = registry_->Rescan()->generation;
+  uint64_t while_away = Change();
   StartSink();
   ASSERT_TRUE(Eventually([&] { return SinkGeneration() == while_away; }));
 }

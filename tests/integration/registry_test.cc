@@ -1,8 +1,11 @@
 // The registry through its public API, with the real sim plugin and real spec files.
 #include "rayaccel/registry.h"
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -79,6 +82,163 @@ TEST(Registry, RescanSeesSpecChangesWithANewGeneration) {
   EXPECT_EQ(registry->Rescan()->ray.resources.at("GPU"), 2);
 }
 
+// A generation is a change: a rescan that finds the node as it was keeps the snapshot, its
+// generation, and every lease made against it; waiters are not woken for nothing.
+TEST(Registry, ANewGenerationOnlyForAChange) {
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, Example("dgx-h100.json"));
+  std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(registry->Rescan(), first);
+  EXPECT_EQ(registry->snapshot()->generation, first->generation);
+  EXPECT_TRUE(registry->PrepareAllocation({first->devices[2].id}, first->generation).ok());
+  auto woken = std::chrono::steady_clock::now();
+  registry->WaitForNewer(first->generation, std::chrono::milliseconds(100));
+  EXPECT_GE(std::chrono::steady_clock::now() - woken, std::chrono::milliseconds(90));
+}
+
+// A lease names devices: against an older snapshot it holds while those devices are still
+// there and healthy (another device's change does not stale it); positions need the snapshot
+// they came from.
+TEST(Registry, AStaleLeaseIsJudgedByTheDevicesItNames) {
+  std::string dir = testing::MakeTempDir("lease");
+  std::string spec = dir + "/spec.json";
+  auto write = [&](const char* health_b) {
+    std::ofstream(spec) << R"({"visible_devices_env": "CUDA_VISIBLE_DEVICES", "devices": [
+        {"uuid": "GPU-a", "name": "NVIDIA L4"},
+        {"uuid": "GPU-b", "name": "NVIDIA L4", "health": ")"
+                        << health_b << R"(", "health_reason": "XID 79"},
+        {"uuid": "GPU-c", "name": "NVIDIA L4"}]})";
+  };
+  write("healthy");
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, spec);
+  const uint64_t old = registry->snapshot()->generation;
+  write("unhealthy");
+  ASSERT_GT(registry->Rescan()->generation, old);
+  auto env = registry->PrepareAllocation({"GPU-a", "GPU-c"}, old);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "0,2");
+  absl::StatusOr<std::map<std::string, std::string>> sick =
+      registry->PrepareAllocation({"GPU-a", "GPU-b"}, old);
+  EXPECT_EQ(sick.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(sick.status().message().find("GPU-b is unhealthy now"), std::string::npos)
+      << sick.status();
+  EXPECT_EQ(registry->PrepareAllocationAt({0, 2}, old).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(registry->PrepareAllocationAt({0, 2}, registry->snapshot()->generation).ok());
+  EXPECT_EQ(registry->PrepareAllocation({"GPU-gone"}, old).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Ids and positions are different things: an id that reads like a number is an id.
+TEST(Registry, IdsAreNeverTakenForPositions) {
+  std::string dir = testing::MakeTempDir("numeric-ids");
+  std::string spec = dir + "/spec.json";
+  std::ofstream(spec) << R"({"visible_devices_env": "CUDA_VISIBLE_DEVICES",
+      "devices": [{"uuid": "3", "name": "NVIDIA L4"},
+      {"uuid": "2", "name": "NVIDIA L4"}, {"uuid": "1", "name": "NVIDIA L4"},
+      {"uuid": "0", "name": "NVIDIA L4"}]})";
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, spec);
+  absl::StatusOr<Allocation> a = registry->PreferredAllocation({"0"}, {}, 1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->devices.size(), 1u);
+  EXPECT_EQ(a->device_ids[0], "0");
+  EXPECT_EQ(a->devices[0], 3u);  // the device whose id is "0" sits at position 3
+  auto env = registry->PrepareAllocation({"0"});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "3");
+  auto at = registry->PrepareAllocationAt({0}, registry->snapshot()->generation);
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->at("CUDA_VISIBLE_DEVICES"), "0");
+}
+
+// Shutdown wakes every waiter, and destroying the registry while threads wait in WaitForNewer
+// is safe (run under ASan by `make asan`).
+TEST(Registry, DestroyingWithWaitersIsSafe) {
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, Example("dgx-h100.json"));
+  const uint64_t generation = registry->snapshot()->generation;
+  std::atomic<int> returned{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&, r = registry.get()] {
+      std::shared_ptr<const NodeSnapshot> s = r->WaitForNewer(generation, std::chrono::hours(1));
+      EXPECT_EQ(s->generation, generation);  // woken by the shutdown, not a change
+      ++returned;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // all four inside the wait
+  auto started = std::chrono::steady_clock::now();
+  registry.reset();
+  EXPECT_EQ(returned, 4);  // the destructor returned only after they left
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  for (std::thread& t : waiters) t.join();
+}
+
+// Subscribers get the current snapshot, then each change, on the registry's thread; they may
+// call the registry from the callback, and stop getting calls when the handle goes.
+TEST(Registry, SubscribersSeeEachChange) {
+  std::string dir = testing::MakeTempDir("subscribe");
+  std::string spec = dir + "/spec.json";
+  auto write = [&](int n) {
+    std::ofstream out(spec);
+    out << R"({"devices": [)";
+    for (int i = 0; i < n; ++i) {
+      out << (i ? "," : "") << R"({"uuid": "GPU-)" << i << R"(", "name": "NVIDIA L4"})";
+    }
+    out << "]}";
+  };
+  write(1);
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, spec);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<size_t> seen;
+  std::unique_ptr<Registry::Subscription> sub =
+      registry->Subscribe([&](std::shared_ptr<const NodeSnapshot> s) {
+        // A lease from inside the callback: the registry holds no lock while calling.
+        EXPECT_TRUE(registry->PrepareAllocation({s->devices[0].id}).ok());
+        std::lock_guard<std::mutex> lock(mu);
+        seen.push_back(s->devices.size());
+        cv.notify_all();
+      });
+  auto wait_for = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(5), [&] { return seen.size() >= n; });
+  };
+  ASSERT_TRUE(wait_for(1));
+  write(2);
+  registry->Rescan();
+  registry->Rescan();  // nothing new: no call
+  ASSERT_TRUE(wait_for(2));
+  sub.reset();
+  write(3);
+  registry->Rescan();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen, (std::vector<size_t>{1, 2}));
+}
+
+// A subscription may end from within its own callback, and may outlive the registry.
+TEST(Registry, SubscriptionsEndFromAnywhere) {
+  std::unique_ptr<Registry> registry = Make({SimPlugin()}, Example("dgx-h100.json"));
+  std::unique_ptr<Registry::Subscription> self;
+  std::atomic<int> calls{0};
+  std::mutex mu;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    self = registry->Subscribe([&](std::shared_ptr<const NodeSnapshot>) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++calls;
+      self.reset();
+    });
+  }
+  for (int i = 0; i < 100 && calls == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(calls, 1);
+  std::unique_ptr<Registry::Subscription> outliving =
+      registry->Subscribe([](std::shared_ptr<const NodeSnapshot>) {});
+  registry.reset();
+  outliving.reset();  // after the registry: nothing to do, and no crash
+}
+
 TEST(Registry, MalformedSpecAtStartFailsOnlyThatPlugin) {
   std::string dir = testing::MakeTempDir("badspec");
   std::string spec = dir + "/spec.json";
@@ -133,16 +293,25 @@ TEST(Registry, QuantityValidationComesFromThePlugin) {
 
 TEST(Registry, PrepareAllocation) {
   std::unique_ptr<Registry> registry = Make({SimPlugin()}, Example("dgx-h100.json"));
-  auto env = registry->PrepareAllocation({"0", "GPU-5d1c8c3e-6b0e-4a51-9f0e-0000000a0003"});
+  const uint64_t generation = registry->snapshot()->generation;
+  auto env = registry->PrepareAllocation(
+      {registry->snapshot()->devices[0].id, "GPU-5d1c8c3e-6b0e-4a51-9f0e-0000000a0003"});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(*env, (std::map<std::string, std::string>{{"CUDA_VISIBLE_DEVICES", "0,3"}}));
   EXPECT_EQ(registry->PrepareAllocation({"9"}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_FALSE(registry->PrepareAllocation({"1", "1"}).ok());
+  EXPECT_FALSE(registry
+                   ->PrepareAllocation({"GPU-5d1c8c3e-6b0e-4a51-9f0e-0000000a0003",
+                                        "GPU-5d1c8c3e-6b0e-4a51-9f0e-0000000a0003"})
+                   .ok());
   EXPECT_FALSE(registry->PrepareAllocation({}).ok());
+  EXPECT_EQ(registry->PrepareAllocationAt({0, 3}, generation)->at("CUDA_VISIBLE_DEVICES"), "0,3");
+  EXPECT_EQ(registry->PrepareAllocationAt({9}, generation).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(registry->PrepareAllocationAt({1, 1}, generation).ok());
 
   // A plugin without the hook gets its visible-devices variable set to the indices.
   std::unique_ptr<Registry> plain = Make({TestPlugin("testgpu")}, "");
-  env = plain->PrepareAllocation({"1"});
+  env = plain->PrepareAllocationAt({1}, plain->snapshot()->generation);
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "1");
 }
@@ -178,13 +347,13 @@ TEST(Registry, ConcurrentReadersRescansAndAllocations) {
         last = snap->generation;
         EXPECT_EQ(snap->devices.size(), 8u);
         EXPECT_EQ(snap->ray.resources.at("GPU"), 8);
-        EXPECT_TRUE(registry->PrepareAllocation({"2"}).ok());
+        EXPECT_TRUE(registry->PrepareAllocation({snap->devices[2].id}).ok());
         EXPECT_TRUE(registry->ValidateQuantity("GPU", 2).ok());
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(registry->snapshot()->generation, 1u + 2 * kRounds);
+  EXPECT_EQ(registry->snapshot()->generation, 1u);  // nothing changed
 }
 
 TEST(Registry, ConfigPrecedenceExplicitThenEnvironmentThenFile) {

@@ -69,11 +69,13 @@ TEST(RocmPlugin, Mi210Capture) {
     EXPECT_EQ(numa.size(), 1u) << size;
   }
   // Three free in hive A, two in hive B: a pair takes hive B's two.
-  absl::StatusOr<Allocation> pair = registry->PreferredAllocation({"0", "1", "2", "5", "6"}, {}, 2);
+  std::vector<std::string> free;
+  for (size_t p : {0, 1, 2, 5, 6}) free.push_back(registry->snapshot()->devices[p].id);
+  absl::StatusOr<Allocation> pair = registry->PreferredAllocation(free, {}, 2);
   ASSERT_TRUE(pair.ok());
   EXPECT_EQ(pair->devices, (std::vector<size_t>{5, 6}));
 
-  auto env = registry->PrepareAllocation({"0", "3"});
+  auto env = registry->PrepareAllocationAt({0, 3}, registry->snapshot()->generation);
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(*env, (std::map<std::string, std::string>{{"HIP_VISIBLE_DEVICES", "0,3"}}));
 }

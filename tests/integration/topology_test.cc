@@ -145,7 +145,7 @@ TEST(Topology, MixedFamiliesShareOneMatrix) {
 
 TEST(Topology, AllocateCommand) {
   testing::CommandResult r = testing::Run(
-      {RAYACCEL_CLI, "allocate", "--size", "2", "--available", "0,1,4,5,6", "--json",
+      {RAYACCEL_CLI, "allocate", "--size", "2", "--available-positions", "0,1,4,5,6", "--json",
        "--no-host-topology", "--config", "sim.spec=" + testing::Example("dgx-h100.json")},
       {{"RAYACCEL_PLUGIN_PATH", ""}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -155,6 +155,19 @@ TEST(Topology, AllocateCommand) {
   EXPECT_EQ(doc->Find("devices")->array().size(), 2u);
   EXPECT_EQ(doc->Find("devices")->array()[0].as_int64(), 0);
   EXPECT_EQ(doc->Find("devices")->array()[1].as_int64(), 1);
+  // --available takes ids; a number is not a position there.
+  r = testing::Run(
+      {RAYACCEL_CLI, "allocate", "--size", "1", "--available", "0", "--no-host-topology",
+       "--config", "sim.spec=" + testing::Example("dgx-h100.json")},
+      {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no device \"0\""), std::string::npos) << r.err;
+  r = testing::Run(
+      {RAYACCEL_CLI, "allocate", "--size", "1", "--available-positions", "8", "--no-host-topology",
+       "--config", "sim.spec=" + testing::Example("dgx-h100.json")},
+      {{"RAYACCEL_PLUGIN_PATH", ""}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no device at position 8"), std::string::npos) << r.err;
 
   r = testing::Run({RAYACCEL_CLI, "allocate", "--size", "3", "--no-host-topology", "--config",
                     "sim.spec=" + testing::Example("tpu-v4-host.json")},

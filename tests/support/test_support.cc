@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -99,6 +100,27 @@ void CopyFile(const std::string& from, const std::string& to) {
   out << in.rdbuf();
   out.close();
   chmod(to.c_str(), 0755);
+}
+
+void ChangeSimSpec(const std::string& path) {
+  static std::atomic<int> changes{0};
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string value = "change-" + std::to_string(++changes);
+  const size_t uuid = text.find("\"uuid\"");
+  ASSERT_NE(uuid, std::string::npos) << path << ": no device";
+  const size_t begin = text.rfind('{', uuid), end = text.find('}', uuid);
+  const std::string key = "\"firmware_version\": \"";
+  const size_t at = text.find(key, begin);
+  if (at != std::string::npos && at < end) {
+    const size_t start = at + key.size();
+    text.replace(start, text.find('"', start) - start, value);
+  } else {
+    text.insert(uuid, key + value + "\", ");
+  }
+  // A new file under the name, so that no size-and-time check can miss the edit.
+  std::ofstream(path + ".new") << text;
+  ASSERT_EQ(rename((path + ".new").c_str(), path.c_str()), 0);
 }
 
 std::string TestPlugin(const std::string& name) {

@@ -26,6 +26,11 @@ std::string MakeTempDir(const std::string& name);
 // Copies a file, keeping nothing but the bytes (mode 0755).
 void CopyFile(const std::string& from, const std::string& to);
 
+// Edits a sim spec file so that the next scan sees a change (a rescan that finds nothing new
+// keeps the snapshot's generation): the first device's firmware version becomes "change-N",
+// N counting the calls.
+void ChangeSimSpec(const std::string& path);
+
 // Path of a test plugin built from tests/plugins/test_plugin.c, e.g. "duplicate-id".
 std::string TestPlugin(const std::string& name);
 // Path of the in-tree sim plugin.
