@@ -31,6 +31,8 @@ namespace rayaccel {
 
 enum class Health { kUnknown = 0, kHealthy = 1, kUnhealthy = 2 };
 
+enum class LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
+
 // Pinned to the values of rayaccel_link_type and rayaccel_pcie_path in plugin.h.
 enum class LinkType { kPcie = 1, kNvlink = 2, kXgmi = 3, kIci = 4, kScaleOut = 5, kOther = 6 };
 enum class PciePath { kUnknown = 0, kPix = 1, kPxb = 2, kPhb = 3, kNode = 4, kSys = 5 };
@@ -238,6 +240,16 @@ struct RegistryOptions {
   // Replay a captured node instead of loading plugins: its plugins answer as they did, through
   // the same checks, and hwloc reads the captured topology. Plugin options are then unused.
   std::shared_ptr<const CapturedNode> replay;
+
+  // Where librayaccel's log lines go (its own and the plugins', which arrive through the host
+  // API): `log_callback` with each line and its level (empty: stderr), at `log_level` and
+  // above. Never stdout, and never spdlog's default logger, which stays the embedder's. The
+  // library has one logger per process: Create() applies these, the last registry created
+  // decides, and its destruction returns the logger to stderr (unless a later one set it), so
+  // the callback is never called after its registry is gone. It may run on any thread, one
+  // line at a time; it must not call back into the registry.
+  LogLevel log_level = LogLevel::kWarning;
+  std::function<void(LogLevel level, const std::string& line)> log_callback;
 
   // Watch the health of plugins that offer RAYACCEL_CAP_HEALTH_EVENTS from a thread each
   // (isolated ones through their host): a reported change triggers a rescan, so a new snapshot

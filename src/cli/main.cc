@@ -28,6 +28,7 @@
 #include "cli/log_format.h"
 #include "cli/render.h"
 #include "cli/transfer_command.h"
+#include "util/log.h"
 #if RAYACCEL_CLI_RPC
 #include "cli/agent_client.h"
 #include "cli/serve_command.h"
@@ -397,6 +398,13 @@ int Run(int argc, char** argv) {
   if (int code = Parse(argc, argv, &args); code >= 0) return code;
 
   SetUpLogging(args.log_format, args.log_level);
+  // The library logs through the command's logger (its format and level), here and in every
+  // registry this command creates.
+  args.options.log_level = LibraryLevel(spdlog::default_logger()->level());
+  args.options.log_callback = [](LogLevel level, const std::string& line) {
+    spdlog::log(ToSpdlogLevel(level), "{}", line);
+  };
+  SetLogSink(args.options.log_level, args.options.log_callback);
   if (!args.replay.empty() && !args.agent.empty()) {
     return Usage("--replay and --agent each choose where the snapshot comes from: give one");
   }

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"
+#include "util/log.h"
 
 namespace rayaccel::conformance {
 namespace {
@@ -152,6 +153,7 @@ int Run(int argc, char** argv) {
   }
   if (!S_ISREG(st.st_mode)) return Usage(options.plugin_path + ": not a file");
   spdlog::set_level(spdlog::level::off);  // the plugin's log lines are not the report
+  SetLogSink(LogLevel::kOff, nullptr);
 
   std::vector<std::string> gtest_args = {"rayaccel-conformance"};
   if (!junit.empty()) gtest_args.push_back("--gtest_output=xml:" + junit);

@@ -24,6 +24,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"
+#include "util/log.h"
 
 namespace rayaccel::isolation {
 namespace {
@@ -299,5 +300,6 @@ int main(int argc, char** argv) {
   }).detach();
   spdlog::set_default_logger(spdlog::stderr_color_mt("plugin-host"));
   spdlog::set_level(spdlog::level::warn);
+  rayaccel::SetLogSink(rayaccel::LogLevel::kWarning, nullptr);  // stderr, like the rest
   return rayaccel::isolation::Serve(argv[1]);
 }

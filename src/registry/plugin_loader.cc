@@ -21,6 +21,7 @@
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
 #include "transport/table.h"
+#include "util/log.h"
 
 namespace rayaccel {
 namespace {
@@ -339,9 +340,9 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
           absl::StrCat("RAYACCEL_CAP_TRANSPORT claimed, but ", table.status().message()));
     }
   }
-  spdlog::info("plugin {} ({}): host speaks ABI {}.{}, plugin chose {}.{}", plugin->name_, path,
-               kHostAbiMajor, kHostAbiMinor, negotiation.chosen_abi_major,
-               negotiation.chosen_abi_minor);
+  Log().info("plugin {} ({}): host speaks ABI {}.{}, plugin chose {}.{}", plugin->name_, path,
+             kHostAbiMajor, kHostAbiMinor, negotiation.chosen_abi_major,
+             negotiation.chosen_abi_minor);
   return plugin;
 }
 
@@ -372,7 +373,7 @@ void LoadedPlugin::HostLog(void* host_context, rayaccel_log_level level, rayacce
     default:
       break;
   }
-  spdlog::log(lvl, "[plugin {}] {}", self->name_, line);
+  Log().log(lvl, "[plugin {}] {}", self->name_, line);
 }
 
 std::string LoadedPlugin::zero_devices_reason() const {
@@ -523,8 +524,8 @@ LoadedPlugin::~LoadedPlugin() {
     rayaccel_status rc =
         CallPlugin(&err, [&](rayaccel_error* e) { return api_.shutdown(instance_, e); });
     if (rc != RAYACCEL_STATUS_OK) {
-      spdlog::warn("plugin {}: {}", name_,
-                   std::string(FromPluginStatus(rc, err.text, "shutdown failed").message()));
+      Log().warn("plugin {}: {}", name_,
+                 std::string(FromPluginStatus(rc, err.text, "shutdown failed").message()));
     }
   }
   // Stay loaded under sanitizers' leak checks so that reports keep the plugin's symbols.

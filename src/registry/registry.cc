@@ -28,6 +28,7 @@
 #include "topology/allocation.h"
 #include "topology/enrich.h"
 #include "topology/host_topology.h"
+#include "util/log.h"
 
 namespace rayaccel {
 
@@ -118,7 +119,12 @@ void AppendMessage(std::string* message, const std::string& text) {
 class Registry::Impl {
  public:
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
-  ~Impl() { Shutdown(); }
+  ~Impl() {
+    Shutdown();
+    slots_.clear();          // plugins may log while they shut down
+    RestoreLogSink(log_token_);
+  }
+  void set_log_token(uint64_t token) { log_token_ = token; }
 
   // Stops the watches and the subscription thread, wakes every WaitForNewer and returns once
   // none is left inside it; later calls answer from the last snapshot or fail Unavailable.
@@ -216,11 +222,11 @@ class Registry::Impl {
             if (!plugin->alive()) {
               // The plugin's process died while waiting: publish that (the rescan marks it
               // failed); a later rescan restarts it after its backoff.
-              spdlog::warn("plugin {}: died during its health watch: {}", name,
-                           EscapeControl(st.message()));
+              Log().warn("plugin {}: died during its health watch: {}", name,
+                         EscapeControl(st.message()));
               Rescan();
             } else if (st.ok()) {
-              spdlog::info("plugin {}: health changed; rescanning", name);
+              Log().info("plugin {}: health changed; rescanning", name);
               {
                 std::lock_guard<std::mutex> lock(plugins_mu_);
                 ++stats_.health_events;
@@ -229,7 +235,7 @@ class Registry::Impl {
               std::shared_ptr<const NodeSnapshot> before = snapshot();
               std::shared_ptr<const NodeSnapshot> after = Rescan();
               if (SameDevices(*before, *after, name)) {
-                spdlog::debug("plugin {}: reported a change, but nothing changed", name);
+                Log().debug("plugin {}: reported a change, but nothing changed", name);
                 back_off();
               } else {
                 backoff = std::chrono::milliseconds(0);
@@ -237,17 +243,17 @@ class Registry::Impl {
                     kMinInterval - (std::chrono::steady_clock::now() - started)));
               }
             } else if (st.code() == absl::StatusCode::kUnimplemented) {
-              spdlog::info("plugin {}: no health events: {}", name, EscapeControl(st.message()));
+              Log().info("plugin {}: no health events: {}", name, EscapeControl(st.message()));
               break;
             } else if (st.code() != absl::StatusCode::kDeadlineExceeded) {
               // A transient failure: try again after the backoff, not stop watching for good.
               if (backoff.count() == 0) {
-                spdlog::warn("plugin {}: health watch: {}", name, EscapeControl(st.message()));
+                Log().warn("plugin {}: health watch: {}", name, EscapeControl(st.message()));
               }
               back_off();
             }
           } catch (const std::exception& e) {
-            spdlog::error("plugin {}: health watch: {}", name, e.what());
+            Log().error("plugin {}: health watch: {}", name, e.what());
             back_off();
           }
         }
@@ -296,9 +302,9 @@ class Registry::Impl {
         try {
           keep->callback(snap);
         } catch (const std::exception& e) {
-          spdlog::error("snapshot subscriber threw: {}", e.what());
+          Log().error("snapshot subscriber threw: {}", e.what());
         } catch (...) {
-          spdlog::error("snapshot subscriber threw");
+          Log().error("snapshot subscriber threw");
         }
         lock.lock();
         delivering_ = 0;
@@ -366,7 +372,7 @@ class Registry::Impl {
       auto refuse = [&](const std::string& why) {
         slot.status.state = PluginStatus::State::kRefused;
         slot.status.message = why;
-        spdlog::warn("plugin {} refused: {}", file.path.empty() ? file.name : file.path, why);
+        Log().warn("plugin {} refused: {}", file.path.empty() ? file.name : file.path, why);
       };
       if (file.path.empty()) {
         refuse(absl::StrCat("not found: no ", PluginFileName(file.name), " in ",
@@ -399,7 +405,7 @@ class Registry::Impl {
     host_description_ = options_.host_topology ? "not needed: no PCI devices" : "disabled";
     for (const auto& [plugin, unused] : options_.config) {
       if (names.count(plugin) == 0) {
-        spdlog::warn("configuration for plugin \"{}\", which is not loaded", plugin);
+        Log().warn("configuration for plugin \"{}\", which is not loaded", plugin);
       }
     }
     return absl::OkStatus();
@@ -450,7 +456,7 @@ class Registry::Impl {
                              ? std::string(st.message())
                              : absl::StrCat("answers refused as absurd: ",
                                             absl::StrJoin(report->problems, "; "));
-        spdlog::warn("plugin {} failed: {}", status.name, status.message);
+        Log().warn("plugin {} failed: {}", status.name, status.message);
         answers.push_back({status, nullptr, ""});
         continue;
       }
@@ -734,7 +740,7 @@ class Registry::Impl {
     slot->next_restart = std::chrono::steady_clock::now() + wait;
     slot->status.state = PluginStatus::State::kFailed;
     slot->status.message = absl::StrCat(slot->crash, "; restart in ", wait.count(), " ms");
-    spdlog::warn("plugin {}: {}", slot->status.name, slot->status.message);
+    Log().warn("plugin {}: {}", slot->status.name, slot->status.message);
   }
 
   // Starts a crashed isolated plugin again once its backoff has passed, with the same checks
@@ -803,7 +809,7 @@ class Registry::Impl {
       host_description_ = "hwloc, " + host_->source();
     } else {
       host_description_ = "unavailable: " + std::string(host.status().message());
-      spdlog::warn("host topology {}", host_description_);
+      Log().warn("host topology {}", host_description_);
     }
   }
 
@@ -843,7 +849,7 @@ class Registry::Impl {
     auto fail = [&](const std::string& why) {
       status.state = PluginStatus::State::kFailed;
       status.message = why;
-      spdlog::warn("plugin {} failed: {}", name, why);
+      Log().warn("plugin {} failed: {}", name, why);
     };
     if (absl::Status st = slot->plugin->Initialize(config); !st.ok()) {
       return fail(std::string(st.message()));
@@ -859,7 +865,7 @@ class Registry::Impl {
     }
     if (std::string warning = ForeignResourceWarning(status.resource_name, status.vendor);
         !warning.empty()) {
-      spdlog::warn("plugin {}: {}", name, warning);
+      Log().warn("plugin {}: {}", name, warning);
     }
     status.state = PluginStatus::State::kActive;
   }
@@ -917,7 +923,7 @@ class Registry::Impl {
     if (!problems.empty()) {
       status->state = PluginStatus::State::kDegraded;
       status->message = absl::StrJoin(problems, "; ");
-      spdlog::warn("plugin {} degraded: {}", status->name, status->message);
+      Log().warn("plugin {} degraded: {}", status->name, status->message);
     }
   }
 
@@ -1044,6 +1050,7 @@ class Registry::Impl {
   mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
   RegistryStats stats_;  // guarded by plugins_mu_
+  uint64_t log_token_ = 0;  // this registry's log sink (RegistryOptions::log_callback)
   mutable std::mutex snapshot_mu_;
   mutable std::condition_variable published_;  // a new snapshot_, shutdown, a waiter leaving
   bool shut_down_ = false;                     // guarded by snapshot_mu_, like the four below
@@ -1092,7 +1099,9 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions optio
     return absl::InvalidArgumentError(
         "configuration without a plugin name needs exactly one plugin: name it (PLUGIN.KEY)");
   }
+  const uint64_t log_token = SetLogSink(options.log_level, options.log_callback);
   auto impl = std::make_unique<Impl>(std::move(options));
+  impl->set_log_token(log_token);
   if (absl::Status st = impl->Load(); !st.ok()) return st;
   std::unique_ptr<Registry> registry(new Registry(std::shared_ptr<Impl>(std::move(impl))));
   registry->Rescan();

@@ -7,6 +7,7 @@
 #include "rayaccel/v1/sink.grpc.pb.h"
 #include "rpc/snapshot_proto.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -87,8 +88,8 @@ void Publisher::PublishOnce() {
     ok = stream->Write(request) && stream->Read(&ack);
     if (!ok) break;
     acked_ = ack.applied_generation();
-    spdlog::debug("publisher: sink holds generation {}{}", ack.applied_generation(),
-                  ack.stale() ? " (ours was stale)" : "");
+    Log().debug("publisher: sink holds generation {}{}", ack.applied_generation(),
+                ack.stale() ? " (ours was stale)" : "");
     // Idle until a newer snapshot, or until the heartbeat is due: the current snapshot is sent
     // again (the sink acks it as stale), because only a write reliably shows that a sink
     // process went away. A GOAWAY shows sooner, in the channel's state.
@@ -107,8 +108,8 @@ void Publisher::PublishOnce() {
     context_ = nullptr;
   }
   if (!stop_) {
-    spdlog::warn("publisher: stream to {} ended: {} {}", options_.target,
-                 static_cast<int>(status.error_code()), status.error_message());
+    Log().warn("publisher: stream to {} ended: {} {}", options_.target,
+               static_cast<int>(status.error_code()), status.error_message());
   }
 }
 

@@ -5,13 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "registry/validate.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace rayaccel::rpc {
 namespace {
 
 // The reason may quote what the peer sent: the log line gets it escaped.
 grpc::Status Refuse(const std::string& peer, const std::string& why) {
-  spdlog::warn("sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
+  Log().warn("sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
   return {grpc::StatusCode::INVALID_ARGUMENT, why};
 }
 
@@ -30,7 +31,7 @@ grpc::Status RayletSink::Publish(
   const std::string peer = context->peer();
   if (token_ != nullptr) {
     if (grpc::Status st = token_->Check(*context); !st.ok()) {
-      spdlog::warn("sink: refused {}: {}", peer, st.error_message());
+      Log().warn("sink: refused {}: {}", peer, st.error_message());
       return st;
     }
   }
@@ -46,8 +47,8 @@ grpc::Status RayletSink::Publish(
   if (!IsSession(hello.agent_session())) {
     return Refuse(peer, "hello without a well-formed agent session (1-128 printable bytes)");
   }
-  spdlog::info("sink: node {} agent session {} connected from {}", hello.node_id(),
-               hello.agent_session(), peer);
+  Log().info("sink: node {} agent session {} connected from {}", hello.node_id(),
+             hello.agent_session(), peer);
 
   while (stream->Read(&request)) {
     if (request.kind_case() != v1::PublishRequest::kSnapshot) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -107,7 +108,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   }
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    spdlog::warn("token file {} is readable by every user", path);
+    Log().warn("token file {} is readable by every user", path);
   }
   return token;
 }

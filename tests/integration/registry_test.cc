@@ -1,14 +1,19 @@
 // The registry through its public API, with the real sim plugin and real spec files.
 #include "rayaccel/registry.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "support/test_support.h"
 
 namespace rayaccel {
@@ -150,6 +155,58 @@ TEST(Registry, IdsAreNeverTakenForPositions) {
   EXPECT_EQ(at->at("CUDA_VISIBLE_DEVICES"), "0");
 }
 
+// The library logs through the embedder's callback at its level: never stdout, never spdlog's
+// default logger (the embedder's own), plugin lines included.
+TEST(Registry, LogsGoWhereTheEmbedderSays) {
+  std::ostringstream theirs_saw;
+  auto theirs = std::make_shared<spdlog::logger>(
+      "embedder", std::make_shared<spdlog::sinks::ostream_sink_mt>(theirs_saw));
+  theirs->set_level(spdlog::level::trace);
+  std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(theirs);
+  fflush(stdout);
+  int saved_stdout = dup(1);
+  FILE* captured = tmpfile();
+  dup2(fileno(captured), 1);
+
+  std::vector<std::pair<LogLevel, std::string>> lines;
+  std::mutex mu;
+  RegistryOptions options;
+  options.plugins = {SimPlugin(), "/nonexistent/librayaccel-gone.so"};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.log_level = LogLevel::kInfo;
+  options.log_callback = [&](LogLevel level, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(level, line);
+  };
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  registry->reset();
+
+  fflush(stdout);
+  dup2(saved_stdout, 1);
+  close(saved_stdout);
+  EXPECT_EQ(ftell(captured), 0) << "the library wrote to stdout";
+  fclose(captured);
+  spdlog::set_default_logger(before);
+  EXPECT_EQ(theirs_saw.str(), "") << "the library logged through the default logger";
+  bool plugin_line = false, refusal = false;
+  for (const auto& [level, line] : lines) {
+    plugin_line |= level == LogLevel::kInfo &&
+                   line.find("[plugin sim] 0 devices: no spec configured") != std::string::npos;
+    refusal |= level == LogLevel::kWarning && line.find("librayaccel-gone.so") != std::string::npos;
+  }
+  EXPECT_TRUE(plugin_line);
+  EXPECT_TRUE(refusal);
+
+  // A quieter level: the info lines stop.
+  lines.clear();
+  options.log_level = LogLevel::kError;
+  ASSERT_TRUE(Registry::Create(options).ok());
+  for (const auto& [level, line] : lines) EXPECT_GE(level, LogLevel::kError) << line;
+}
+
 // Shutdown wakes every waiter, and destroying the registry while threads wait in WaitForNewer
 // is safe (run under ASan by `make asan`).
 TEST(Registry, DestroyingWithWaitersIsSafe) {
@@ -166,10 +223,10 @@ TEST(Registry, DestroyingWithWaitersIsSafe) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // all four inside the wait
   auto started = std::chrono::steady_clock::now();
-  registry.reset();
-  EXPECT_EQ(returned, 4);  // the destructor returned only after they left
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  registry.reset();  // returns once all four have left WaitForNewer
   for (std::thread& t : waiters) t.join();
+  EXPECT_EQ(returned, 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
 }
 
 // Subscribers get the current snapshot, then each change, on the registry's thread; they may

@@ -1,0 +1,101 @@
+#include "util/log.h"
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+
+#include "spdlog/sinks/base_sink.h"
+
+namespace rayaccel {
+namespace {
+
+spdlog::level::level_enum ToSpdlog(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarning:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    default:
+      return spdlog::level::off;
+  }
+}
+
+LogLevel FromSpdlog(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace:
+      return LogLevel::kTrace;
+    case spdlog::level::debug:
+      return LogLevel::kDebug;
+    case spdlog::level::info:
+      return LogLevel::kInfo;
+    case spdlog::level::warn:
+      return LogLevel::kWarning;
+    default:
+      return LogLevel::kError;
+  }
+}
+
+// One line per message: to the callback as the bare message, or to stderr with time and level.
+class Sink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  void Set(std::function<void(LogLevel, const std::string&)> callback) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callback_ = std::move(callback);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (callback_) {
+      callback_(FromSpdlog(msg.level), std::string(msg.payload.data(), msg.payload.size()));
+      return;
+    }
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+  void flush_() override { std::fflush(stderr); }
+
+ private:
+  std::function<void(LogLevel, const std::string&)> callback_;
+};
+
+struct Logger {
+  std::mutex mu;
+  uint64_t token = 0;  // of the last SetLogSink
+  std::shared_ptr<Sink> sink = std::make_shared<Sink>();
+  spdlog::logger logger{"rayaccel", sink};  // not in spdlog's registry: nobody else's to change
+  Logger() { logger.set_level(spdlog::level::warn); }
+};
+
+Logger& Instance() {
+  static Logger* instance = new Logger();  // never destroyed: threads may log at exit
+  return *instance;
+}
+
+}  // namespace
+
+spdlog::logger& Log() { return Instance().logger; }
+
+uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::string&)> callback) {
+  Logger& l = Instance();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.sink->Set(std::move(callback));
+  l.logger.set_level(ToSpdlog(level));
+  return ++l.token;
+}
+
+void RestoreLogSink(uint64_t token) {
+  Logger& l = Instance();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (token != l.token) return;
+  l.sink->Set(nullptr);
+  l.logger.set_level(spdlog::level::warn);
+}
+
+}  // namespace rayaccel

@@ -1,0 +1,28 @@
+// librayaccel's own logger. Never spdlog's default logger (that one belongs to whoever embeds
+// the library) and never stdout: lines go to stderr, or to the embedder's callback
+// (RegistryOptions::log_callback), at the level it chose.
+#ifndef RAYACCEL_UTIL_LOG_H_
+#define RAYACCEL_UTIL_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "rayaccel/registry.h"
+#include "spdlog/logger.h"
+
+namespace rayaccel {
+
+// The library's logger; every piece of librayaccel (and of the RPC library) logs through it.
+spdlog::logger& Log();
+
+// Where Log() writes from now on: `callback` (empty: stderr) at `level` and above.
+// Process-wide: the library has one logger. Returns a token for RestoreLogSink.
+uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::string&)> callback);
+// Back to stderr at warning, unless another SetLogSink came after the one that gave `token`
+// (a registry's callback must not outlive the registry: it may capture what dies with it).
+void RestoreLogSink(uint64_t token);
+
+}  // namespace rayaccel
+
+#endif  // RAYACCEL_UTIL_LOG_H_
