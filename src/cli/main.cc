@@ -46,7 +46,8 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
-constexpr int kExitNoAllocation = 3;  // allocate: the request cannot be met now
+constexpr int kExitNoAllocation = 3;      // allocate: the request cannot be met now
+constexpr int kExitRequirementUnmet = 4;  // --require: the node gives Ray less than required
 
 constexpr char kUsage[] = R"(usage: rayaccel <command> [options]
 
@@ -117,6 +118,9 @@ Options:
   --raylet-token-file FILE    the bearer token to present to the sink (serve)
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
+  --require RESOURCE=N        fail (exit 4, after printing) unless the node gives Ray at
+                              least N of RESOURCE (discover, plugins, resources,
+                              ray-start-args, topo); repeatable: a readiness check
   --log-level LEVEL           trace, debug, info, warn (default), error, off
   --log-format text|json      log lines as text (default) or one JSON object each
   -h, --help                  this text
@@ -134,8 +138,9 @@ struct Args {
   bool dot = false;
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
-  std::vector<size_t> available_positions;     // allocate --available-positions
-  std::vector<size_t> must_include_positions;  // allocate --must-include-positions
+  std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
+  std::vector<size_t> available_positions;               // allocate --available-positions
+  std::vector<size_t> must_include_positions;            // allocate --must-include-positions
   std::vector<std::string> must_include;
   std::string resource;
   RegistryOptions options;
@@ -217,6 +222,15 @@ int Parse(int argc, char** argv, Args* args) {
       return kExitOk;
     } else if (flag == "--json") {
       args->json = true;
+    } else if (flag == "--require") {
+      std::string v;
+      double n = 0;
+      size_t eq = 0;
+      if (!take(&v) || (eq = v.find('=')) == std::string::npos || eq == 0 ||
+          !absl::SimpleAtod(v.substr(eq + 1), &n) || n <= 0) {
+        return Usage("--require needs RESOURCE=N, N above 0 (--require GPU=8)");
+      }
+      args->required.emplace_back(v.substr(0, eq), n);
     } else if (flag == "--dot") {
       args->dot = true;
     } else if (flag == "--isolation") {
@@ -411,6 +425,10 @@ int Run(int argc, char** argv) {
   if ((!args.out.empty() || args.include_hostname || args.anonymize) && args.command != "capture") {
     return Usage("--out, --include-hostname and --anonymize are capture's");
   }
+  if (!args.required.empty() && args.command != "discover" && args.command != "plugins" &&
+      args.command != "resources" && args.command != "ray-start-args" && args.command != "topo") {
+    return Usage("--require goes with discover, plugins, resources, ray-start-args or topo");
+  }
   std::string replayed_manifest;  // for diff: the replayed node's versions, not this host's
   if (!args.replay.empty()) {
     absl::StatusOr<Bundle> bundle = ReadBundleFile(args.replay);
@@ -489,6 +507,17 @@ int Run(int argc, char** argv) {
   }
   std::string out;
   int exit_code = kExitOk;
+  // --require: the output is printed either way (it says what is there); the exit code says
+  // whether it is enough, with what is missing on stderr.
+  for (const auto& [resource, needed] : args.required) {
+    auto it = snap->ray.resources.find(resource);
+    const double found = it == snap->ray.resources.end() ? 0 : it->second;
+    if (found < needed) {
+      std::fprintf(stderr, "rayaccel: required %s=%g, the node gives Ray %g%s\n", resource.c_str(),
+                   needed, found, found == 0 ? " (see `rayaccel plugins` for why)" : "");
+      exit_code = kExitRequirementUnmet;
+    }
+  }
   if (cmd == "discover") {
     out = args.json ? DiscoverJson(*snap) : DiscoverText(*snap);
   } else if (cmd == "plugins") {

@@ -121,7 +121,7 @@ class Registry::Impl {
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
   ~Impl() {
     Shutdown();
-    slots_.clear();          // plugins may log while they shut down
+    slots_.clear();  // plugins may log while they shut down
     RestoreLogSink(log_token_);
   }
   void set_log_token(uint64_t token) { log_token_ = token; }
@@ -366,6 +366,18 @@ class Registry::Impl {
         options_.search_path.empty() ? DefaultSearchPath() : options_.search_path;
     std::set<std::string> names;
     for (const PluginFile& file : FindPluginFiles(search, options_.plugins)) {
+      // Simulated devices only when asked for: the sim plugin named, or configured explicitly
+      // (options or config file). Found by the search alone (a stray RAYACCEL_SIM_SPEC on a
+      // real node) it stays out.
+      if (options_.plugins.empty() && file.name == "sim" && options_.config.count("sim") == 0 &&
+          file_config.count("sim") == 0) {
+        if (EnvironmentConfig("sim", environment_).count("spec") > 0) {
+          Log().warn(
+              "RAYACCEL_SIM_SPEC is set, but simulated devices load only when asked for "
+              "(--plugin sim, or --config sim.spec=...): ignored");
+        }
+        continue;
+      }
       Slot slot;
       slot.status.name = file.name;
       slot.status.path = file.path;
@@ -1049,7 +1061,7 @@ class Registry::Impl {
   mutable std::mutex plugins_mu_;    // one caller into the plugins at a time
   mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
   uint64_t generation_ = 0;
-  RegistryStats stats_;  // guarded by plugins_mu_
+  RegistryStats stats_;     // guarded by plugins_mu_
   uint64_t log_token_ = 0;  // this registry's log sink (RegistryOptions::log_callback)
   mutable std::mutex snapshot_mu_;
   mutable std::condition_variable published_;  // a new snapshot_, shutdown, a waiter leaving

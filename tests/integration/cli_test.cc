@@ -124,10 +124,16 @@ TEST(Cli, MalformedSpecIsReportedNotFatal) {
 }
 
 TEST(Cli, EnvironmentAndConfigFile) {
-  CommandResult r =
-      Cli({"resources", "--json"}, {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
+  // The environment configures the sim plugin once it is asked for by name...
+  CommandResult r = Cli({"resources", "--json", "--plugin", "sim"},
+                        {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "{\"GPU\": 8, \"accelerator_type:V100\": 1}\n");
+  // ...but alone it adds no simulated GPUs to a node (the plugin stays out, with a warning).
+  r = Cli({"resources", "--json"}, {{"RAYACCEL_SIM_SPEC", Example("dgx1-v100.json")}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("simulated devices load only when asked for"), std::string::npos) << r.err;
 
   std::string dir = testing::MakeTempDir("cli-conf");
   std::string conf = dir + "/rayaccel.conf";
@@ -144,6 +150,23 @@ TEST(Cli, EnvironmentAndConfigFile) {
   r = Cli({"resources", "--config-file", conf});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(conf + ":1:"), std::string::npos) << r.err;
+}
+
+// --require is a readiness check: the output as usual, exit 4 and what is missing when the node
+// gives Ray less (a broken driver shows an active plugin with 0 devices and exit 0 otherwise).
+TEST(Cli, RequireFailsWhenTheHardwareIsMissing) {
+  const std::string spec = "sim.spec=" + Example("dgx-h100.json");
+  CommandResult r = Cli({"ray-start-args", "--config", spec, "--require", "GPU=8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = Cli({"ray-start-args", "--config", spec, "--require", "GPU=16", "--require", "TPU=1"});
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.out.find("--num-gpus=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("required GPU=16, the node gives Ray 8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("required TPU=1, the node gives Ray 0"), std::string::npos) << r.err;
+  r = Cli({"resources", "--plugin", "sim", "--require", "GPU=1"});  // no spec: 0 devices
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_EQ(Cli({"resources", "--require", "GPU"}).exit_code, 2);
+  EXPECT_EQ(Cli({"allocate", "--size", "1", "--require", "GPU=1"}).exit_code, 2);
 }
 
 // KEY=VALUE, as the conformance suite takes it, configures the one plugin --plugin names (by

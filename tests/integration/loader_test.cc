@@ -372,12 +372,17 @@ TEST(Loader, SearchPathFindsEveryPluginOnce) {
   RegistryOptions options;
   options.search_path = {std::string(RAYACCEL_PLUGIN_DIR), std::string(RAYACCEL_PLUGIN_DIR)};
   std::shared_ptr<const NodeSnapshot> snap = Load({}, options);
-  ASSERT_EQ(snap->plugins.size(), 5u);  // every in-tree plugin, in name order, once
+  // Every in-tree plugin but the simulator, in name order, once: simulated devices only when
+  // asked for.
+  ASSERT_EQ(snap->plugins.size(), 4u);
   EXPECT_EQ(snap->plugins[0].name, "cuda");
   EXPECT_EQ(snap->plugins[1].name, "gaudi");
   EXPECT_EQ(snap->plugins[2].name, "rocm");
+  EXPECT_EQ(snap->plugins[3].name, "tpu");
+  options.config["sim"]["spec"] = testing::Example("dgx-h100.json");  // asked for: there
+  snap = Load({}, options);
+  ASSERT_EQ(snap->plugins.size(), 5u);
   EXPECT_EQ(snap->plugins[3].name, "sim");
-  EXPECT_EQ(snap->plugins[4].name, "tpu");
 }
 
 }  // namespace
