@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <grpc/grpc.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -166,6 +167,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     if (absl::Status st = PrepareSocketPath(address->unix_path); !st.ok()) return st;
   }
   std::unique_ptr<Server> out(new Server());
+  // The standard grpc.health.v1.Health service ("" is SERVING while the server runs), for
+  // Kubernetes gRPC probes and grpc_health_probe. It needs no token: it tells only that the
+  // agent answers.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address->grpc_uri, *credentials, &port);
@@ -201,6 +206,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 void Server::Shutdown(std::chrono::system_clock::time_point deadline) {
   if (stopped_ || server_ == nullptr) return;  // never started (cannot listen), or stopped
   stopped_ = true;
+  // Probes see NOT_SERVING while the server drains.
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->Shutdown();
+  }
   server_->Shutdown(deadline);
   server_->Wait();
   server_.reset();

@@ -1,5 +1,6 @@
 // The agent's AcceleratorRegistry: served by a real gRPC server on real sockets (Unix, TCP
 // loopback, TLS) over a real registry with the sim plugin, and by `rayaccel serve` as a process.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -98,8 +100,7 @@ class AgentServiceTest : public ::testing::Test {
       const std::string healthy = "\"health\": \"healthy\"";
       at = text.find(healthy, at);
       EXPECT_NE(at, std::string::npos) << unhealthy_id;
-      text.replace(at, healthy.size(),
-                   "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
+      text.replace(at, healthy.size(), "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
       std::ofstream(spec_ + ".new") << text;
       EXPECT_EQ(rename((spec_ + ".new").c_str(), spec_.c_str()), 0);
     }
@@ -250,6 +251,40 @@ TEST_F(AgentServiceTest, WatchersBeyondTheLimitAreRefused) {
   EXPECT_EQ(rc->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   a.TryCancel();
   b.TryCancel();
+}
+
+// The standard gRPC health check (grpc.health.v1.Health/Check), without a token: what
+// Kubernetes gRPC probes and grpc_health_probe ask.
+TEST_F(AgentServiceTest, AnswersTheStandardHealthCheck) {
+  Start();
+  auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto check = [&](const std::string& service) {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request, response;
+    // HealthCheckRequest { string service = 1; }
+    std::string bytes;
+    if (!service.empty()) {
+      bytes = std::string(1, '\x0a') + static_cast<char>(service.size()) + service;
+    }
+    grpc::Slice slice(bytes);
+    request = grpc::ByteBuffer(&slice, 1);
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                   &response, [&](grpc::Status st) { done.set_value(st); });
+    grpc::Status st = done.get_future().get();
+    std::vector<grpc::Slice> slices;
+    std::string out;
+    if (st.ok() && response.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices)
+        out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return std::make_pair(st, out);
+  };
+  auto [status, body] = check("");
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(body, std::string("\x08\x01", 2));  // HealthCheckResponse { status: SERVING }
+  EXPECT_EQ(check("no.such.Service").first.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(AgentServiceTest, AllocationThroughTheService) {
