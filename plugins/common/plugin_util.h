@@ -55,6 +55,17 @@ inline rayaccel_status AddAttribute(const rayaccel_sink* sink, uint32_t device,
   return sink->add_attribute(sink->host_context, &a);
 }
 
+inline rayaccel_status AddBoolAttribute(const rayaccel_sink* sink, uint32_t device,
+                                        std::string_view name, bool value) {
+  rayaccel_attribute a{};
+  a.struct_size = sizeof(a);
+  a.device_index = device;
+  a.name = Str(name);
+  a.kind = RAYACCEL_ATTRIBUTE_BOOL;
+  a.int_value = value ? 1 : 0;
+  return sink->add_attribute(sink->host_context, &a);
+}
+
 inline rayaccel_status AddAttribute(const rayaccel_sink* sink, uint32_t device,
                                     std::string_view name, std::string_view value,
                                     rayaccel_attribute_kind kind = RAYACCEL_ATTRIBUTE_STRING) {

@@ -548,6 +548,10 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       info.health_reason = Str(reason);
       rayaccel_status rc = sink->add_device(sink->host_context, &info);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+      // CUDA enumerates one MIG device per process: the allocator offers it only alone.
+      if (rc == RAYACCEL_STATUS_OK) {
+        plugin::AddBoolAttribute(sink, kMigIndexBase + k, "lease_alone", true);
+      }
     }
     return RAYACCEL_STATUS_OK;
   });
@@ -740,7 +744,24 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
     for (size_t i = 0; i < args->device_count; ++i) {
       uint32_t index = args->device_indices[i];
       std::string name;
-      if (index >= kMigIndexBase && index - kMigIndexBase < self->migs.size()) {
+      // CUDA enumerates one MIG device per process, and never a GPU in MIG mode as a whole:
+      // a set CUDA cannot use is refused, not handed to a worker that would see part of it.
+      const bool mig = index >= kMigIndexBase && index - kMigIndexBase < self->migs.size();
+      if (mig && args->device_count > 1) {
+        return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                            "MIG device " + self->migs[index - kMigIndexBase].uuid +
+                                " is leased alone: CUDA enumerates one MIG device per process");
+      }
+      if (!mig && index < self->gpus.size()) {
+        for (const MigDevice& m : self->migs) {
+          if (m.parent == index) {
+            return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                                "GPU " + std::to_string(index) +
+                                    " is in MIG mode: lease its MIG devices, not the GPU");
+          }
+        }
+      }
+      if (mig) {
         name = self->migs[index - kMigIndexBase].uuid;  // CUDA takes MIG devices by UUID only
       } else if (index < self->gpus.size() && self->gpus[index].index == index &&
                  self->gpus[index].handle != nullptr) {

@@ -594,6 +594,27 @@ class Registry::Impl {
     }
     Allocation none;
     none.generation = snap->generation;
+    if (size > 1) {
+      // A device its plugin marks "lease_alone" (a MIG instance: CUDA enumerates one per
+      // process) is offered only in a set of one.
+      auto alone = [&](size_t p) {
+        for (const Attribute& a : snap->devices[p].attributes) {
+          if (a.name == "lease_alone" && a.kind == Attribute::Kind::kBool && a.int_value != 0) {
+            return true;
+          }
+        }
+        return false;
+      };
+      for (size_t m : *must) {
+        if (alone(m)) {
+          none.reason = absl::StrCat("device ", snap->devices[m].id,
+                                     " is leased alone (lease_alone), not in a set of ", size);
+          return none;
+        }
+      }
+      available->erase(std::remove_if(available->begin(), available->end(), alone),
+                       available->end());
+    }
     for (size_t m : *must) {
       if (std::find(available->begin(), available->end(), m) == available->end()) {
         none.reason =

@@ -232,6 +232,25 @@ TEST(CudaPlugin, MigDevicesAreScheduledInsteadOfTheirGpu) {
   auto env = registry->PrepareAllocation({mig.id});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), mig.id);  // CUDA takes MIG devices by UUID
+
+  // CUDA enumerates one MIG device per process: a MIG instance is leased alone, never with a
+  // whole GPU or another instance, and a GPU in MIG mode is never leased whole.
+  absl::StatusOr<Allocation> two = registry->PreferredAllocation({}, {}, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_TRUE(two->devices.empty()) << "only GPU 1 may be in a set of more than one";
+  absl::StatusOr<Allocation> with_mig = registry->PreferredAllocation({}, {mig.id}, 2);
+  ASSERT_TRUE(with_mig.ok());
+  EXPECT_NE(with_mig->reason.find("is leased alone"), std::string::npos) << with_mig->reason;
+  absl::StatusOr<Allocation> one = registry->PreferredAllocation({}, {mig.id}, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->device_ids, std::vector<std::string>{mig.id});
+  auto mixed = registry->PrepareAllocation({s->devices[1].id, mig.id});
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find("CUDA enumerates one MIG device per process"),
+            std::string::npos)
+      << mixed.status();
+  auto parent = registry->PrepareAllocation({s->devices[0].id});
+  EXPECT_NE(parent.status().message().find("is in MIG mode"), std::string::npos) << parent.status();
 }
 
 // The CUDA plugin on `fixture` with its health watched, in this process or in a plugin host
