@@ -244,9 +244,9 @@ struct RegistryOptions {
   // Where librayaccel's log lines go (its own and the plugins', which arrive through the host
   // API): `log_callback` with each line and its level (empty: stderr), at `log_level` and
   // above. Never stdout, and never spdlog's default logger, which stays the embedder's. The
-  // library has one logger per process: Create() applies these, the last registry created
-  // decides, and its destruction returns the logger to stderr (unless a later one set it), so
-  // the callback is never called after its registry is gone. It may run on any thread, one
+  // library has one logger per process: Create() applies these, the newest registry alive
+  // decides, and when it goes the one before it decides again (or stderr), so a callback is
+  // never called after its registry is gone. It may run on any thread, one
   // line at a time; it must not call back into the registry.
   LogLevel log_level = LogLevel::kWarning;
   std::function<void(LogLevel level, const std::string& line)> log_callback;

@@ -285,8 +285,14 @@ rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_alloc
     for (const Allocation& a : self->allocations) {
       if (a.indices != wanted) continue;
       if (!a.error.empty()) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, a.error);
-      // The host's own answer when the recorded plugin had no prepare_allocation hook.
-      if (!self->has_prepare_allocation) return RAYACCEL_STATUS_OK;
+      // The recorded plugin had no hook: the host's own answer, its variable set to the
+      // indices.
+      if (!self->has_prepare_allocation) {
+        if (self->visible_devices_env.empty()) return RAYACCEL_STATUS_OK;
+        std::string list;
+        for (uint32_t i : wanted) list += (list.empty() ? "" : ",") + std::to_string(i);
+        return plugin::SetEnv(args->sink, self->visible_devices_env, list);
+      }
       for (const auto& [name, value] : a.env) {
         if (rayaccel_status s = plugin::SetEnv(args->sink, name, value); s != RAYACCEL_STATUS_OK) {
           return s;

@@ -196,9 +196,9 @@ absl::Status Anonymize(uint64_t key, CapturedNode* node, Manifest* manifest, siz
   RewriteHwlocInfos(node->hwloc_xml, [&](const std::string& name, const std::string& value) {
     // Placeholders ("Not Specified", "To Be Filled By O.E.M.") identify nothing.
     if (IsIdentifyingHwlocInfo(name) && !absl::StrContains(value, ' ')) scrub.Add(value);
+    scrub.AddUuidsIn(value);
     return value;
   });
-  scrub.AddUuidsIn(node->hwloc_xml);
   for (const auto& [name, value] : manifest->environment) scrub.AddUuidsIn(value);
 
   // Then every text the bundle carries.
@@ -242,9 +242,11 @@ absl::Status Anonymize(uint64_t key, CapturedNode* node, Manifest* manifest, siz
       a.error = scrub.Apply(a.error);
     }
   }
-  node->hwloc_xml = scrub.Apply(RewriteHwlocInfos(
+  // In the XML only the <info> values change: a pass over the whole text could rewrite a
+  // cpuset or a PCI id that happens to read like a serial.
+  node->hwloc_xml = RewriteHwlocInfos(
       node->hwloc_xml,
-      [&](const std::string&, const std::string& value) { return scrub.Apply(value); }));
+      [&](const std::string&, const std::string& value) { return scrub.Apply(value); });
   for (auto& [name, value] : manifest->environment) value = scrub.Apply(value);
   if (replaced != nullptr) *replaced = scrub.size();
   return absl::OkStatus();

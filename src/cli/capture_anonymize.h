@@ -4,7 +4,8 @@
 // UUID (fabric cluster ids inside domain ids), and hwloc's serials, UUIDs, GUIDs and network
 // addresses are replaced by stand-ins of the same shape: a hex digit by a hex digit, a decimal
 // digit by a decimal digit, a letter by a letter of the same case, other characters and a
-// leading "GPU-"/"MIG-" style prefix kept. One value gets one stand-in wherever it appears
+// leading "GPU-"/"MIG-" style prefix or "0x" kept (in hwloc's XML, only <info> values change;
+// placeholders such as "00000000" are left). One value gets one stand-in wherever it appears
 // (answers, allocation environments, messages, the XML, the manifest's environment), so
 // links, domains and allocations still line up. The stand-ins come from a keyed hash with a
 // key drawn for each capture and not kept: a short serial cannot be recovered by trying them

@@ -873,9 +873,14 @@ Outcome EnvNamesTheSet(const Options& o) {
       std::vector<uint32_t> indices;
       for (const Device* dev : set) indices.push_back(dev->index);
       auto env = p.PrepareAllocation(indices);
-      // A set of several that the vendor's stack cannot use (CUDA enumerates one MIG device
+      // A set of several holding a device marked lease_alone (CUDA enumerates one MIG device
       // per process) may be refused with the reason; every device alone must work.
-      if (!env.ok() && set.size() > 1 &&
+      const bool has_lease_alone = std::any_of(set.begin(), set.end(), [](const Device* dev) {
+        return std::any_of(dev->attributes.begin(), dev->attributes.end(), [](const Attribute& a) {
+          return a.name == "lease_alone" && a.kind == Attribute::Kind::kBool && a.int_value != 0;
+        });
+      });
+      if (!env.ok() && set.size() > 1 && has_lease_alone &&
           env.status().code() == absl::StatusCode::kInvalidArgument &&
           !env.status().message().empty()) {
         refused_sets.push_back(std::string(env.status().message()));

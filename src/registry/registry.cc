@@ -116,7 +116,7 @@ void AppendMessage(std::string* message, const std::string& text) {
 
 }  // namespace
 
-class Registry::Impl {
+class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
  public:
   explicit Impl(RegistryOptions options) : options_(std::move(options)) {}
   ~Impl() {
@@ -138,7 +138,7 @@ class Registry::Impl {
     StopWatching();
     if (notifier_.joinable()) {
       // The last handle on the registry may be let go from a subscriber's own callback.
-      if (std::this_thread::get_id() == notifier_.get_id()) {
+      if (std::this_thread::get_id() == notifier_id_) {
         notifier_.detach();
       } else {
         notifier_.join();
@@ -163,15 +163,22 @@ class Registry::Impl {
     if (shut_down_) return 0;
     const uint64_t id = ++last_subscription_;
     subscribers_.emplace(id, std::make_shared<Subscriber>(Subscriber{std::move(callback)}));
-    if (!notifier_.joinable()) notifier_ = std::thread([this] { Notify(); });
+    if (!notifier_.joinable()) {
+      // The thread holds the registry's state alive: a callback may let go of the registry,
+      // and the state then ends with this thread, not under the callback's feet.
+      notifier_ = std::thread([self = shared_from_this()] { self->Notify(); });
+      notifier_id_ = notifier_.get_id();
+    }
+    published_.notify_all();  // the new subscriber's first snapshot
     return id;
   }
 
   // Waits for a callback in progress unless called from it (the notifier thread).
   void Unsubscribe(uint64_t id) {
+    if (id == 0) return;  // subscribed after Shutdown: never delivered
     std::unique_lock<std::mutex> lock(snapshot_mu_);
     subscribers_.erase(id);
-    if (std::this_thread::get_id() == notifier_.get_id()) return;
+    if (std::this_thread::get_id() == notifier_id_) return;
     published_.wait(lock, [&] { return delivering_ != id; });
   }
 
@@ -476,6 +483,7 @@ class Registry::Impl {
       answers.push_back({status, std::move(report), slot.plugin->zero_devices_reason()});
     }
     for (const Answer& a : answers) AppendInputs(a.status, a.zero_devices_reason, &inputs);
+    const size_t answers_size = inputs.size();
     inputs.append(host_description_);
 
     auto snap = std::make_shared<NodeSnapshot>();
@@ -484,6 +492,7 @@ class Registry::Impl {
     if (last != nullptr && inputs == last_inputs_) return last;
     ++stats_.changes;
     last_inputs_ = std::move(inputs);
+    last_inputs_.resize(answers_size);  // the host's description is added once it is settled
     snap->generation = ++generation_;
     absl::flat_hash_set<std::string> ids;
     for (Answer& a : answers) {
@@ -501,6 +510,9 @@ class Registry::Impl {
     }
     LoadHostTopologyIfNeeded(*snap);
     snap->host_topology = host_description_;
+    // As it reads after this scan (hwloc loads on the first scan that finds a PCI device), so
+    // that the next scan of the same node compares equal.
+    last_inputs_.append(host_description_);
     if (host_ != nullptr) EnrichWithHostTopology(*host_, snap.get());
     RayMapping mapping = MapToRay(*snap);
     snap->ray = std::move(mapping.view);
@@ -650,9 +662,20 @@ class Registry::Impl {
     std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     if (ids.empty()) return absl::InvalidArgumentError("no devices given");
+    if (generation > snap->generation) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no snapshot ", generation, " yet: the current one is ", snap->generation));
+    }
+    const bool stale = generation != 0 && generation != snap->generation;
     absl::StatusOr<std::vector<size_t>> positions = Resolve(*snap, ids);
+    if (!positions.ok() && stale && positions.status().code() == absl::StatusCode::kNotFound) {
+      // Named in an older snapshot and gone since: the lease is stale, not malformed.
+      return absl::FailedPreconditionError(
+          absl::StrCat(positions.status().message(), " any more; snapshot ", generation,
+                       " is stale, the current one is ", snap->generation));
+    }
     if (!positions.ok()) return positions.status();
-    if (generation != 0 && generation != snap->generation) {
+    if (stale) {
       for (size_t p : *positions) {
         const Device& d = snap->devices[p];
         if (d.health == Health::kUnhealthy) {
@@ -1092,6 +1115,7 @@ class Registry::Impl {
   uint64_t last_subscription_ = 0;
   uint64_t delivering_ = 0;  // the subscription whose callback runs now, 0 none
   std::thread notifier_;
+  std::thread::id notifier_id_;  // guarded by snapshot_mu_; set once, with notifier_
   std::shared_ptr<const NodeSnapshot> snapshot_;
   std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by plugins_mu_
   std::atomic<bool> stopping_{false};

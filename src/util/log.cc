@@ -1,8 +1,10 @@
 #include "util/log.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "spdlog/sinks/base_sink.h"
 
@@ -67,10 +69,27 @@ class Sink : public spdlog::sinks::base_sink<std::mutex> {
 
 struct Logger {
   std::mutex mu;
-  uint64_t token = 0;  // of the last SetLogSink
+  uint64_t last_token = 0;
+  // Every sink set and not yet restored, newest last: restoring one brings back the one before.
+  struct Entry {
+    uint64_t token;
+    LogLevel level;
+    std::function<void(LogLevel, const std::string&)> callback;
+  };
+  std::vector<Entry> stack;
   std::shared_ptr<Sink> sink = std::make_shared<Sink>();
   spdlog::logger logger{"rayaccel", sink};  // not in spdlog's registry: nobody else's to change
   Logger() { logger.set_level(spdlog::level::warn); }
+
+  void Apply() {  // caller holds mu
+    if (stack.empty()) {
+      sink->Set(nullptr);
+      logger.set_level(spdlog::level::warn);
+    } else {
+      sink->Set(stack.back().callback);
+      logger.set_level(ToSpdlog(stack.back().level));
+    }
+  }
 };
 
 Logger& Instance() {
@@ -85,17 +104,18 @@ spdlog::logger& Log() { return Instance().logger; }
 uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::string&)> callback) {
   Logger& l = Instance();
   std::lock_guard<std::mutex> lock(l.mu);
-  l.sink->Set(std::move(callback));
-  l.logger.set_level(ToSpdlog(level));
-  return ++l.token;
+  l.stack.push_back({++l.last_token, level, std::move(callback)});
+  l.Apply();
+  return l.last_token;
 }
 
 void RestoreLogSink(uint64_t token) {
   Logger& l = Instance();
   std::lock_guard<std::mutex> lock(l.mu);
-  if (token != l.token) return;
-  l.sink->Set(nullptr);
-  l.logger.set_level(spdlog::level::warn);
+  l.stack.erase(std::remove_if(l.stack.begin(), l.stack.end(),
+                               [&](const Logger::Entry& e) { return e.token == token; }),
+                l.stack.end());
+  l.Apply();
 }
 
 }  // namespace rayaccel

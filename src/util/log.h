@@ -19,8 +19,9 @@ spdlog::logger& Log();
 // Where Log() writes from now on: `callback` (empty: stderr) at `level` and above.
 // Process-wide: the library has one logger. Returns a token for RestoreLogSink.
 uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::string&)> callback);
-// Back to stderr at warning, unless another SetLogSink came after the one that gave `token`
-// (a registry's callback must not outlive the registry: it may capture what dies with it).
+// Withdraws the sink `token` set: the one set before it (still in place) takes over again, or
+// stderr at warning. A registry's callback must not outlive the registry: it may capture what
+// dies with it.
 void RestoreLogSink(uint64_t token);
 
 }  // namespace rayaccel

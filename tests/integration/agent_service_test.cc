@@ -36,7 +36,6 @@ using testing::WaitForFile;
 const std::string kSimPlugin = testing::SimPlugin();
 const std::string kDgxSpec = "sim.spec=" + testing::Example("dgx-h100.json");
 const std::string kTlsDir = testing::Fixture("tls");
-const std::string kNvl72Spec = "sim.spec=" + testing::Example("nvl72.json");
 
 std::string TempDir() { return testing::MakeTempDir("agent"); }
 
@@ -523,10 +522,11 @@ TEST(ServerStartTest, APortInUseIsAnErrorNotACrash) {
 // drains (the watch ends, the socket goes, exit 0).
 TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   const std::string dir = TempDir();
-  const std::string socket = dir + "/agent.sock";
+  const std::string socket = dir + "/agent.sock", spec = dir + "/spec.json";
+  testing::CopyFile(testing::Example("dgx-h100.json"), spec);
   pid_t agent = testing::Spawn(RAYACCEL_CLI,
                                {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin,
-                                "--config", kDgxSpec, "--rescan-interval", "0"},
+                                "--config", "sim.spec=" + spec, "--rescan-interval", "0"},
                                "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto stub = v1::AcceleratorRegistry::NewStub(
@@ -536,6 +536,7 @@ TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   v1::NodeSnapshot s;
   ASSERT_TRUE(reader->Read(&s));
   EXPECT_EQ(s.generation(), 1u);
+  testing::ChangeSimSpec(spec);  // a SIGHUP rescan publishes what changed
   kill(agent, SIGHUP);
   ASSERT_TRUE(reader->Read(&s));
   EXPECT_EQ(s.generation(), 2u);
@@ -545,6 +546,7 @@ TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   struct stat st {};
   EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket was left behind";
+  unlink(spec.c_str());
   rmdir(dir.c_str());
 }
 
@@ -750,11 +752,13 @@ TEST(ServeCommand, TheCliReadsARunningAgent) {
 TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
   const std::string dir = TempDir();
   const std::string socket = dir + "/agent.sock", token = dir + "/token";
+  const std::string spec = dir + "/spec.json";
+  testing::CopyFile(testing::Example("nvl72.json"), spec);
   std::ofstream(token) << "t0ken\n";
   pid_t agent =
       testing::Spawn(RAYACCEL_CLI,
                      {"serve", "--listen", "unix:" + socket, "--token-file", token, "--plugin",
-                      kSimPlugin, "--config", kNvl72Spec, "--rescan-interval", "0"},
+                      kSimPlugin, "--config", "sim.spec=" + spec, "--rescan-interval", "0"},
                      "/dev/null");
   ASSERT_TRUE(WaitForFile(socket));
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
@@ -790,6 +794,7 @@ TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
     ASSERT_TRUE(r->Read(&s));
     EXPECT_EQ(s.generation(), 1u);
   }
+  testing::ChangeSimSpec(spec);
   kill(agent, SIGHUP);
   int updated = 0;
   for (auto& r : readers) updated += r->Read(&s) && s.generation() == 2 && s.devices_size() == 72;
@@ -797,6 +802,7 @@ TEST(ServeCommand, RefusesHostileClientsAndServesManyWatchers) {
   EXPECT_EQ(Stop(agent), 0);
   for (auto& r : readers) r->Finish();
   unlink(token.c_str());
+  unlink(spec.c_str());
   rmdir(dir.c_str());
 }
 

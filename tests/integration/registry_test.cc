@@ -98,6 +98,20 @@ TEST(Registry, ANewGenerationOnlyForAChange) {
   auto woken = std::chrono::steady_clock::now();
   registry->WaitForNewer(first->generation, std::chrono::milliseconds(100));
   EXPECT_GE(std::chrono::steady_clock::now() - woken, std::chrono::milliseconds(90));
+
+  // With hwloc's view, loaded by the first scan that finds a PCI device, the second scan is
+  // no change either.
+  RegistryOptions options;
+  options.plugins = {SimPlugin()};
+  options.use_environment = false;
+  options.config["sim"]["spec"] = testing::Fixture("specs/dgx2-v100.json");
+  options.hwloc_xml = testing::Fixture("hwloc/nvidiaDGX2.xml");
+  auto with_hwloc = Registry::Create(options);
+  ASSERT_TRUE(with_hwloc.ok());
+  const uint64_t generation = (*with_hwloc)->snapshot()->generation;
+  EXPECT_NE((*with_hwloc)->snapshot()->host_topology.find("hwloc"), std::string::npos);
+  EXPECT_EQ((*with_hwloc)->Rescan()->generation, generation);
+  EXPECT_EQ((*with_hwloc)->Rescan()->generation, generation);
 }
 
 // A lease names devices: against an older snapshot it holds while those devices are still
@@ -130,7 +144,8 @@ TEST(Registry, AStaleLeaseIsJudgedByTheDevicesItNames) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(registry->PrepareAllocationAt({0, 2}, registry->snapshot()->generation).ok());
   EXPECT_EQ(registry->PrepareAllocation({"GPU-gone"}, old).status().code(),
-            absl::StatusCode::kNotFound);
+            absl::StatusCode::kFailedPrecondition);  // named in an older snapshot: stale
+  EXPECT_EQ(registry->PrepareAllocation({"GPU-gone"}).status().code(), absl::StatusCode::kNotFound);
 }
 
 // Ids and positions are different things: an id that reads like a number is an id.
@@ -290,10 +305,35 @@ TEST(Registry, SubscriptionsEndFromAnywhere) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(calls, 1);
+  // A later subscriber gets its first snapshot too, though nothing changes.
+  std::atomic<int> later{0};
   std::unique_ptr<Registry::Subscription> outliving =
-      registry->Subscribe([](std::shared_ptr<const NodeSnapshot>) {});
+      registry->Subscribe([&](std::shared_ptr<const NodeSnapshot>) { ++later; });
+  for (int i = 0; i < 500 && later == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(later, 1);
   registry.reset();
   outliving.reset();  // after the registry: nothing to do, and no crash
+
+  // A callback may let go of the registry itself.
+  std::unique_ptr<Registry> doomed = Make({SimPlugin()}, Example("dgx-h100.json"));
+  std::atomic<bool> released{false};
+  std::unique_ptr<Registry::Subscription> last =
+      doomed->Subscribe([&](std::shared_ptr<const NodeSnapshot>) {
+        doomed.reset();
+        released = true;
+      });
+  for (int i = 0; i < 500 && !released; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(released);
+  last.reset();
+  // Subscribing after Shutdown delivers nothing, and ending that subscription does not wait.
+  std::unique_ptr<Registry> stopped = Make({SimPlugin()}, Example("dgx-h100.json"));
+  stopped->Shutdown();
+  auto none = stopped->Subscribe([](std::shared_ptr<const NodeSnapshot>) { FAIL(); });
+  none.reset();
 }
 
 TEST(Registry, MalformedSpecAtStartFailsOnlyThatPlugin) {
