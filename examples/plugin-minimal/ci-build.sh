@@ -54,7 +54,11 @@ echo "plugin-minimal: installed rayaccel loaded the out-of-tree plugin: $out"
   { cat "$work/conformance.txt" >&2; exit 1; }
 grep -q "Tier reached: 2 (schedulable)" "$work/conformance.txt" ||
   { cat "$work/conformance.txt" >&2; exit 1; }
-# The install tree finds its own plugins without RAYACCEL_PLUGIN_PATH.
-"$work/prefix/bin/rayaccel" plugins | grep -q '^sim ' || { echo "installed CLI misses sim" >&2; exit 1; }
+# The install tree finds its own plugins without RAYACCEL_PLUGIN_PATH; the simulator only when
+# asked for by name.
+"$work/prefix/bin/rayaccel" plugins | grep -q '^cuda ' || { echo "installed CLI misses cuda" >&2; exit 1; }
+"$work/prefix/bin/rayaccel" plugins | grep -q '^sim ' && { echo "installed CLI loads sim unasked" >&2; exit 1; }
+"$work/prefix/bin/rayaccel" plugins --plugin sim | grep -q '^sim ' ||
+  { echo "installed CLI misses sim" >&2; exit 1; }
 pkg-config --cflags --libs rayaccel > /dev/null
 echo "plugin-minimal: OK"
