@@ -44,25 +44,16 @@ inline std::vector<std::string> SplitList(const std::string& text, char sep = ',
 }
 
 // Sink adapters: one call per item, for the shapes every plugin hands over.
+// An int attribute, or a bool one (`kind` RAYACCEL_ATTRIBUTE_BOOL, `value` 0 or 1).
 inline rayaccel_status AddAttribute(const rayaccel_sink* sink, uint32_t device,
-                                    std::string_view name, int64_t value) {
+                                    std::string_view name, int64_t value,
+                                    rayaccel_attribute_kind kind = RAYACCEL_ATTRIBUTE_INT) {
   rayaccel_attribute a{};
   a.struct_size = sizeof(a);
   a.device_index = device;
   a.name = Str(name);
-  a.kind = RAYACCEL_ATTRIBUTE_INT;
+  a.kind = kind;
   a.int_value = value;
-  return sink->add_attribute(sink->host_context, &a);
-}
-
-inline rayaccel_status AddBoolAttribute(const rayaccel_sink* sink, uint32_t device,
-                                        std::string_view name, bool value) {
-  rayaccel_attribute a{};
-  a.struct_size = sizeof(a);
-  a.device_index = device;
-  a.name = Str(name);
-  a.kind = RAYACCEL_ATTRIBUTE_BOOL;
-  a.int_value = value ? 1 : 0;
   return sink->add_attribute(sink->host_context, &a);
 }
 

@@ -550,7 +550,8 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
       // CUDA enumerates one MIG device per process: the allocator offers it only alone.
       if (rc == RAYACCEL_STATUS_OK) {
-        plugin::AddBoolAttribute(sink, kMigIndexBase + k, "lease_alone", true);
+        plugin::AddAttribute(sink, kMigIndexBase + k, "lease_alone", int64_t{1},
+                             RAYACCEL_ATTRIBUTE_BOOL);
       }
     }
     return RAYACCEL_STATUS_OK;

@@ -80,41 +80,6 @@ class JsonEscapedMessage : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
-LogLevel LibraryLevel(spdlog::level::level_enum level) {
-  switch (level) {
-    case spdlog::level::trace:
-      return LogLevel::kTrace;
-    case spdlog::level::debug:
-      return LogLevel::kDebug;
-    case spdlog::level::info:
-      return LogLevel::kInfo;
-    case spdlog::level::warn:
-      return LogLevel::kWarning;
-    case spdlog::level::err:
-    case spdlog::level::critical:
-      return LogLevel::kError;
-    default:
-      return LogLevel::kOff;
-  }
-}
-
-spdlog::level::level_enum ToSpdlogLevel(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace:
-      return spdlog::level::trace;
-    case LogLevel::kDebug:
-      return spdlog::level::debug;
-    case LogLevel::kInfo:
-      return spdlog::level::info;
-    case LogLevel::kWarning:
-      return spdlog::level::warn;
-    case LogLevel::kError:
-      return spdlog::level::err;
-    default:
-      return spdlog::level::off;
-  }
-}
-
 bool SetUpLogging(const std::string& format, const std::string& level) {
   if (format != "text" && format != "json") return false;
   auto logger = spdlog::stderr_color_mt("rayaccel");

@@ -5,14 +5,7 @@
 
 #include <string>
 
-#include "rayaccel/registry.h"
-#include "spdlog/common.h"
-
 namespace rayaccel::cli {
-
-// Between the library's levels (RegistryOptions::log_level) and spdlog's.
-LogLevel LibraryLevel(spdlog::level::level_enum level);
-spdlog::level::level_enum ToSpdlogLevel(LogLevel level);
 
 // Installs the process's default logger on stderr; `format` is "text" or "json". False for
 // any other format.

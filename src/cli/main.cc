@@ -414,7 +414,7 @@ int Run(int argc, char** argv) {
   SetUpLogging(args.log_format, args.log_level);
   // The library logs through the command's logger (its format and level), here and in every
   // registry this command creates.
-  args.options.log_level = LibraryLevel(spdlog::default_logger()->level());
+  args.options.log_level = FromSpdlogLevel(spdlog::default_logger()->level());
   args.options.log_callback = [](LogLevel level, const std::string& line) {
     spdlog::log(ToSpdlogLevel(level), "{}", line);
   };

@@ -11,38 +11,6 @@
 namespace rayaccel {
 namespace {
 
-spdlog::level::level_enum ToSpdlog(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace:
-      return spdlog::level::trace;
-    case LogLevel::kDebug:
-      return spdlog::level::debug;
-    case LogLevel::kInfo:
-      return spdlog::level::info;
-    case LogLevel::kWarning:
-      return spdlog::level::warn;
-    case LogLevel::kError:
-      return spdlog::level::err;
-    default:
-      return spdlog::level::off;
-  }
-}
-
-LogLevel FromSpdlog(spdlog::level::level_enum level) {
-  switch (level) {
-    case spdlog::level::trace:
-      return LogLevel::kTrace;
-    case spdlog::level::debug:
-      return LogLevel::kDebug;
-    case spdlog::level::info:
-      return LogLevel::kInfo;
-    case spdlog::level::warn:
-      return LogLevel::kWarning;
-    default:
-      return LogLevel::kError;
-  }
-}
-
 // One line per message: to the callback as the bare message, or to stderr with time and level.
 class Sink : public spdlog::sinks::base_sink<std::mutex> {
  public:
@@ -54,7 +22,7 @@ class Sink : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     if (callback_) {
-      callback_(FromSpdlog(msg.level), std::string(msg.payload.data(), msg.payload.size()));
+      callback_(FromSpdlogLevel(msg.level), std::string(msg.payload.data(), msg.payload.size()));
       return;
     }
     spdlog::memory_buf_t line;
@@ -87,7 +55,7 @@ struct Logger {
       logger.set_level(spdlog::level::warn);
     } else {
       sink->Set(stack.back().callback);
-      logger.set_level(ToSpdlog(stack.back().level));
+      logger.set_level(ToSpdlogLevel(stack.back().level));
     }
   }
 };
@@ -98,6 +66,41 @@ Logger& Instance() {
 }
 
 }  // namespace
+
+spdlog::level::level_enum ToSpdlogLevel(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarning:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    default:
+      return spdlog::level::off;
+  }
+}
+
+LogLevel FromSpdlogLevel(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace:
+      return LogLevel::kTrace;
+    case spdlog::level::debug:
+      return LogLevel::kDebug;
+    case spdlog::level::info:
+      return LogLevel::kInfo;
+    case spdlog::level::warn:
+      return LogLevel::kWarning;
+    case spdlog::level::err:
+    case spdlog::level::critical:
+      return LogLevel::kError;
+    default:
+      return LogLevel::kOff;
+  }
+}
 
 spdlog::logger& Log() { return Instance().logger; }
 

@@ -13,6 +13,10 @@
 
 namespace rayaccel {
 
+// Between the library's levels (RegistryOptions::log_level) and spdlog's.
+spdlog::level::level_enum ToSpdlogLevel(LogLevel level);
+LogLevel FromSpdlogLevel(spdlog::level::level_enum level);
+
 // The library's logger; every piece of librayaccel (and of the RPC library) logs through it.
 spdlog::logger& Log();
 
