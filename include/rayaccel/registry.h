@@ -226,6 +226,12 @@ struct RegistryOptions {
   std::string plugin_host;  // empty: rayaccel-plugin-host next to the running binary
   uint32_t call_timeout_ms = 10000;
   uint32_t restart_backoff_ms = 1000;
+  // How long Create() waits for the plugins' initialize and first discover, which run on a
+  // thread per plugin. 0: until every plugin has answered (isolated: each within
+  // call_timeout_ms, all at once). Otherwise Create() returns by then; a plugin still starting
+  // shows as failed with "starting: ..." and its devices join a later snapshot (a new
+  // generation) when it answers. In-process, a plugin that never returns keeps its thread.
+  uint32_t start_deadline_ms = 0;
   uint64_t plugin_memory_limit_bytes = uint64_t{4} << 30;  // per plugin process; 0: no limit
   // Every plugin host is started through this when set: call `spawn` once (it forks and execs
   // the host; it may run on any thread) and return what it returns, the host's pid, or -1.
@@ -265,12 +271,32 @@ struct RegistryStats {
   uint64_t plugin_restarts = 0;  // isolated plugins started again after a crash
 };
 
+// Threads and blocking. Every method may be called from any thread. Each plugin has its own
+// lock: a call into one plugin waits only for other calls into that plugin, never for another
+// plugin. How long a call can block, at worst, when a plugin does not answer: isolated, a
+// plugin call ends after call_timeout_ms (the host is then killed and the call fails);
+// in-process, nothing can end it, which is what isolation is for.
+//
+//   snapshot(), stats(), Subscribe()        never block on plugins (a short lock)
+//   PreferredAllocation()                   calls no plugin unless the family's plugin has a
+//                                           validate_quantity hook: then one call into it
+//   ValidateQuantity(), PrepareAllocation*() one call into the one plugin the devices belong to
+//   Rescan(), Capture()                     a call into every plugin, one plugin after another,
+//                                           after any scan in progress (one scan at a time)
+//   Create()                                loads the plugins one after another (isolated:
+//                                           each host's start within call_timeout_ms), then
+//                                           waits for their initialize and first discover,
+//                                           all at once, up to start_deadline_ms
+//   WaitForNewer()                          until its timeout, a newer snapshot or Shutdown
+//   Shutdown(), ~Registry(), ~Subscription  for a subscriber's callback in progress and any
+//                                           health watch's call in progress (isolated: up to
+//                                           200 ms); not for a plugin still starting
 class Registry {
   class Impl;
 
  public:
-  // Loads the plugins and takes the first snapshot. Fails only for errors of rayaccel itself
-  // (e.g. a named plugin file that does not exist is a plugin status, not a failure).
+  // Loads the plugins and takes the first snapshot (blocking: above). Fails only for errors of
+  // rayaccel itself (a named plugin file that does not exist is a plugin status, not a failure).
   static absl::StatusOr<std::unique_ptr<Registry>> Create(RegistryOptions options);
   ~Registry();
   Registry(const Registry&) = delete;
@@ -334,7 +360,7 @@ class Registry {
   // come from one plugin. With `generation` set to an older snapshot than the current one, the
   // lease holds while the devices it names are still there and not unhealthy (a change
   // elsewhere on the node does not stale it); otherwise FailedPrecondition says which device
-  // changed. Checked while no rescan can run.
+  // changed. The plugin is asked about its devices as it last reported them.
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
       const std::vector<std::string>& device_ids, uint64_t generation = 0) const;
   // The same for devices named by their positions in NodeSnapshot::devices, which mean

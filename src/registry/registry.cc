@@ -81,12 +81,29 @@ const char* PluginStateName(PluginStatus::State state) {
 
 namespace {
 
-// A plugin slot: the loaded plugin (null when refused) and its status.
+// A plugin slot: the loaded plugin (null when refused) and its status. Each slot has its own
+// lock, so a plugin stuck in a call holds up callers of that plugin only.
 struct Slot {
+  // Set at load and never changed: how a snapshot's devices find their slot, and what a scan
+  // says of a plugin still starting.
+  std::string name;
+  std::string path;
+  bool loaded = false;        // opened (not refused): `plugin` is never null
+  uint32_t capabilities = 0;  // the table's; 0 for a refused file
+  // Set while the plugin's initialize and first discover run on a thread of their own
+  // (StartPlugins); a scan reports it as starting rather than wait for it.
+  std::atomic<bool> starting{false};
+  std::mutex mu;  // one caller into the plugin at a time; guards everything below
   // Shared with the slot's health watch, which keeps a handle alive through a restart.
   std::shared_ptr<PluginHandle> plugin;
   PluginStatus status;  // static part: name, path, properties; state before any rescan
   PluginConfig file_config;
+  // The plugin's newest good answer: a lease maps device ids to the plugin's indices in it.
+  std::shared_ptr<const PluginReport> answer;
+  // The first discover, asked by the starting thread, for the first scan to use.
+  bool has_first_answer = false;
+  std::shared_ptr<const PluginReport> first_answer;
+  absl::Status first_status;
   // Isolated plugins: a process that died is started again after a backoff.
   bool restartable = false;  // opened once in a child process
   std::chrono::steady_clock::time_point next_restart;
@@ -149,7 +166,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   }
 
   RegistryStats stats() const {
-    std::lock_guard<std::mutex> lock(plugins_mu_);
+    std::lock_guard<std::mutex> lock(stats_mu_);
     return stats_;
   }
 
@@ -186,15 +203,11 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   // plugin is watched through its host; after a crash the watch waits for the restart.
   void StartWatching() {
     if (!options_.watch_health) return;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const Slot& slot = slots_[i];
-      if (slot.plugin == nullptr ||
-          (slot.status.state == PluginStatus::State::kFailed && !slot.restartable) ||
-          (slot.plugin->capabilities() & RAYACCEL_CAP_HEALTH_EVENTS) == 0) {
-        continue;
-      }
-      std::string name = slot.status.name;
-      watchers_.emplace_back([this, i, name] {
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      Slot* slot = s.get();
+      if ((slot->capabilities & RAYACCEL_CAP_HEALTH_EVENTS) == 0) continue;
+      std::string name = slot->name;
+      watchers_.emplace_back([this, slot, name] {
         auto sleep = [this](std::chrono::milliseconds d) {
           for (auto waited = std::chrono::milliseconds(0); waited < d && !stopping_;
                waited += std::chrono::milliseconds(10)) {
@@ -213,10 +226,16 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
           sleep(backoff);
         };
         while (!stopping_) {
+          if (slot->starting) {  // no health wait before initialize has returned
+            sleep(std::chrono::milliseconds(50));
+            continue;
+          }
           std::shared_ptr<PluginHandle> plugin;
           {
-            std::lock_guard<std::mutex> lock(plugins_mu_);
-            plugin = slots_[i].plugin;
+            std::lock_guard<std::mutex> lock(slot->mu);
+            // Failed to start in-process: nothing to watch, ever.
+            if (slot->status.state == PluginStatus::State::kFailed && !slot->restartable) break;
+            plugin = slot->plugin;
           }
           if (plugin == nullptr || !plugin->alive()) {
             sleep(std::chrono::milliseconds(1000));  // the next rescan restarts it
@@ -235,7 +254,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
             } else if (st.ok()) {
               Log().info("plugin {}: health changed; rescanning", name);
               {
-                std::lock_guard<std::mutex> lock(plugins_mu_);
+                std::lock_guard<std::mutex> lock(stats_mu_);
                 ++stats_.health_events;
               }
               auto started = std::chrono::steady_clock::now();
@@ -337,22 +356,26 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   absl::Status LoadReplay() {
     std::set<std::string> names;
     for (const CapturedPlugin& captured : options_.replay->plugins) {
-      Slot slot;
-      slot.status = captured.status;
-      for (std::string* text :
-           {&slot.status.message, &slot.status.name, &slot.status.path, &slot.status.abi_version}) {
+      auto slot = std::make_unique<Slot>();
+      slot->status = captured.status;
+      for (std::string* text : {&slot->status.message, &slot->status.name, &slot->status.path,
+                                &slot->status.abi_version}) {
         if (!CheckText(*text, "").ok()) *text = "(not valid text in the bundle)";
       }
+      slot->name = slot->status.name;
+      slot->path = slot->status.path;
       if (!names.insert(captured.status.name).second) {
-        slot.status.state = PluginStatus::State::kRefused;
-        slot.status.message = "a plugin of this name is already replayed";
+        slot->status.state = PluginStatus::State::kRefused;
+        slot->status.message = "a plugin of this name is already replayed";
       } else if (captured.status.state == PluginStatus::State::kActive ||
                  captured.status.state == PluginStatus::State::kDegraded) {
-        slot.plugin = std::make_shared<ReplayedPlugin>(captured);
-        slot.status.state = PluginStatus::State::kActive;  // the scan judges the answer again
-        slot.status.message.clear();
-        slot.status.device_count = 0;
-        Initialize(&slot, {});  // its properties pass the same checks as a live plugin's
+        slot->plugin = std::make_shared<ReplayedPlugin>(captured);
+        slot->capabilities = slot->plugin->capabilities();
+        slot->loaded = true;
+        slot->status.state = PluginStatus::State::kActive;  // the scan judges the answer again
+        slot->status.message.clear();
+        slot->status.device_count = 0;
+        Initialize(slot.get(), {});  // its properties pass the same checks as a live plugin's
       }
       slots_.push_back(std::move(slot));
     }
@@ -385,12 +408,12 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
         }
         continue;
       }
-      Slot slot;
-      slot.status.name = file.name;
-      slot.status.path = file.path;
+      auto slot = std::make_unique<Slot>();
+      slot->status.name = file.name;
+      slot->status.path = file.path;
       auto refuse = [&](const std::string& why) {
-        slot.status.state = PluginStatus::State::kRefused;
-        slot.status.message = why;
+        slot->status.state = PluginStatus::State::kRefused;
+        slot->status.message = why;
         Log().warn("plugin {} refused: {}", file.path.empty() ? file.name : file.path, why);
       };
       if (file.path.empty()) {
@@ -406,19 +429,18 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       } else if (!names.insert((*opened)->name()).second) {
         refuse(absl::StrCat("a plugin named \"", (*opened)->name(), "\" is already loaded"));
       } else {
-        slot.plugin = *std::move(opened);
-        slot.restartable = options_.isolation == RegistryOptions::Isolation::kChildProcess;
-        slot.status.name = slot.plugin->name();
-        slot.status.abi_version = slot.plugin->abi_version();
-        slot.status.capabilities = slot.plugin->capabilities();
-        Initialize(&slot, file_config);
-        // A host that died or hung in initialize waits out its backoff like any crash: the
-        // first scan must not start it again at once (and wait the whole timeout again).
-        if (!slot.plugin->alive()) {
-          MarkCrashed(&slot, absl::UnavailableError(slot.status.message));
-        }
+        slot->plugin = *std::move(opened);
+        slot->restartable = options_.isolation == RegistryOptions::Isolation::kChildProcess;
+        slot->status.name = slot->plugin->name();
+        slot->status.abi_version = slot->plugin->abi_version();
+        slot->status.capabilities = slot->plugin->capabilities();
+        slot->capabilities = slot->status.capabilities;
+        slot->loaded = true;
+        slot->starting = true;  // initialize and the first discover follow (StartPlugins)
       }
-      slot.file_config = file_config;
+      slot->name = slot->status.name;
+      slot->path = slot->status.path;
+      slot->file_config = file_config;
       slots_.push_back(std::move(slot));
     }
     host_description_ = options_.host_topology ? "not needed: no PCI devices" : "disabled";
@@ -430,6 +452,52 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     return absl::OkStatus();
   }
 
+  // Runs each opened plugin's initialize and first discover on a thread of its own, so one
+  // stuck there holds up no other, and waits until all have answered or the start deadline has
+  // passed. A plugin still starting then joins a later snapshot: it rescans when it answers.
+  // The threads hold the registry's state, so they may outlive the Registry.
+  void StartPlugins() {
+    std::unique_lock<std::mutex> lock(start_mu_);
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      if (!s->starting) continue;
+      ++starting_;
+      std::thread([self = shared_from_this(), slot = s.get()] { self->StartOne(slot); }).detach();
+    }
+    auto all_started = [&] { return starting_ == 0; };
+    if (options_.start_deadline_ms == 0) {
+      started_.wait(lock, all_started);
+    } else {
+      started_.wait_for(lock, std::chrono::milliseconds(options_.start_deadline_ms), all_started);
+    }
+    start_waited_ = true;
+  }
+
+  void StartOne(Slot* slot) {
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      Initialize(slot, slot->file_config);
+      if (!slot->plugin->alive()) {
+        // A host that died or hung in initialize waits out its backoff like any crash: the
+        // first scan must not start it again at once (and wait the whole timeout again).
+        MarkCrashed(slot, absl::UnavailableError(slot->status.message));
+      } else if (slot->status.state != PluginStatus::State::kFailed) {
+        std::shared_ptr<const PluginReport> report;
+        slot->first_status = slot->plugin->QueryShared(&report);
+        slot->first_answer = std::move(report);
+        slot->has_first_answer = true;
+      }
+      slot->starting = false;
+    }
+    bool late = false;
+    {
+      std::lock_guard<std::mutex> lock(start_mu_);
+      late = start_waited_;
+      --starting_;
+    }
+    started_.notify_all();
+    if (late) Rescan();  // does nothing after Shutdown
+  }
+
   std::shared_ptr<const NodeSnapshot> snapshot() const {
     std::lock_guard<std::mutex> lock(snapshot_mu_);
     return snapshot_;
@@ -437,7 +505,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
 
   std::shared_ptr<const NodeSnapshot> Rescan() {
     if (shut_down()) return snapshot();
-    std::lock_guard<std::mutex> lock(plugins_mu_);
+    std::lock_guard<std::mutex> scan_lock(scan_mu_);
     // Each plugin's answer, and everything else the snapshot is a function of, as bytes: when
     // they equal the last scan's (what an agent sees almost every time), the last snapshot
     // stands, generation and all: merging, enrichment and mapping are skipped, nobody is
@@ -449,26 +517,54 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     };
     std::vector<Answer> answers;
     std::string inputs;
-    for (Slot& slot : slots_) {
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      Slot& slot = *s;
+      if (slot.starting) {
+        // Not waited for: it joins a later snapshot when it answers (StartOne rescans).
+        PluginStatus status;
+        status.name = slot.name;
+        status.path = slot.path;
+        status.capabilities = slot.capabilities;
+        status.state = PluginStatus::State::kFailed;
+        status.message = absl::StrCat(
+            "starting: initialize or the first discover did not return within the start "
+            "deadline (",
+            options_.start_deadline_ms, " ms); its devices join when it answers");
+        answers.push_back({status, nullptr, ""});
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(slot.mu);
       PluginStatus status = slot.status;
-      if (slot.restartable && (slot.plugin == nullptr || !slot.plugin->alive())) {
+      // The first discover, asked while starting, is judged here like any other answer.
+      const bool first = slot.has_first_answer;
+      if (!first && slot.restartable && (slot.plugin == nullptr || !slot.plugin->alive())) {
         Restart(&slot);
         status = slot.status;
       }
-      if (slot.plugin == nullptr || !slot.plugin->alive() ||
-          status.state == PluginStatus::State::kFailed) {
+      if (!first && (slot.plugin == nullptr || !slot.plugin->alive() ||
+                     status.state == PluginStatus::State::kFailed)) {
+        slot.answer = nullptr;
         answers.push_back({status, nullptr, ""});
         continue;
       }
       std::shared_ptr<const PluginReport> report;
-      absl::Status st = slot.plugin->QueryShared(&report);
+      absl::Status st;
+      if (first) {
+        slot.has_first_answer = false;
+        report = std::move(slot.first_answer);
+        st = std::move(slot.first_status);
+      } else {
+        st = slot.plugin->QueryShared(&report);
+      }
       if (!slot.plugin->alive()) {
         // Isolation did its job: the plugin's process is gone, the cause is in `st`.
         MarkCrashed(&slot, st);
+        slot.answer = nullptr;
         answers.push_back({slot.status, nullptr, ""});
         continue;
       }
       slot.failures_in_a_row = 0;
+      slot.answer = st.ok() && report != nullptr && !report->over_limit ? report : nullptr;
       if (!st.ok() || report == nullptr || report->over_limit) {
         status.state = PluginStatus::State::kFailed;
         status.message = !st.ok() || report == nullptr
@@ -488,9 +584,13 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
 
     auto snap = std::make_shared<NodeSnapshot>();
     std::shared_ptr<const NodeSnapshot> last = snapshot();
-    ++stats_.scans;
-    if (last != nullptr && inputs == last_inputs_) return last;
-    ++stats_.changes;
+    const bool same = last != nullptr && inputs == last_inputs_;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.scans;
+      if (!same) ++stats_.changes;
+    }
+    if (same) return last;
     last_inputs_ = std::move(inputs);
     last_inputs_.resize(answers_size);  // the host's description is added once it is settled
     snap->generation = ++generation_;
@@ -548,10 +648,14 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
 
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const {
     if (quantity == 0) return absl::InvalidArgumentError("quantity must be at least 1");
-    std::lock_guard<std::mutex> lock(plugins_mu_);
     Slot* slot = SlotForResource(resource, *snapshot());
     if (slot == nullptr) {
       return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
+    }
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (slot->plugin == nullptr || !slot->plugin->alive()) {
+      return absl::UnavailableError(
+          absl::StrCat("plugin ", slot->name, " is down: ", slot->status.message));
     }
     absl::Status st = slot->plugin->ValidateQuantity(quantity);
     if (!slot->plugin->alive()) MarkCrashed(slot, st);
@@ -658,8 +762,6 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   // there and not unhealthy (a change elsewhere on the node does not stale it).
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocation(
       const std::vector<std::string>& ids, uint64_t generation) const {
-    // Hold the plugins first: no rescan can then move the indices resolved below.
-    std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     if (ids.empty()) return absl::InvalidArgumentError("no devices given");
     if (generation > snap->generation) {
@@ -685,13 +787,12 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
         }
       }
     }
-    return PrepareLocked(*snap, *positions);
+    return Prepare(*snap, *positions);
   }
 
   // By positions, which mean something only in the snapshot they were read from.
   absl::StatusOr<std::map<std::string, std::string>> PrepareAllocationAt(
       const std::vector<size_t>& positions, uint64_t generation) const {
-    std::lock_guard<std::mutex> lock(plugins_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     if (generation != snap->generation) {
       return absl::FailedPreconditionError(
@@ -708,12 +809,13 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
         return absl::InvalidArgumentError(absl::StrCat("position ", positions[i], " given twice"));
       }
     }
-    return PrepareLocked(*snap, positions);
+    return Prepare(*snap, positions);
   }
 
  private:
-  // Caller holds plugins_mu_; `positions` are valid and distinct in `snap`, the current one.
-  absl::StatusOr<std::map<std::string, std::string>> PrepareLocked(
+  // `positions` are valid and distinct in `snap`. The plugin is asked under its own lock about
+  // its indices in its newest answer, which a scan in progress may have taken after `snap`.
+  absl::StatusOr<std::map<std::string, std::string>> Prepare(
       const NodeSnapshot& snap, const std::vector<size_t>& positions) const {
     std::vector<const Device*> devices;
     for (size_t p : positions) devices.push_back(&snap.devices[p]);
@@ -724,14 +826,28 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
             "devices of one allocation must come from one plugin (one accelerator family)");
       }
     }
-    Slot* slot = nullptr;
-    for (Slot& s : slots_) {
-      if (s.plugin != nullptr && s.status.name == plugin_name) slot = &s;
-    }
+    Slot* slot = SlotNamed(plugin_name);
     if (slot == nullptr) return absl::FailedPreconditionError("plugin is no longer loaded");
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (!slot->plugin->alive()) {
+      return absl::UnavailableError(
+          absl::StrCat("plugin ", plugin_name, " is down: ", slot->status.message));
+    }
+    if (slot->answer == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("plugin ", plugin_name, " failed its last discover"));
+    }
     std::vector<uint32_t> indices;
     indices.reserve(devices.size());
-    for (const Device* d : devices) indices.push_back(d->index);
+    for (const Device* d : devices) {
+      auto it = std::find_if(slot->answer->devices.begin(), slot->answer->devices.end(),
+                             [&](const Device& r) { return r.id == d->id; });
+      if (it == slot->answer->devices.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("device ", d->id, " is no longer reported by plugin ", plugin_name));
+      }
+      indices.push_back(it->index);
+    }
     std::map<std::string, std::string> env;
     if (!slot->plugin->has_prepare_allocation()) {
       if (slot->status.visible_devices_env.empty()) {
@@ -788,7 +904,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   }
 
   // An isolated plugin's process died during a call (the cause in `st`): fail it and schedule
-  // a restart. Caller holds plugins_mu_.
+  // a restart. Caller holds slot->mu.
   void MarkCrashed(Slot* slot, const absl::Status& st) const {
     ++slot->failures_in_a_row;
     slot->crash = std::string(st.message());
@@ -804,7 +920,10 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   void Restart(Slot* slot) {
     if (std::chrono::steady_clock::now() < slot->next_restart) return;
     ++slot->restarts;
-    ++stats_.plugin_restarts;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.plugin_restarts;
+    }
     const std::string& path = slot->status.path;
     absl::Status ok = options_.check_permissions ? CheckPermissions(path) : absl::OkStatus();
     absl::StatusOr<std::unique_ptr<PluginHandle>> opened =
@@ -1001,22 +1120,28 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   // active one that names it.
   Slot* SlotForResource(const std::string& resource, const NodeSnapshot& snap) const {
     if (auto owner = snap.resource_owners.find(resource); owner != snap.resource_owners.end()) {
-      for (Slot& s : slots_) {
-        if (s.plugin != nullptr && s.status.name == owner->second) return &s;
+      return SlotNamed(owner->second);
+    }
+    for (const PluginStatus& p : snap.plugins) {
+      if (p.state != PluginStatus::State::kFailed && p.state != PluginStatus::State::kRefused &&
+          p.resource_name == resource) {
+        return SlotNamed(p.name);
       }
     }
-    for (Slot& s : slots_) {
-      if (s.plugin != nullptr && s.status.state != PluginStatus::State::kFailed &&
-          s.status.resource_name == resource) {
-        return &s;
-      }
+    return nullptr;
+  }
+
+  // The loaded plugin of this name; takes no lock (names are fixed at load).
+  Slot* SlotNamed(const std::string& name) const {
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      if (s->loaded && s->name == name) return s.get();
     }
     return nullptr;
   }
 
  public:
   absl::StatusOr<CapturedNode> Capture() const {
-    std::lock_guard<std::mutex> lock(plugins_mu_);
+    std::lock_guard<std::mutex> scan_lock(scan_mu_);
     std::shared_ptr<const NodeSnapshot> snap = snapshot();
     CapturedNode node;
     node.host_topology = snap->host_topology;
@@ -1025,15 +1150,24 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       if (!xml.ok()) return xml.status();
       node.hwloc_xml = *std::move(xml);
     }
-    for (Slot& slot : slots_) {
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      Slot& slot = *s;
       CapturedPlugin c;
-      c.status = slot.status;
+      std::unique_lock<std::mutex> slot_lock(slot.mu, std::defer_lock);
+      if (slot.starting) {  // as the snapshot shows it; not waited for
+        c.status.name = slot.name;
+        c.status.path = slot.path;
+        c.status.state = PluginStatus::State::kFailed;
+      } else {
+        slot_lock.lock();
+        c.status = slot.status;
+      }
       for (const PluginStatus& p : snap->plugins) {
-        if (p.name == slot.status.name && p.path == slot.status.path) c.status = p;
+        if (p.name == slot.name && p.path == slot.path) c.status = p;
       }
       const bool answered = c.status.state == PluginStatus::State::kActive ||
                             c.status.state == PluginStatus::State::kDegraded;
-      if (slot.plugin != nullptr && slot.plugin->alive() && answered) {
+      if (answered && slot_lock.owns_lock() && slot.plugin != nullptr && slot.plugin->alive()) {
         PluginHandle& plugin = *slot.plugin;
         c.has_prepare_allocation = plugin.has_prepare_allocation();
         PluginReport report;
@@ -1098,14 +1232,23 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
  private:
   RegistryOptions options_;
   std::vector<std::string> environment_;  // RAYACCEL_* as it was before any plugin ran
-  std::unique_ptr<HostTopology> host_;    // guarded by plugins_mu_, like the two below
+  // One scan at a time (Rescan, Capture); it guards what a scan builds from: the five below and
+  // last_inputs_. Lease calls take only the lock of the plugin they ask (Slot::mu), so a
+  // plugin stuck in a scan holds up no lease on another plugin.
+  mutable std::mutex scan_mu_;
+  std::unique_ptr<HostTopology> host_;
   bool host_attempted_ = false;
   std::string host_description_;
-  absl::flat_hash_map<std::string, std::string> accelerator_types_;  // guarded by plugins_mu_
-  mutable std::mutex plugins_mu_;    // one caller into the plugins at a time
-  mutable std::vector<Slot> slots_;  // guarded by plugins_mu_ (const calls may mark a crash)
+  absl::flat_hash_map<std::string, std::string> accelerator_types_;
   uint64_t generation_ = 0;
-  RegistryStats stats_;     // guarded by plugins_mu_
+  // Fixed after Load (each slot guards itself); const calls may mark a crash in one.
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex start_mu_;  // the three below: plugins still starting (StartPlugins)
+  std::condition_variable started_;
+  int starting_ = 0;
+  bool start_waited_ = false;  // Create has stopped waiting: a plugin starting late rescans
+  mutable std::mutex stats_mu_;
+  RegistryStats stats_;     // guarded by stats_mu_
   uint64_t log_token_ = 0;  // this registry's log sink (RegistryOptions::log_callback)
   mutable std::mutex snapshot_mu_;
   mutable std::condition_variable published_;  // a new snapshot_, shutdown, a waiter leaving
@@ -1117,7 +1260,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   std::thread notifier_;
   std::thread::id notifier_id_;  // guarded by snapshot_mu_; set once, with notifier_
   std::shared_ptr<const NodeSnapshot> snapshot_;
-  std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by plugins_mu_
+  std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by scan_mu_
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> watchers_;
 };
@@ -1157,10 +1300,11 @@ absl::StatusOr<std::unique_ptr<Registry>> Registry::Create(RegistryOptions optio
         "configuration without a plugin name needs exactly one plugin: name it (PLUGIN.KEY)");
   }
   const uint64_t log_token = SetLogSink(options.log_level, options.log_callback);
-  auto impl = std::make_unique<Impl>(std::move(options));
+  auto impl = std::make_shared<Impl>(std::move(options));
   impl->set_log_token(log_token);
   if (absl::Status st = impl->Load(); !st.ok()) return st;
-  std::unique_ptr<Registry> registry(new Registry(std::shared_ptr<Impl>(std::move(impl))));
+  impl->StartPlugins();
+  std::unique_ptr<Registry> registry(new Registry(std::move(impl)));
   registry->Rescan();
   registry->impl_->StartWatching();
   return registry;

@@ -418,6 +418,46 @@ TEST(Isolation, ACrashedPluginIsRestarted) {
   EXPECT_EQ(again->ray.resources.at("GPU"), 2);
 }
 
+// A plugin stuck in initialize does not hold Create() past the start deadline: the other
+// plugins' devices are there at once, the stuck one shows as starting, and when its call times
+// out a new snapshot says so.
+TEST(Isolation, CreateReturnsByTheStartDeadline) {
+  RegistryOptions options = Isolated({TestPlugin("init-hangs"), SimPlugin()});
+  options.config["sim"]["spec"] = Example("dgx-h100.json");
+  options.call_timeout_ms = 3000;
+  options.restart_backoff_ms = 60000;
+  options.start_deadline_ms = 200;
+  std::unique_ptr<Registry> registry = Make(options);
+  std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
+  EXPECT_EQ(first->ray.resources.at("GPU"), 8);
+  const PluginStatus& starting = StatusOf(*first, "init-hangs");
+  EXPECT_EQ(starting.state, PluginStatus::State::kFailed);
+  EXPECT_NE(starting.message.find("starting: initialize or the first discover did not return "
+                                  "within the start deadline (200 ms)"),
+            std::string::npos)
+      << starting.message;
+
+  std::shared_ptr<const NodeSnapshot> later =
+      registry->WaitForNewer(first->generation, std::chrono::seconds(30));
+  ASSERT_GT(later->generation, first->generation);
+  const PluginStatus& timed_out = StatusOf(*later, "init-hangs");
+  EXPECT_EQ(timed_out.state, PluginStatus::State::kFailed);
+  EXPECT_EQ(timed_out.message.find("starting:"), std::string::npos) << timed_out.message;
+  EXPECT_NE(timed_out.message.find("restart in 60000 ms"), std::string::npos) << timed_out.message;
+  EXPECT_EQ(later->ray.resources.at("GPU"), 8);
+}
+
+// Without a deadline, Create() waits for every plugin, all at once.
+TEST(Isolation, CreateWaitsForEveryPluginWithoutADeadline) {
+  RegistryOptions options = Isolated({TestPlugin("slow-init"), SimPlugin()});
+  options.config["sim"]["spec"] = Example("dgx-h100.json");
+  std::unique_ptr<Registry> registry = Make(options);
+  std::shared_ptr<const NodeSnapshot> snap = registry->snapshot();
+  EXPECT_EQ(StatusOf(*snap, "slow-init").state, PluginStatus::State::kActive)
+      << StatusOf(*snap, "slow-init").message;
+  EXPECT_EQ(snap->generation, 1u);
+}
+
 TEST(Isolation, BackoffHoldsTheRestart) {
   RegistryOptions options = Isolated({TestPlugin("segfault")});
   options.restart_backoff_ms = 60000;

@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -451,6 +453,47 @@ TEST(Registry, ConcurrentReadersRescansAndAllocations) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(registry->snapshot()->generation, 1u);  // nothing changed
+}
+
+// Each plugin has its own lock: while a scan is stuck in one plugin's discover (in-process,
+// where nothing can end it), leases on another plugin's devices go ahead.
+TEST(Registry, APluginStuckInAScanHoldsUpNoLeaseOnAnother) {
+  std::string dir = testing::MakeTempDir("stuck-scan");
+  const std::string marker = dir + "/hold";
+  RegistryOptions options;
+  options.plugins = {TestPlugin("hangs-while-marker"), SimPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["sim"]["spec"] = Example("tpu-v4-host.json");
+  options.config["hangs-while-marker"]["marker"] = marker;
+  absl::StatusOr<std::unique_ptr<Registry>> created = Registry::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<Registry> registry = *std::move(created);
+  std::shared_ptr<const NodeSnapshot> snap = registry->snapshot();
+  ASSERT_EQ(snap->ray.resources.at("TPU"), 4);
+  ASSERT_EQ(snap->ray.resources.at("GPU"), 2);
+
+  std::ofstream(marker) << "hold\n";
+  std::thread scan([&] { registry->Rescan(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the scan is in the plugin
+  // The lease path on the sim plugin's TPUs, on a thread so that a regression fails the test
+  // rather than hanging it.
+  std::promise<bool> done;
+  std::thread lease([&] {
+    absl::StatusOr<Allocation> a = registry->PreferredAllocation({}, {}, 2, "TPU");
+    bool ok = a.ok() && a->device_ids.size() == 2;
+    ok = ok && registry->ValidateQuantity("TPU", 2).ok();
+    ok = ok && registry->PrepareAllocation(a->device_ids, a->generation).ok();
+    ok = ok && registry->snapshot()->generation == snap->generation;
+    done.set_value(ok);
+  });
+  std::future<bool> leased = done.get_future();
+  const bool in_time = leased.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_TRUE(in_time) << "a lease on the sim plugin waited for the stuck plugin";
+  std::remove(marker.c_str());  // lets the stuck discover return
+  scan.join();
+  lease.join();
+  EXPECT_TRUE(leased.get());
 }
 
 TEST(Registry, ConfigPrecedenceExplicitThenEnvironmentThenFile) {

@@ -9,7 +9,8 @@
 #endif
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
     defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH) || \
-    defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE)
+    defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE) || \
+    defined(FAULT_HANGS_WHILE_MARKER)
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap, nanosleep */
 #include <unistd.h>
 #endif
@@ -37,7 +38,9 @@
 struct rayaccel_plugin_instance {
   int initialized;
   const rayaccel_host_api *host;
-  char marker[256]; /* FAULT_CRASH_ONCE: crash in discover unless this file exists */
+  /* FAULT_CRASH_ONCE: crash in discover unless this file exists;
+   * FAULT_HANGS_WHILE_MARKER: discover waits while it exists. */
+  char marker[256];
 };
 
 /* An older plugin's view of rayaccel_device_info: what a 1.0 plugin compiled against a header
@@ -177,6 +180,13 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
 #endif
 #ifdef FAULT_SIGKILL
   raise(SIGKILL); /* what the kernel's out-of-memory killer does */
+#endif
+#ifdef FAULT_HANGS_WHILE_MARKER
+  /* A driver call that blocks until something outside lets it go (the test removes it). */
+  while (instance->marker[0] != '\0' && access(instance->marker, F_OK) == 0) {
+    struct timespec wait = {0, 5 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+  }
 #endif
 #ifdef FAULT_KILLS_GROUP
   kill(0, SIGTERM); /* every process of "its" group: the host's, were the host careless */
