@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -68,11 +69,12 @@ Commands:
                    [--timeout SECONDS] [--expect-no-devices]
                    (runs rayaccel-conformance, installed next to this command)
   sink             stand in for the raylet: accept agents' snapshots and print each applied
-                   update: sink --listen ADDRESS [--json]
+                   update: sink --listen ADDRESS [--node-id ID] [--json]
   serve            the node agent: serve AcceleratorRegistry on --listen (default
-                   unix:/run/rayaccel/agent.sock) and, with --raylet ADDRESS --node-id ID,
-                   publish each snapshot to a raylet sink (SIGHUP rescans; health changes
-                   publish at once; SIGTERM drains)
+                   unix:/run/rayaccel/agent.sock as root, else in this user's runtime
+                   folder) and, with --raylet ADDRESS [--node-id ID], publish each snapshot
+                   to a raylet sink (SIGHUP rescans; health changes publish at once;
+                   SIGTERM drains)
   transfer         move bytes between two processes or nodes through a plugin's transport
                    and verify them: transfer --serve | --connect TOKEN [--size 64MiB]
                    [--op read|write] [--iters N] (rayaccel transfer --help)
@@ -104,6 +106,9 @@ Options:
   --dot                       Graphviz output (topo)
   --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
                               tcp://HOST:PORT (port 0: any free one)
+  --socket-mode MODE          the Unix socket's mode, octal (default 0660; 0666: any user)
+  --socket-group GROUP        give the Unix socket to this group (the Ray user's), so that
+                              an agent run as root serves a Ray run as another user
   --tls-cert FILE, --tls-key FILE
                               serve TLS with this PEM certificate chain and key
   --tls-client-ca FILE        and require client certificates signed by this CA
@@ -114,7 +119,9 @@ Options:
                               ray-start-args, topo); --token-file is then sent to it
   --tls-ca FILE               with --agent: connect with TLS, trusting this CA
   --raylet ADDRESS            the sink to publish to (serve)
-  --node-id ID                Ray's node id, 56 hex digits (serve)
+  --node-id ID                Ray's node id, 56 hex digits: the node to publish as (serve;
+                              without it the sink names it), or the node a sink is
+                              (sink: an agent that does not name its node is this one)
   --raylet-token-file FILE    the bearer token to present to the sink (serve)
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
@@ -289,6 +296,18 @@ int Parse(int argc, char** argv, Args* args) {
       if (!take(&args->server.listen) || args->server.listen.empty()) {
         return Usage("--listen needs an address");
       }
+    } else if (flag == "--socket-mode") {
+      std::string v;
+      char* end = nullptr;
+      unsigned long mode = take(&v) && !v.empty() ? std::strtoul(v.c_str(), &end, 8) : 0;
+      if (end == nullptr || *end != '\0' || mode > 0777 || (mode & 0600) != 0600) {
+        return Usage("--socket-mode needs an octal mode of at most 0777 with 0600 in it (0660)");
+      }
+      args->server.socket_mode = static_cast<unsigned>(mode);
+    } else if (flag == "--socket-group") {
+      if (!take(&args->server.socket_group) || args->server.socket_group.empty()) {
+        return Usage("--socket-group needs a group name or number");
+      }
     } else if (flag == "--tls-cert" || flag == "--tls-key" || flag == "--tls-client-ca" ||
                flag == "--token-file" || flag == "--raylet-token-file" ||
                flag == "--raylet-tls-ca" || flag == "--tls-ca") {
@@ -447,11 +466,11 @@ int Run(int argc, char** argv) {
     return kExitOk;
   }
   if (cmd == "sink" && args.server.listen.empty()) return Usage("sink needs --listen ADDRESS");
-  if (cmd == "serve" && args.raylet.empty() != args.node_id.empty()) {
-    return Usage("serve: --raylet and --node-id go together");
+  if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty()) {
+    return Usage("serve: --node-id names the node to --raylet; give both");
   }
 #if RAYACCEL_CLI_RPC
-  if (cmd == "sink") return RunSink(args.server, args.json);
+  if (cmd == "sink") return RunSink(args.server, args.json, args.node_id);
   if (cmd == "serve") {
     // The agent runs plugins isolated unless told otherwise: a crash in vendor code must not
     // take every plugin's devices down with the agent.

@@ -1,12 +1,16 @@
 #include "cli/serve_command.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
 #include "rpc/registry_service.h"
@@ -27,7 +31,9 @@ int Fail(const std::string& what, const absl::Status& status, int code) {
 absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
   absl::StatusOr<rpc::ListenAddress> raylet = rpc::ParseListenAddress(args.raylet);
   if (!raylet.ok()) return raylet.status();
-  if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) return st;
+  if (!args.node_id.empty()) {
+    if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) return st;
+  }
   rpc::PublisherOptions publish;
   publish.target = raylet->grpc_uri;
   publish.node_id = args.node_id;
@@ -51,8 +57,34 @@ absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
 
 }  // namespace
 
+absl::StatusOr<std::string> DefaultAgentSocket() {
+  if (geteuid() == 0) return std::string(kDefaultAgentSocket);
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] == '/') {
+    return absl::StrCat("unix:", runtime, "/rayaccel/agent.sock");
+  }
+  const std::string dir = absl::StrCat("/tmp/rayaccel-", geteuid());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 0077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        dir,
+        " is not a folder of this user's alone (mode 0700); not listening there: choose "
+        "a socket with --listen unix:PATH"));
+  }
+  return absl::StrCat("unix:", dir, "/agent.sock");
+}
+
 int RunServe(ServeArgs args) {
-  if (args.server.listen.empty()) args.server.listen = kDefaultAgentSocket;
+  if (args.server.listen.empty()) {
+    absl::StatusOr<std::string> socket = DefaultAgentSocket();
+    if (!socket.ok()) return Fail("", socket.status(), 1);
+    args.server.listen = *std::move(socket);
+  }
   if (absl::Status st = rpc::CheckServerOptions(args.server).status(); !st.ok()) {
     return Fail("--listen: ", st, 2);
   }
@@ -91,7 +123,8 @@ int RunServe(ServeArgs args) {
   std::unique_ptr<rpc::Publisher> publisher;
   if (!args.raylet.empty()) {
     publisher = std::make_unique<rpc::Publisher>(publish, registry->get());
-    spdlog::info("serve: node {} session {}: publishing to {}", args.node_id, publisher->session(),
+    spdlog::info("serve: node {} session {}: publishing to {}",
+                 args.node_id.empty() ? "(named by the sink)" : args.node_id, publisher->session(),
                  publish.target);
   }
 

@@ -38,11 +38,17 @@ class Printer : public rpc::RayletSink::Listener {
 
 }  // namespace
 
-int RunSink(const rpc::ServerOptions& server_options, bool json) {
+int RunSink(const rpc::ServerOptions& server_options, bool json, const std::string& own_node_id) {
   absl::Status usable = rpc::CheckServerOptions(server_options).status();
   if (!usable.ok()) {
     std::fprintf(stderr, "rayaccel: --listen: %s\n", std::string(usable.message()).c_str());
     return 2;
+  }
+  if (!own_node_id.empty()) {
+    if (absl::Status st = rpc::CheckNodeId(own_node_id); !st.ok()) {
+      std::fprintf(stderr, "rayaccel: --node-id: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
   }
   std::unique_ptr<rpc::BearerToken> token;
   if (!server_options.token_file.empty()) {
@@ -62,7 +68,7 @@ int RunSink(const rpc::ServerOptions& server_options, bool json) {
   rpc::HoldGrpcUntilExit();  // after the mask: its threads inherit it
 
   Printer printer(json);
-  rpc::RayletSink sink(&printer, token.get());
+  rpc::RayletSink sink(&printer, token.get(), own_node_id);
   rpc::ServerOptions options = server_options;
   options.max_receive_message_bytes = kMaxMessageBytes;
   absl::StatusOr<std::unique_ptr<rpc::Server>> server = rpc::Server::Start(options, {&sink});

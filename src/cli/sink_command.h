@@ -3,12 +3,15 @@
 #ifndef RAYACCEL_CLI_SINK_COMMAND_H_
 #define RAYACCEL_CLI_SINK_COMMAND_H_
 
+#include <string>
+
 #include "rpc/server.h"
 
 namespace rayaccel::cli {
 
 // Serves until SIGINT or SIGTERM; returns the process exit code.
-int RunSink(const rpc::ServerOptions& server, bool json);
+// `own_node_id`: the node this sink stands in for (RayletSink); empty: a sink of many nodes.
+int RunSink(const rpc::ServerOptions& server, bool json, const std::string& own_node_id);
 
 }  // namespace rayaccel::cli
 

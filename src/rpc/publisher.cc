@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_format.h"
 #include "rayaccel/v1/sink.grpc.pb.h"
+#include "registry/validate.h"
+#include "rpc/sink_state.h"
 #include "rpc/snapshot_proto.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
@@ -23,9 +25,14 @@ std::string RandomSession() {
 }  // namespace
 
 Publisher::Publisher(PublisherOptions options, Registry* registry)
-    : options_(std::move(options)), registry_(registry) {
+    : options_(std::move(options)), registry_(registry), node_id_(options_.node_id) {
   if (options_.session.empty()) options_.session = RandomSession();
   thread_ = std::thread([this] { Run(); });
+}
+
+std::string Publisher::node_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_id_;
 }
 
 Publisher::~Publisher() {
@@ -78,6 +85,24 @@ void Publisher::PublishOnce() {
   hello.mutable_hello()->set_node_id(options_.node_id);
   hello.mutable_hello()->set_agent_session(options_.session);
   bool ok = stream->Write(hello);
+  if (ok && options_.node_id.empty()) {
+    // Asked the sink which node this is: the answer to the hello says.
+    v1::PublishAck named;
+    ok = stream->Read(&named);
+    if (ok && !CheckNodeId(named.node_id()).ok()) {
+      Log().warn("publisher: the sink at {} did not name this node (answered \"{}\")",
+                 options_.target, EscapeControl(named.node_id().substr(0, 64)));
+      ok = false;
+      context.TryCancel();
+    }
+    if (ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (node_id_ != named.node_id()) {
+        Log().info("publisher: the sink names this node {}", named.node_id());
+        node_id_ = named.node_id();
+      }
+    }
+  }
 
   // The full current snapshot first (a restarted sink learns everything), then each newer one.
   std::shared_ptr<const NodeSnapshot> snap = registry_->snapshot();

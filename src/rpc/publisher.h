@@ -17,8 +17,10 @@
 namespace rayaccel::rpc {
 
 struct PublisherOptions {
-  std::string target;   // a gRPC target: "unix:/run/raylet-accel.sock", "127.0.0.1:PORT"
-  std::string node_id;  // Ray's NodeID, 56 hex digits
+  std::string target;  // a gRPC target: "unix:/run/raylet-accel.sock", "127.0.0.1:PORT"
+  // Ray's NodeID, 56 hex digits; empty: the sink names it (a raylet's sink knows its node), so
+  // the agent may start before Ray.
+  std::string node_id;
   std::string session;  // empty: a random one per Publisher
   std::chrono::milliseconds min_backoff{100};
   std::chrono::milliseconds max_backoff{10000};
@@ -41,6 +43,9 @@ class Publisher {
   // The last generation the sink acknowledged holding; 0 before the first ack.
   uint64_t acked_generation() const { return acked_.load(); }
   const std::string& session() const { return options_.session; }
+  // The node published as: PublisherOptions::node_id, or the one the sink named; empty until
+  // then.
+  std::string node_id() const;
 
  private:
   void Run();
@@ -51,8 +56,9 @@ class Publisher {
   Registry* registry_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> acked_{0};
-  std::mutex mu_;                           // guards context_
+  mutable std::mutex mu_;                   // guards context_ and node_id_
   grpc::ClientContext* context_ = nullptr;  // the live stream's, for cancelling on stop
+  std::string node_id_;
   std::thread thread_;
 };
 

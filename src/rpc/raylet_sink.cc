@@ -41,21 +41,37 @@ grpc::Status RayletSink::Publish(
     return Refuse(peer, "the first message must be hello");
   }
   const v1::Hello hello = request.hello();
-  if (absl::Status st = CheckNodeId(hello.node_id()); !st.ok()) {
-    return Refuse(peer, std::string(st.message()));
-  }
   if (!IsSession(hello.agent_session())) {
     return Refuse(peer, "hello without a well-formed agent session (1-128 printable bytes)");
   }
-  Log().info("sink: node {} agent session {} connected from {}", hello.node_id(),
-             hello.agent_session(), peer);
+  std::string node_id = hello.node_id();
+  if (node_id.empty()) {
+    if (own_node_id_.empty()) {
+      return Refuse(peer,
+                    "hello without a node id: this sink serves many nodes and is none of "
+                    "them, so the agent must name its node (--node-id)");
+    }
+    node_id = own_node_id_;
+  } else if (absl::Status st = CheckNodeId(node_id); !st.ok()) {
+    return Refuse(peer, std::string(st.message()));
+  } else if (!own_node_id_.empty() && node_id != own_node_id_) {
+    return Refuse(peer, absl::StrCat("the agent says it is node ", node_id, "; this sink is node ",
+                                     own_node_id_));
+  }
+  Log().info("sink: node {} agent session {} connected from {}", node_id, hello.agent_session(),
+             peer);
+  if (hello.node_id().empty()) {  // the agent learns which node it is
+    v1::PublishAck named;
+    named.set_node_id(node_id);
+    if (!stream->Write(named)) return grpc::Status::OK;
+  }
 
   while (stream->Read(&request)) {
     if (request.kind_case() != v1::PublishRequest::kSnapshot) {
       return Refuse(peer, "after hello, only snapshots");
     }
     absl::StatusOr<SinkState::Applied> applied =
-        state_.Apply(hello.node_id(), hello.agent_session(), request.snapshot());
+        state_.Apply(node_id, hello.agent_session(), request.snapshot());
     if (!applied.ok()) {
       return Refuse(peer, absl::StrCat("snapshot ", request.snapshot().generation(), ": ",
                                        applied.status().message()));
@@ -63,7 +79,7 @@ grpc::Status RayletSink::Publish(
     if (applied->applied && listener_ != nullptr) {
       const v1::NodeSnapshot& s = request.snapshot();
       listener_->OnNodeResources(
-          hello.node_id(),
+          node_id,
           std::map<std::string, double>(s.resources_total().begin(), s.resources_total().end()),
           std::map<std::string, std::string>(s.labels().begin(), s.labels().end()), s);
     }

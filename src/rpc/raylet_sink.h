@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 #include "rayaccel/v1/sink.grpc.pb.h"
 #include "rpc/server.h"
@@ -26,9 +27,12 @@ class RayletSink final : public v1::RayletAcceleratorSink::Service {
   };
 
   // `listener` may be null; it and `token` (required of every agent when set) must outlive
-  // the service.
-  explicit RayletSink(Listener* listener, const BearerToken* token = nullptr)
-      : listener_(listener), token_(token) {}
+  // the service. `own_node_id`: the node this sink is (a raylet's NodeID); an agent that does
+  // not know it yet (started before Ray) learns it in the answer to its hello, and one that
+  // names another node is refused. Empty: a sink of many nodes, each agent names its own.
+  explicit RayletSink(Listener* listener, const BearerToken* token = nullptr,
+                      std::string own_node_id = "")
+      : listener_(listener), token_(token), own_node_id_(std::move(own_node_id)) {}
 
   // Protocol (sink.proto): hello first, then snapshots, each answered with an ack. Anything
   // else ends the stream with INVALID_ARGUMENT; what was applied before stands.
@@ -41,6 +45,7 @@ class RayletSink final : public v1::RayletAcceleratorSink::Service {
  private:
   Listener* listener_;
   const BearerToken* token_;
+  const std::string own_node_id_;
   SinkState state_;
 };
 

@@ -1,6 +1,7 @@
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <grpc/grpc.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/socket.h>
@@ -11,10 +12,13 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
@@ -36,6 +40,23 @@ bool SocketIsStale(const std::string& path) {
   return refused;
 }
 
+// The group named by a name or a number.
+absl::StatusOr<gid_t> GroupId(const std::string& name) {
+  unsigned long number = 0;
+  if (absl::SimpleAtoi(name, &number) && number < static_cast<gid_t>(-1)) {
+    return static_cast<gid_t>(number);
+  }
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  int err = getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "no group \"", name, "\"", err != 0 ? absl::StrCat(": ", std::strerror(err)) : ""));
+  }
+  return entry.gr_gid;
+}
+
 // Makes room for a new socket at `path`: removes a stale socket (a server that died), refuses
 // to touch a live one or any other kind of file.
 absl::Status PrepareSocketPath(const std::string& path) {
@@ -47,8 +68,11 @@ absl::Status PrepareSocketPath(const std::string& path) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
   if (!dir.empty() && mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create the socket's folder ", dir, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create the socket's folder ", dir, ": ", std::strerror(errno),
+        geteuid() == 0 ? ""
+                       : " (not running as root: choose a folder this user may write with "
+                         "--listen unix:PATH, or leave --listen out for this user's default)"));
   }
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
@@ -143,6 +167,18 @@ grpc::Status BearerToken::Check(const grpc::ServerContextBase& context) const {
 absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options) {
   absl::StatusOr<ListenAddress> address = ParseListenAddress(options.listen);
   if (!address.ok()) return address.status();
+  if ((options.socket_mode & ~0777u) != 0 || (options.socket_mode & 0600u) != 0600u) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("socket mode %04o: a mode of at most 0777 that keeps the owner's read "
+                        "and write (0600)",
+                        options.socket_mode));
+  }
+  if (!options.socket_group.empty() && address->unix_path.empty()) {
+    return absl::InvalidArgumentError("a socket group applies to a Unix socket only");
+  }
+  if (!options.socket_group.empty()) {
+    if (absl::StatusOr<gid_t> gid = GroupId(options.socket_group); !gid.ok()) return gid.status();
+  }
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
   }
@@ -176,9 +212,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.AddListeningPort(address->grpc_uri, *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
-  // The socket is born 0660: no window in which others may connect. (umask is per process;
-  // nothing else here creates files during these few calls.)
-  mode_t old_mask = umask(0117);
+  // The socket is born with its mode: no window in which others may connect. (umask is per
+  // process; nothing else here creates files during these few calls.)
+  mode_t old_mask = umask(~static_cast<mode_t>(options.socket_mode) & 0777);
   out->server_ = builder.BuildAndStart();
   umask(old_mask);
   if (out->server_ == nullptr || (address->unix_path.empty() && port == 0)) {
@@ -188,13 +224,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     out->unix_path_ = address->unix_path;
     out->target_ = address->grpc_uri;
     // Verified, not chmod-ed: chmod would follow a symlink swapped in by whoever can write the
-    // folder.
+    // folder (lchown does not follow one).
+    auto refuse = [&](const std::string& why) {
+      out->Shutdown(std::chrono::system_clock::now());
+      return absl::PermissionDeniedError(why);
+    };
+    gid_t gid = static_cast<gid_t>(-1);
+    if (!options.socket_group.empty()) {
+      gid = *GroupId(options.socket_group);  // checked above
+      if (lchown(out->unix_path_.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+        return refuse(absl::StrCat("cannot give ", out->unix_path_, " to group ",
+                                   options.socket_group, ": ", std::strerror(errno),
+                                   " (this needs root, or a user who is a member of the group)"));
+      }
+    }
     struct stat st {};
     if (lstat(out->unix_path_.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) ||
-        (st.st_mode & 0777) != 0660) {
-      out->Shutdown(std::chrono::system_clock::now());
-      return absl::PermissionDeniedError(
-          absl::StrCat(out->unix_path_, " is not the 0660 socket just created"));
+        (st.st_mode & 0777) != options.socket_mode ||
+        (gid != static_cast<gid_t>(-1) && st.st_gid != gid)) {
+      return refuse(absl::StrFormat("%s is not the %04o socket just created", out->unix_path_,
+                                    options.socket_mode));
     }
   } else {
     out->target_ =

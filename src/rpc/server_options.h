@@ -14,6 +14,11 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
   std::string token_file;           // a bearer token every call must carry; empty: none
   bool allow_insecure_tcp = false;  // plain TCP on a non-loopback address
+  // A Unix socket is created with this mode (the owner must keep read and write) and, when a
+  // group is named (a name or a number), given to that group: the Ray user's group, say, for an
+  // agent run as root. Changing the group needs root or membership of the group.
+  unsigned socket_mode = 0660;
+  std::string socket_group;
   int max_receive_message_bytes = 4 << 20;
 };
 

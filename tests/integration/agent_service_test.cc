@@ -494,6 +494,122 @@ TEST(ServerStartTest, AStaleSocketIsReplacedAnyOtherFileIsNot) {
   rmdir(dir.c_str());
 }
 
+// The socket's mode and group are the operator's: a root agent serves a Ray run as another
+// user by giving the socket to that user's group.
+TEST(ServerStartTest, TheSocketGetsTheModeAndGroupAskedFor) {
+  spdlog::default_logger();
+  const std::string dir = TempDir();
+  const std::string path = dir + "/agent.sock";
+  std::unique_ptr<Registry> registry = SimRegistry("dgx-h100.json");
+  RegistryService service(registry.get(), {});
+  ServerOptions options;
+  options.listen = "unix:" + path;
+  options.socket_mode = 0666;
+  // As root any group will do; otherwise one of this user's own.
+  const gid_t gid = geteuid() == 0 ? 65534 : getegid();
+  options.socket_group = geteuid() == 0 ? "nogroup" : std::to_string(gid);
+  auto server = Server::Start(options, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  struct stat st {};
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  EXPECT_EQ(st.st_gid, gid);
+  (*server)->Shutdown(std::chrono::system_clock::now());
+
+  options.socket_group = "no-such-group-here";
+  auto unknown = Server::Start(options, {&service});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("no group \"no-such-group-here\""), std::string::npos)
+      << unknown.status();
+  options.socket_group.clear();
+  options.socket_mode = 0066;  // the owner could not use it
+  auto unusable = Server::Start(options, {&service});
+  ASSERT_FALSE(unusable.ok());
+  EXPECT_NE(unusable.status().message().find("socket mode 0066"), std::string::npos)
+      << unusable.status();
+
+  testing::CommandResult bad =
+      testing::Run({RAYACCEL_CLI, "serve", "--listen", "unix:" + path, "--socket-mode", "0444"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--socket-mode needs an octal mode"), std::string::npos) << bad.err;
+  rmdir(dir.c_str());
+}
+
+// As a user other than root, who cannot write /run, the agent needs no --listen: its socket
+// goes to the user's runtime folder, or to a folder of its own in /tmp (refused when someone
+// else made that folder); a folder it may not create gets a message saying what to do.
+TEST(ServeCommand, ANonRootAgentListensInItsUsersFolder) {
+  if (geteuid() != 0) GTEST_SKIP() << "runs the agent as another user: needs root";
+  constexpr uid_t kNobody = 65534;
+  const std::string dir = TempDir();
+  const std::string runtime = dir + "/run-user";
+  ASSERT_EQ(mkdir(runtime.c_str(), 0700), 0);
+  ASSERT_EQ(chown(runtime.c_str(), kNobody, kNobody), 0);
+  auto as_nobody = [](std::vector<std::string> env_and_argv) {
+    std::vector<std::string> argv = {
+        "--reuid=65534",  "--regid=65534", "--clear-groups", "/usr/bin/env", "-u",
+        "XDG_RUNTIME_DIR"};
+    argv.insert(argv.end(), env_and_argv.begin(), env_and_argv.end());
+    return argv;
+  };
+  std::vector<std::string> serve = {RAYACCEL_CLI, "serve",
+                                    "--plugin",   testing::SimPlugin(),
+                                    "--config",   "sim.spec=" + testing::Example("dgx-h100.json")};
+  auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return as_nobody(head);
+  };
+  std::vector<std::string> probe = with({}, {RAYACCEL_CLI, "version"});
+  probe.insert(probe.begin(), "/usr/bin/setpriv");
+  testing::CommandResult can_run = testing::Run(probe);
+  if (can_run.exit_code != 0) {
+    GTEST_SKIP() << "the build tree is not usable by another user: " << can_run.err;
+  }
+
+  pid_t agent =
+      testing::Spawn("/usr/bin/setpriv", with({"XDG_RUNTIME_DIR=" + runtime}, serve), "/dev/null");
+  const std::string socket = runtime + "/rayaccel/agent.sock";
+  ASSERT_TRUE(WaitForFile(socket));
+  struct stat st {};
+  ASSERT_EQ(lstat(socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(Stop(agent), 0);
+
+  // No runtime folder: /tmp/rayaccel-UID, the user's alone.
+  const std::string own = "/tmp/rayaccel-65534";
+  std::system(("rm -rf " + own).c_str());
+  ASSERT_EQ(mkdir(own.c_str(), 0755), 0);  // made by someone else (root): refused
+  std::vector<std::string> fallback = with({}, serve);
+  fallback.insert(fallback.begin(), "/usr/bin/setpriv");
+  testing::CommandResult refused = testing::Run(fallback);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find(own + " is not a folder of this user's alone"), std::string::npos)
+      << refused.err;
+  rmdir(own.c_str());
+  agent = testing::Spawn("/usr/bin/setpriv", with({}, serve), "/dev/null");
+  ASSERT_TRUE(WaitForFile(own + "/agent.sock"));
+  ASSERT_EQ(lstat(own.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(Stop(agent), 0);
+  std::system(("rm -rf " + own).c_str());
+
+  // A folder this user may not create.
+  std::vector<std::string> denied =
+      with({}, {RAYACCEL_CLI, "serve", "--listen", "unix:" + dir + "/root-only/agent.sock",
+                "--plugin", testing::SimPlugin()});
+  denied.insert(denied.begin(), "/usr/bin/setpriv");
+  testing::CommandResult r = testing::Run(denied);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot create the socket's folder " + dir +
+                       "/root-only: Permission denied "
+                       "(not running as root"),
+            std::string::npos)
+      << r.err;
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // A port already taken: Start says so (no crash), and `rayaccel sink` exits 1.
 TEST(ServerStartTest, APortInUseIsAnErrorNotACrash) {
   spdlog::default_logger();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -161,6 +162,61 @@ TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
   EXPECT_EQ(sink_.state().node_count(), 1u);
 }
 
+// An agent started before Ray does not know its node id: a sink that is one node's (a
+// raylet's) names it in the answer to the hello; a sink of many nodes refuses such a hello, and
+// a node's sink refuses an agent that names another node.
+TEST(RayletSink, NamesItsNodeToAnAgentThatAsks) {
+  spdlog::default_logger();
+  const std::string dir = testing::MakeTempDir("sink-names");
+  const std::string address = "unix:" + dir + "/sink.sock";
+  Recorder recorder;
+  RayletSink own(&recorder, nullptr, kNode);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&own);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RayletAcceleratorSink::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Publish(&context);
+    ASSERT_TRUE(stream->Write(Hello("", "s1")));
+    v1::PublishAck named;
+    ASSERT_TRUE(stream->Read(&named));
+    EXPECT_EQ(named.node_id(), kNode);
+    ASSERT_TRUE(stream->Write(Snapshot(1, 8)));
+    v1::PublishAck ack;
+    ASSERT_TRUE(stream->Read(&ack));
+    EXPECT_EQ(ack.applied_generation(), 1u);
+    EXPECT_TRUE(ack.node_id().empty());
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  EXPECT_EQ(own.state().Current(kNode)->resources_total().at("GPU"), 8);
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Publish(&context);
+    ASSERT_TRUE(stream->Write(Hello(std::string(56, 'e'), "s2")));
+    stream->WritesDone();
+    grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("this sink is node " + kNode), std::string::npos)
+        << st.error_message();
+  }
+  server->Shutdown();
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_F(RayletSinkTest, ASinkOfManyNodesRefusesAHelloWithoutANodeId) {
+  std::vector<v1::PublishAck> acks;
+  grpc::Status st = Exchange({Hello("", "s1"), Snapshot(1, 8)}, &acks);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("the agent must name its node (--node-id)"), std::string::npos)
+      << st.error_message();
+  EXPECT_TRUE(acks.empty());
+}
+
 TEST_F(RayletSinkTest, GarbageBytesOnTheSocketHarmNothing) {
   for (const std::string& junk : testing::GarbageForGrpc()) {
     ASSERT_TRUE(testing::SendRawBytes(dir_ + "/sink.sock", junk));
@@ -269,6 +325,32 @@ TEST(AgentAndSink, PublishSurvivesRestartsOfEitherSide) {
   EXPECT_EQ(Stop(sink), 0);
   unlink(out.c_str());
   rmdir(dir);
+}
+
+// The agent may start before Ray: without --node-id it publishes as the node its sink names.
+TEST(AgentAndSink, TheAgentLearnsItsNodeIdFromTheSink) {
+  const std::string dir = testing::MakeTempDir("node-from-sink");
+  const std::string socket = dir + "/sink.sock";
+  const std::string out = dir + "/sink.jsonl";
+  pid_t sink = SpawnCli({"sink", "--listen", "unix:" + socket, "--node-id", kNode, "--json"}, out);
+  ASSERT_TRUE(WaitForFile(socket));
+  pid_t agent =
+      SpawnCli({"serve", "--listen", dir + "/agent.sock", "--raylet", "unix:" + socket, "--plugin",
+                std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-sim.so", "--config",
+                std::string("sim.spec=") + RAYACCEL_EXAMPLES_DIR + "/dgx-h100.json"},
+               "/dev/null");
+  for (int i = 0; i < 2000 && Lines(out).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(Lines(out).empty()) << "nothing was published";
+  EXPECT_EQ(Lines(out)[0].rfind("{\"node_id\": \"" + kNode + "\"", 0), 0u) << Lines(out)[0];
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_EQ(Stop(sink), 0);
+  testing::CommandResult bad = testing::Run(
+      {RAYACCEL_CLI, "sink", "--listen", "unix:" + dir + "/other.sock", "--node-id", "xyz"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--node-id: "), std::string::npos) << bad.err;
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // A health change in a plugin reaches the sink with no rescan asked for: the CUDA plugin on the
