@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "rayaccel/abseil_abi.h"  // first: a mismatch stops here, clearly
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 

@@ -8,8 +8,7 @@
 #include "registry/validate.h"
 #include "rpc/sink_state.h"
 #include "rpc/snapshot_proto.h"
-#include "spdlog/spdlog.h"
-#include "util/log.h"
+#include "util/log_line.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -90,15 +89,16 @@ void Publisher::PublishOnce() {
     v1::PublishAck named;
     ok = stream->Read(&named);
     if (ok && !CheckNodeId(named.node_id()).ok()) {
-      Log().warn("publisher: the sink at {} did not name this node (answered \"{}\")",
-                 options_.target, EscapeControl(named.node_id().substr(0, 64)));
+      LogAt(LogLevel::kWarning,
+            "publisher: the sink at {} did not name this node (answered \"{}\")", options_.target,
+            EscapeControl(named.node_id().substr(0, 64)));
       ok = false;
       context.TryCancel();
     }
     if (ok) {
       std::lock_guard<std::mutex> lock(mu_);
       if (node_id_ != named.node_id()) {
-        Log().info("publisher: the sink names this node {}", named.node_id());
+        LogAt(LogLevel::kInfo, "publisher: the sink names this node {}", named.node_id());
         node_id_ = named.node_id();
       }
     }
@@ -113,8 +113,8 @@ void Publisher::PublishOnce() {
     ok = stream->Write(request) && stream->Read(&ack);
     if (!ok) break;
     acked_ = ack.applied_generation();
-    Log().debug("publisher: sink holds generation {}{}", ack.applied_generation(),
-                ack.stale() ? " (ours was stale)" : "");
+    LogAt(LogLevel::kDebug, "publisher: sink holds generation {}{}", ack.applied_generation(),
+          ack.stale() ? " (ours was stale)" : "");
     // Idle until a newer snapshot, or until the heartbeat is due: the current snapshot is sent
     // again (the sink acks it as stale), because only a write reliably shows that a sink
     // process went away. A GOAWAY shows sooner, in the channel's state.
@@ -133,8 +133,8 @@ void Publisher::PublishOnce() {
     context_ = nullptr;
   }
   if (!stop_) {
-    Log().warn("publisher: stream to {} ended: {} {}", options_.target,
-               static_cast<int>(status.error_code()), status.error_message());
+    LogAt(LogLevel::kWarning, "publisher: stream to {} ended: {} {}", options_.target,
+          static_cast<int>(status.error_code()), status.error_message());
   }
 }
 

@@ -4,15 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "registry/validate.h"
-#include "spdlog/spdlog.h"
-#include "util/log.h"
+#include "util/log_line.h"
 
 namespace rayaccel::rpc {
 namespace {
 
 // The reason may quote what the peer sent: the log line gets it escaped.
 grpc::Status Refuse(const std::string& peer, const std::string& why) {
-  Log().warn("sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
+  LogAt(LogLevel::kWarning, "sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
   return {grpc::StatusCode::INVALID_ARGUMENT, why};
 }
 
@@ -31,7 +30,7 @@ grpc::Status RayletSink::Publish(
   const std::string peer = context->peer();
   if (token_ != nullptr) {
     if (grpc::Status st = token_->Check(*context); !st.ok()) {
-      Log().warn("sink: refused {}: {}", peer, st.error_message());
+      LogAt(LogLevel::kWarning, "sink: refused {}: {}", peer, st.error_message());
       return st;
     }
   }
@@ -58,8 +57,8 @@ grpc::Status RayletSink::Publish(
     return Refuse(peer, absl::StrCat("the agent says it is node ", node_id, "; this sink is node ",
                                      own_node_id_));
   }
-  Log().info("sink: node {} agent session {} connected from {}", node_id, hello.agent_session(),
-             peer);
+  LogAt(LogLevel::kInfo, "sink: node {} agent session {} connected from {}", node_id,
+        hello.agent_session(), peer);
   if (hello.node_id().empty()) {  // the agent learns which node it is
     v1::PublishAck named;
     named.set_node_id(node_id);

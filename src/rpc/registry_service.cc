@@ -5,8 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rpc/snapshot_proto.h"
-#include "spdlog/spdlog.h"
-#include "util/log.h"
+#include "util/log_line.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -191,7 +190,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* RegistryService::WatchSnapshots(
     return watcher;
   }
   if (watchers_.size() >= options_.max_watchers) {
-    Log().warn("serve: refusing a watcher: {} are connected", watchers_.size());
+    LogAt(LogLevel::kWarning, "serve: refusing a watcher: {} are connected", watchers_.size());
     watcher->End({grpc::StatusCode::RESOURCE_EXHAUSTED,
                   absl::StrCat("too many watchers (", options_.max_watchers, ")")});
     return watcher;

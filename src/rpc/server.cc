@@ -20,8 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "spdlog/spdlog.h"
-#include "util/log.h"
+#include "util/log_line.h"
 
 namespace rayaccel::rpc {
 namespace {
@@ -133,7 +132,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   }
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    Log().warn("token file {} is readable by every user", path);
+    LogAt(LogLevel::kWarning, "token file {} is readable by every user", path);
   }
   return token;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "spdlog/sinks/base_sink.h"
+#include "util/log_line.h"
 
 namespace rayaccel {
 namespace {
@@ -103,6 +104,12 @@ LogLevel FromSpdlogLevel(spdlog::level::level_enum level) {
 }
 
 spdlog::logger& Log() { return Instance().logger; }
+
+bool LogEnabled(LogLevel level) { return Instance().logger.should_log(ToSpdlogLevel(level)); }
+
+void LogLine(LogLevel level, const std::string& line) {
+  Instance().logger.log(ToSpdlogLevel(level), "{}", line);
+}
 
 uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::string&)> callback) {
   Logger& l = Instance();
