@@ -42,6 +42,8 @@
 #include "spdlog/spdlog.h"
 
 namespace rayaccel::cli {
+
+constexpr char kDefaultConfigFile[] = "/etc/rayaccel/rayaccel.conf";
 namespace {
 
 constexpr int kExitOk = 0;
@@ -93,7 +95,8 @@ Options:
   --config PLUGIN.KEY=VALUE   configure a plugin, e.g. sim.spec=examples/dgx-h100.json
                               (repeatable; beats RAYACCEL_<PLUGIN>_<KEY>, which beats
                               --config-file); KEY=VALUE configures the one --plugin
-  --config-file FILE          lines of PLUGIN.KEY=VALUE
+  --config-file FILE          lines of PLUGIN.KEY=VALUE (default: $RAYACCEL_CONFIG_FILE, else
+                              /etc/rayaccel/rayaccel.conf when it exists)
   --hwloc-xml FILE            use an exported hwloc topology instead of this machine's
                               (HWLOC_XMLFILE does the same)
   --replay BUNDLE             answer as the captured node did (rayaccel capture), without its
@@ -440,6 +443,16 @@ int Run(int argc, char** argv) {
   SetLogSink(args.options.log_level, args.options.log_callback);
   if (!args.replay.empty() && !args.agent.empty()) {
     return Usage("--replay and --agent each choose where the snapshot comes from: give one");
+  }
+  // The node's configuration file (docs/operations.md): RAYACCEL_CONFIG_FILE names it, else
+  // /etc/rayaccel/rayaccel.conf when there is one; --config-file overrides both.
+  if (args.options.config_file.empty()) {
+    const char* named = std::getenv("RAYACCEL_CONFIG_FILE");
+    if (named != nullptr && named[0] != '\0') {
+      args.options.config_file = named;
+    } else if (access(kDefaultConfigFile, F_OK) == 0) {
+      args.options.config_file = kDefaultConfigFile;
+    }
   }
   if ((!args.out.empty() || args.include_hostname || args.anonymize) && args.command != "capture") {
     return Usage("--out, --include-hostname and --anonymize are capture's");

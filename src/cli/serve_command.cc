@@ -5,12 +5,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cli/sd_notify.h"
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
 #include "rpc/registry_service.h"
@@ -128,24 +130,40 @@ int RunServe(ServeArgs args) {
                  publish.target);
   }
 
+  // Ready: systemd (Type=notify) learns it now, with what is served; a watchdog it asks for is
+  // fed from this loop, so a wedged agent is restarted.
+  auto status = [&](uint64_t generation) {
+    return absl::StrCat("STATUS=serving generation ", generation, " on ", (*server)->target());
+  };
+  SdNotify(absl::StrCat("READY=1\n", status((*registry)->snapshot()->generation),
+                        "\nMAINPID=", getpid()));
+  const auto watchdog = SdWatchdogInterval() / 2;
+  using Clock = std::chrono::steady_clock;
+  auto next_rescan = Clock::now() + std::chrono::seconds(args.rescan_interval_s);
   while (true) {
+    // Until the next rescan or watchdog ping, whichever is first; with neither, until a signal.
+    std::chrono::nanoseconds wait = std::chrono::hours(24 * 365);
+    if (args.rescan_interval_s > 0) wait = std::max(next_rescan - Clock::now(), wait.zero());
+    if (watchdog.count() > 0) wait = std::min<std::chrono::nanoseconds>(wait, watchdog);
+    timespec timeout{static_cast<time_t>(wait.count() / 1000000000),
+                     static_cast<long>(wait.count() % 1000000000)};
     siginfo_t info{};
-    int received = 0;
-    if (args.rescan_interval_s > 0) {
-      timespec interval{static_cast<time_t>(args.rescan_interval_s), 0};
-      received = sigtimedwait(&signals, &info, &interval);
-    } else {
-      received = sigwaitinfo(&signals, &info);
-    }
+    const int received = sigtimedwait(&signals, &info, &timeout);
     if (received < 0 && errno != EAGAIN) continue;  // EINTR
     if (received == SIGINT || received == SIGTERM) {
       spdlog::info("serve: {} received, stopping", strsignal(received));
+      SdNotify("STOPPING=1\nSTATUS=draining");
       break;
     }
-    if (received == SIGHUP || received < 0) {  // SIGHUP, or the interval passed
+    if (watchdog.count() > 0) SdNotify("WATCHDOG=1");
+    const bool interval_due = args.rescan_interval_s > 0 && Clock::now() >= next_rescan;
+    if (received == SIGHUP || interval_due) {
+      if (received == SIGHUP) SdNotify("RELOADING=1");
       auto snap = (*registry)->Rescan();
       spdlog::info("serve: rescanned ({}): generation {}",
                    received == SIGHUP ? "SIGHUP" : "interval", snap->generation);
+      SdNotify(absl::StrCat(received == SIGHUP ? "READY=1\n" : "", status(snap->generation)));
+      next_rescan = Clock::now() + std::chrono::seconds(args.rescan_interval_s);
     }
   }
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and

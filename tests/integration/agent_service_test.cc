@@ -666,6 +666,73 @@ TEST(ServeCommand, ServesWatchersAndDrainsOnSigterm) {
   rmdir(dir.c_str());
 }
 
+// Run by systemd as a Type=notify service: ready once it serves (with its pid and what it
+// serves), reloading and ready again around a SIGHUP rescan, watchdog pings at half the
+// interval asked for, stopping on SIGTERM.
+TEST(ServeCommand, TellsSystemdWhenItIsReadyReloadingAndStopping) {
+  const std::string dir = TempDir();
+  const std::string notify = dir + "/notify.sock", socket = dir + "/agent.sock";
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval five_seconds{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds));
+  auto next = [&] {
+    char buffer[512];
+    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    return n > 0 ? std::string(buffer, n) : std::string();
+  };
+  // Skips watchdog pings, which come between the others.
+  auto next_state = [&] {
+    std::string m;
+    do {
+      m = next();
+    } while (m == "WATCHDOG=1");
+    return m;
+  };
+  setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  setenv("WATCHDOG_USEC", "200000", 1);
+  pid_t agent =
+      testing::Spawn(RAYACCEL_CLI,
+                     {"serve", "--listen", "unix:" + socket, "--plugin", kSimPlugin, "--config",
+                      "sim.spec=" + testing::Example("dgx-h100.json"), "--rescan-interval", "0"},
+                     "/dev/null");
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  EXPECT_EQ(next(), "READY=1\nSTATUS=serving generation 1 on unix:" + socket +
+                        "\nMAINPID=" + std::to_string(agent));
+  EXPECT_EQ(next(), "WATCHDOG=1");  // within the 5 s: at half of 200 ms
+  kill(agent, SIGHUP);
+  EXPECT_EQ(next_state(), "RELOADING=1");
+  EXPECT_EQ(next_state(), "READY=1\nSTATUS=serving generation 1 on unix:" + socket);
+  EXPECT_EQ(Stop(agent), 0);
+  EXPECT_EQ(next_state(), "STOPPING=1\nSTATUS=draining");
+  close(fd);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// The node's configuration file: RAYACCEL_CONFIG_FILE (else /etc/rayaccel/rayaccel.conf when
+// there is one) configures every command that has no --config-file.
+TEST(ServeCommand, TheNodesConfigFileIsReadByDefault) {
+  const std::string dir = TempDir();
+  const std::string conf = dir + "/rayaccel.conf";
+  std::ofstream(conf) << "# the node's plugins\nsim.spec = " << testing::Example("dgx1-v100.json")
+                      << "\n";
+  testing::CommandResult r =
+      testing::Run({RAYACCEL_CLI, "resources", "--plugin", kSimPlugin, "--no-host-topology"},
+                   {{"RAYACCEL_CONFIG_FILE", conf}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("accelerator_type:V100"), std::string::npos) << r.out;
+  testing::CommandResult flag = testing::Run({RAYACCEL_CLI, "resources", "--plugin", kSimPlugin,
+                                              "--no-host-topology", "--config-file", "/dev/null"},
+                                             {{"RAYACCEL_CONFIG_FILE", conf}});
+  EXPECT_EQ(flag.out.find("V100"), std::string::npos) << "--config-file comes first: " << flag.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // The sim plugin's health event is an edit of its spec: marking a GPU unhealthy (written to a
 // temporary file and renamed, as editors do) reaches a watcher with no SIGHUP or rescan timer.
 TEST(ServeCommand, ASpecEditIsPublishedAtOnce) {
