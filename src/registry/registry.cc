@@ -250,6 +250,14 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
               // failed); a later rescan restarts it after its backoff.
               Log().warn("plugin {}: died during its health watch: {}", name,
                          EscapeControl(st.message()));
+              {
+                // Recorded as a crash during a scan is, with its cause and backoff, once: a
+                // scan that saw the death first has marked it already.
+                std::lock_guard<std::mutex> lock(slot->mu);
+                if (slot->plugin == plugin && slot->status.state != PluginStatus::State::kFailed) {
+                  MarkCrashed(slot, st);
+                }
+              }
               Rescan();
             } else if (st.ok()) {
               Log().info("plugin {}: health changed; rescanning", name);

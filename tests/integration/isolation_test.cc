@@ -458,6 +458,28 @@ TEST(Isolation, CreateWaitsForEveryPluginWithoutADeadline) {
   EXPECT_EQ(snap->generation, 1u);
 }
 
+// A plugin whose process dies during its health watch is published once, as failed with the
+// cause and its restart time, like a crash during a scan; the restart waits out the backoff.
+TEST(Isolation, ACrashDuringTheHealthWatchIsOneGenerationWithItsCause) {
+  RegistryOptions options = Isolated({TestPlugin("health-crashes")});
+  options.watch_health = true;
+  options.restart_backoff_ms = 60000;
+  std::unique_ptr<Registry> registry = Make(options);
+  std::shared_ptr<const NodeSnapshot> first = registry->snapshot();
+  ASSERT_EQ(StatusOf(*first, "health-crashes").state, PluginStatus::State::kActive);
+  std::shared_ptr<const NodeSnapshot> crashed =
+      registry->WaitForNewer(first->generation, std::chrono::seconds(20));
+  ASSERT_EQ(crashed->generation, first->generation + 1);
+  const PluginStatus& status = StatusOf(*crashed, "health-crashes");
+  EXPECT_EQ(status.state, PluginStatus::State::kFailed);
+  EXPECT_NE(status.message.find("crashed with signal 11"), std::string::npos) << status.message;
+  EXPECT_NE(status.message.find("restart in 60000 ms"), std::string::npos) << status.message;
+  // No second generation for the same crash.
+  std::shared_ptr<const NodeSnapshot> after =
+      registry->WaitForNewer(crashed->generation, std::chrono::milliseconds(1500));
+  EXPECT_EQ(after->generation, crashed->generation) << StatusOf(*after, "health-crashes").message;
+}
+
 TEST(Isolation, BackoffHoldsTheRestart) {
   RegistryOptions options = Isolated({TestPlugin("segfault")});
   options.restart_backoff_ms = 60000;

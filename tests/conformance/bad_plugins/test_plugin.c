@@ -10,7 +10,7 @@
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
     defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH) || \
     defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE) || \
-    defined(FAULT_HANGS_WHILE_MARKER)
+    defined(FAULT_HANGS_WHILE_MARKER) || defined(FAULT_HEALTH_CRASHES)
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap, nanosleep */
 #include <unistd.h>
 #endif
@@ -480,6 +480,20 @@ static rayaccel_status busy_health(rayaccel_plugin_instance *instance,
 }
 #endif
 
+#ifdef FAULT_HEALTH_CRASHES
+/* Answers scans, and crashes in its health watch (after a moment: the watch is running). */
+static rayaccel_status crashing_health(rayaccel_plugin_instance *instance,
+                                       rayaccel_health_wait_args *args, rayaccel_error *error) {
+  struct timespec wait = {0, 100 * 1000 * 1000};
+  (void)instance;
+  (void)args;
+  (void)error;
+  nanosleep(&wait, NULL);
+  raise(SIGSEGV);
+  return RAYACCEL_STATUS_OK; /* not reached */
+}
+#endif
+
 #ifdef FAULT_HUNG_HEALTH
 /* Ignores its timeout: the wait never returns. */
 static rayaccel_status hung_health(rayaccel_plugin_instance *instance,
@@ -536,7 +550,7 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_TRANSPORT_NULL_HOOKS)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT,
-#elif defined(FAULT_BUSY_HEALTH) || defined(FAULT_HUNG_HEALTH)
+#elif defined(FAULT_BUSY_HEALTH) || defined(FAULT_HUNG_HEALTH) || defined(FAULT_HEALTH_CRASHES)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_LD_PRELOAD)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
@@ -558,6 +572,8 @@ static const rayaccel_plugin_api kApi = {
     busy_health,
 #elif defined(FAULT_HUNG_HEALTH)
     hung_health,
+#elif defined(FAULT_HEALTH_CRASHES)
+    crashing_health,
 #else
     NULL, /* wait_health_events */
 #endif
