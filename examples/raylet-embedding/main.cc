@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
 
   // Vendor code runs in plugin hosts, which the raylet starts through its own tracker (Ray's
   // subreaper mode kills children it does not know), and which may not hold up startup for
-  // long: a plugin still starting after two seconds joins a later snapshot.
+  // long: a plugin still starting after five seconds joins a later snapshot.
   std::atomic<int> hosts_started{0};
   options.isolation = rayaccel::RegistryOptions::Isolation::kChildProcess;
   options.spawn_child = [&](const std::function<pid_t()>& spawn) {
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     if (pid > 0) ++hosts_started;  // a raylet: KnownChildrenTracker::addKnownChild
     return pid;
   };
-  options.start_deadline_ms = 2000;
+  options.start_deadline_ms = 5000;
   options.watch_health = true;
   // The library's lines go to the raylet's own log, never to stdout.
   std::atomic<int> log_lines{0};

@@ -22,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/capture_anonymize.h"
@@ -451,7 +452,11 @@ int Run(int argc, char** argv) {
     if (named != nullptr && named[0] != '\0') {
       args.options.config_file = named;
     } else if (access(kDefaultConfigFile, F_OK) == 0) {
-      args.options.config_file = kDefaultConfigFile;
+      if (access(kDefaultConfigFile, R_OK) == 0) {
+        args.options.config_file = kDefaultConfigFile;
+      } else {  // the node's file, not this user's to read: go on without it, and say so
+        spdlog::warn("{} is not readable by this user: not used", kDefaultConfigFile);
+      }
     }
   }
   if ((!args.out.empty() || args.include_hostname || args.anonymize) && args.command != "capture") {
@@ -540,13 +545,16 @@ int Run(int argc, char** argv) {
   std::string out;
   int exit_code = kExitOk;
   // --require: the output is printed either way (it says what is there); the exit code says
-  // whether it is enough, with what is missing on stderr.
+  // whether it is enough, with what is missing on stderr, after the output.
+  std::string unmet;
   for (const auto& [resource, needed] : args.required) {
     auto it = snap->ray.resources.find(resource);
     const double found = it == snap->ray.resources.end() ? 0 : it->second;
     if (found < needed) {
-      std::fprintf(stderr, "rayaccel: required %s=%g, the node gives Ray %g%s\n", resource.c_str(),
-                   needed, found, found == 0 ? " (see `rayaccel plugins` for why)" : "");
+      absl::StrAppend(
+          &unmet,
+          absl::StrFormat("rayaccel: required %s=%g, the node gives Ray %g%s\n", resource, needed,
+                          found, found == 0 ? " (see `rayaccel plugins` for why)" : ""));
       exit_code = kExitRequirementUnmet;
     }
   }
@@ -656,6 +664,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "rayaccel: cannot write output: %s\n", std::strerror(errno));
     return kExitFailure;
   }
+  std::fputs(unmet.c_str(), stderr);
   return exit_code;
 }
 

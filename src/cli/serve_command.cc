@@ -61,6 +61,13 @@ absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
 
 absl::StatusOr<std::string> DefaultAgentSocket() {
   if (geteuid() == 0) return std::string(kDefaultAgentSocket);
+  // A service whose unit has RuntimeDirectory=rayaccel (systemd names it here), or a
+  // /run/rayaccel this user may write: where clients look first.
+  if (const char* dirs = std::getenv("RUNTIME_DIRECTORY"); dirs != nullptr && dirs[0] == '/') {
+    std::string first(dirs, std::strcspn(dirs, ":"));
+    return absl::StrCat("unix:", first, "/agent.sock");
+  }
+  if (access("/run/rayaccel", W_OK | X_OK) == 0) return std::string(kDefaultAgentSocket);
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   if (runtime != nullptr && runtime[0] == '/') {
     return absl::StrCat("unix:", runtime, "/rayaccel/agent.sock");
@@ -158,7 +165,13 @@ int RunServe(ServeArgs args) {
     if (watchdog.count() > 0) SdNotify("WATCHDOG=1");
     const bool interval_due = args.rescan_interval_s > 0 && Clock::now() >= next_rescan;
     if (received == SIGHUP || interval_due) {
-      if (received == SIGHUP) SdNotify("RELOADING=1");
+      if (received == SIGHUP) {
+        // systemd (253 and later, Type=notify-reload) takes the reload's start time with it.
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        SdNotify(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=",
+                              static_cast<uint64_t>(now.tv_sec) * 1000000 + now.tv_nsec / 1000));
+      }
       auto snap = (*registry)->Rescan();
       spdlog::info("serve: rescanned ({}): generation {}",
                    received == SIGHUP ? "SIGHUP" : "interval", snap->generation);

@@ -13,10 +13,12 @@ namespace rayaccel::cli {
 
 inline constexpr char kDefaultAgentSocket[] = "unix:/run/rayaccel/agent.sock";
 
-// Where `serve` listens without --listen: kDefaultAgentSocket as root; for another user, who
-// cannot write /run, $XDG_RUNTIME_DIR/rayaccel/agent.sock (the user's runtime folder, which
-// systemd makes for a login or a lingering user), else /tmp/rayaccel-UID/agent.sock in a folder
-// of the user's own (mode 0700, refused when someone else made it).
+// Where `serve` listens without --listen: kDefaultAgentSocket as root. For another user: the
+// service's runtime folder when systemd made one ($RUNTIME_DIRECTORY), or /run/rayaccel when
+// this user may write it; else $XDG_RUNTIME_DIR/rayaccel/agent.sock (the user's runtime
+// folder, which systemd makes for a login or a lingering user), else
+// /tmp/rayaccel-UID/agent.sock in a folder of the user's own (mode 0700, refused when someone
+// else made it).
 absl::StatusOr<std::string> DefaultAgentSocket();
 
 struct ServeArgs {

@@ -1,6 +1,7 @@
 #include "cli/transfer_command.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +49,7 @@ Options:
                            than buffers the transport allocates (staging buffers; faster
                            between processes on one host: the peer maps them)
   --token-file FILE        the server writes its token here; the client may read it from here
+                           (waiting up to the peer timeout for it to appear)
   --json                   one JSON object as the client's result
   UCX_TLS, UCX_NET_DEVICES and UCX's other variables choose the fabric, as for any UCX tool.
 )";
@@ -292,7 +294,18 @@ absl::Time Deadline(const Options& o, uint64_t size) {
 int Connect(const Options& o) {
   std::string token = o.token;
   if (token.empty()) {
+    // The server writes the file once it serves (by rename: whole or not at all); the client
+    // waits for it up to the peer timeout, so the two sides may start in either order.
+    const absl::Time give_up = absl::Now() + o.transport.peer_timeout;
+    while (access(o.token_file.c_str(), F_OK) != 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     std::ifstream in(o.token_file);
+    if (!in) {
+      return Fail(absl::NotFoundError(absl::StrCat("no token file ", o.token_file, " after ",
+                                                   absl::FormatDuration(o.transport.peer_timeout),
+                                                   " (is the --serve side running?)")));
+    }
     std::getline(in, token);
   }
   std::string address, read_desc, write_desc;

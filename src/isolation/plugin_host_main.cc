@@ -149,6 +149,7 @@ int Serve(const std::string& path) {
         w.Key("abi_version").String(plugin->abi_version());
         w.Key("capabilities").Uint(plugin->capabilities());
         w.Key("has_prepare_allocation").Bool(plugin->has_prepare_allocation());
+        w.Key("has_validate_quantity").Bool(plugin->has_validate_quantity());
         reply = Ok(w);
       }
     } else if (plugin == nullptr) {

@@ -184,6 +184,9 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
   p->capabilities_ = caps != nullptr ? caps->as_uint64().value_or(0) : 0;
   const json::Value* prep = reply->Find("has_prepare_allocation");
   p->has_prepare_allocation_ = prep != nullptr && prep->is_bool() && prep->bool_value();
+  const json::Value* validates = reply->Find("has_validate_quantity");
+  p->has_validate_quantity_ =
+      validates == nullptr || !validates->is_bool() || validates->bool_value();
   return p;
 }
 

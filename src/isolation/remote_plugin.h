@@ -38,6 +38,7 @@ class RemotePlugin : public PluginHandle {
   std::string abi_version() const override { return abi_version_; }
   uint64_t capabilities() const override { return capabilities_; }
   bool has_prepare_allocation() const override { return has_prepare_allocation_; }
+  bool has_validate_quantity() const override { return has_validate_quantity_; }
 
   absl::Status Initialize(const std::map<std::string, std::string>& config) override;
   absl::StatusOr<PluginProperties> GetProperties() const override;
@@ -87,6 +88,7 @@ class RemotePlugin : public PluginHandle {
   std::string abi_version_;
   uint64_t capabilities_ = 0;
   bool has_prepare_allocation_ = false;
+  bool has_validate_quantity_ = true;  // a host that does not say: ask it
   std::string zero_devices_reason_;
   // The last report the host sent in full, by its id: what an "unchanged" answer means.
   std::shared_ptr<const PluginReport> answer_;

@@ -34,6 +34,9 @@ class PluginHandle {
   virtual std::string abi_version() const = 0;
   virtual uint64_t capabilities() const = 0;
   virtual bool has_prepare_allocation() const = 0;
+  // Whether ValidateQuantity asks the plugin (it has the hook); without it every quantity is
+  // allowed, and the registry does not call.
+  virtual bool has_validate_quantity() const = 0;
 
   virtual absl::Status Initialize(const std::map<std::string, std::string>& config) = 0;
   virtual absl::StatusOr<PluginProperties> GetProperties() const = 0;

@@ -75,6 +75,7 @@ class LoadedPlugin : public PluginHandle {
   uint32_t chosen_minor() const { return chosen_minor_; }  // the negotiated 1.x
   uint64_t capabilities() const override { return api_.capabilities; }
   bool has_prepare_allocation() const override { return api_.prepare_allocation != nullptr; }
+  bool has_validate_quantity() const override { return api_.validate_quantity != nullptr; }
   // The plugin's table, copied into a full-size, zero-padded host struct: every hook the
   // plugin's (possibly older) table lacks is NULL here.
   const rayaccel_plugin_api& api() const { return api_; }

@@ -88,8 +88,9 @@ struct Slot {
   // says of a plugin still starting.
   std::string name;
   std::string path;
-  bool loaded = false;        // opened (not refused): `plugin` is never null
-  uint32_t capabilities = 0;  // the table's; 0 for a refused file
+  bool loaded = false;              // opened (not refused): `plugin` is never null
+  bool validates_quantity = false;  // it has a validate_quantity hook
+  uint32_t capabilities = 0;        // the table's; 0 for a refused file
   // Set while the plugin's initialize and first discover run on a thread of their own
   // (StartPlugins); a scan reports it as starting rather than wait for it.
   std::atomic<bool> starting{false};
@@ -151,6 +152,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       if (shut_down_) return;
       shut_down_ = true;
     }
+    closing_ = true;
     published_.notify_all();
     StopWatching();
     if (notifier_.joinable()) {
@@ -161,8 +163,21 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
         notifier_.join();
       }
     }
-    std::unique_lock<std::mutex> lock(snapshot_mu_);
-    published_.wait(lock, [&] { return waiters_ == 0; });
+    {
+      std::unique_lock<std::mutex> lock(snapshot_mu_);
+      published_.wait(lock, [&] { return waiters_ == 0; });
+    }
+    // The plugins go now, and the log callback with them, whatever thread may still hold this
+    // state: a plugin still starting (its thread ends when its call returns; in-process, a
+    // call that never returns keeps that one plugin).
+    for (const std::unique_ptr<Slot>& slot : slots_) {
+      if (slot->starting) continue;
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->plugin.reset();
+      slot->answer = nullptr;
+      slot->first_answer = nullptr;
+    }
+    RestoreLogSink(log_token_);
   }
 
   RegistryStats stats() const {
@@ -379,6 +394,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
                  captured.status.state == PluginStatus::State::kDegraded) {
         slot->plugin = std::make_shared<ReplayedPlugin>(captured);
         slot->capabilities = slot->plugin->capabilities();
+        slot->validates_quantity = true;
         slot->loaded = true;
         slot->status.state = PluginStatus::State::kActive;  // the scan judges the answer again
         slot->status.message.clear();
@@ -443,6 +459,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
         slot->status.abi_version = slot->plugin->abi_version();
         slot->status.capabilities = slot->plugin->capabilities();
         slot->capabilities = slot->status.capabilities;
+        slot->validates_quantity = slot->plugin->has_validate_quantity();
         slot->loaded = true;
         slot->starting = true;  // initialize and the first discover follow (StartPlugins)
       }
@@ -465,11 +482,12 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   // passed. A plugin still starting then joins a later snapshot: it rescans when it answers.
   // The threads hold the registry's state, so they may outlive the Registry.
   void StartPlugins() {
+    std::vector<std::thread> threads;
     std::unique_lock<std::mutex> lock(start_mu_);
     for (const std::unique_ptr<Slot>& s : slots_) {
       if (!s->starting) continue;
       ++starting_;
-      std::thread([self = shared_from_this(), slot = s.get()] { self->StartOne(slot); }).detach();
+      threads.emplace_back([self = shared_from_this(), slot = s.get()] { self->StartOne(slot); });
     }
     auto all_started = [&] { return starting_ == 0; };
     if (options_.start_deadline_ms == 0) {
@@ -478,6 +496,16 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       started_.wait_for(lock, std::chrono::milliseconds(options_.start_deadline_ms), all_started);
     }
     start_waited_ = true;
+    const bool all = starting_ == 0;
+    lock.unlock();
+    for (std::thread& t : threads) {
+      // All answered: none outlives Create. Otherwise those still starting go on alone.
+      if (all) {
+        t.join();
+      } else {
+        t.detach();
+      }
+    }
   }
 
   void StartOne(Slot* slot) {
@@ -527,6 +555,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     std::string inputs;
     for (const std::unique_ptr<Slot>& s : slots_) {
       Slot& slot = *s;
+      if (closing_) return snapshot();  // Shutdown has begun: no restart, no new snapshot
       if (slot.starting) {
         // Not waited for: it joins a later snapshot when it answers (StartOne rescans).
         PluginStatus status;
@@ -545,6 +574,21 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       PluginStatus status = slot.status;
       // The first discover, asked while starting, is judged here like any other answer.
       const bool first = slot.has_first_answer;
+      if (first && (slot.plugin == nullptr || !slot.plugin->alive())) {
+        // Its host died in the first discover or since; once recorded (a health watch may have
+        // recorded it already), with the cause when there is one.
+        slot.has_first_answer = false;
+        slot.first_answer = nullptr;
+        if (slot.status.state != PluginStatus::State::kFailed) {
+          MarkCrashed(&slot,
+                      slot.first_status.ok()
+                          ? absl::UnavailableError("the plugin host ended after its first discover")
+                          : slot.first_status);
+        }
+        slot.answer = nullptr;
+        answers.push_back({slot.status, nullptr, ""});
+        continue;
+      }
       if (!first && slot.restartable && (slot.plugin == nullptr || !slot.plugin->alive())) {
         Restart(&slot);
         status = slot.status;
@@ -660,6 +704,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     if (slot == nullptr) {
       return absl::NotFoundError(absl::StrCat("no active plugin provides resource ", resource));
     }
+    if (!slot->validates_quantity) return absl::OkStatus();  // no hook: nothing to ask
     std::lock_guard<std::mutex> lock(slot->mu);
     if (slot->plugin == nullptr || !slot->plugin->alive()) {
       return absl::UnavailableError(
@@ -837,9 +882,10 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     Slot* slot = SlotNamed(plugin_name);
     if (slot == nullptr) return absl::FailedPreconditionError("plugin is no longer loaded");
     std::lock_guard<std::mutex> lock(slot->mu);
-    if (!slot->plugin->alive()) {
+    if (slot->plugin == nullptr || !slot->plugin->alive()) {
       return absl::UnavailableError(
-          absl::StrCat("plugin ", plugin_name, " is down: ", slot->status.message));
+          absl::StrCat("plugin ", plugin_name, " is down: ",
+                       closing_ ? std::string("the registry is shut down") : slot->status.message));
     }
     if (slot->answer == nullptr) {
       return absl::FailedPreconditionError(
@@ -1270,6 +1316,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   std::shared_ptr<const NodeSnapshot> snapshot_;
   std::string last_inputs_;  // what snapshot_ was built from (Rescan); guarded by scan_mu_
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> closing_{false};  // Shutdown has begun
   std::vector<std::thread> watchers_;
 };
 

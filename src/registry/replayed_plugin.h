@@ -21,6 +21,7 @@ class ReplayedPlugin : public PluginHandle {
   std::string abi_version() const override { return captured_.status.abi_version; }
   uint64_t capabilities() const override { return captured_.status.capabilities; }
   bool has_prepare_allocation() const override { return captured_.has_prepare_allocation; }
+  bool has_validate_quantity() const override { return true; }  // answers from the capture
   absl::Status Initialize(const std::map<std::string, std::string>&) override {
     return absl::OkStatus();
   }

@@ -48,7 +48,12 @@ absl::StatusOr<gid_t> GroupId(const std::string& name) {
   std::vector<char> buffer(16384);
   struct group entry {};
   struct group* found = nullptr;
-  int err = getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  int err = 0;
+  // A group with many members needs more room than a first guess: grow and ask again.
+  while ((err = getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE &&
+         buffer.size() < (size_t{1} << 24)) {
+    buffer.resize(buffer.size() * 4);
+  }
   if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         "no group \"", name, "\"", err != 0 ? absl::StrCat(": ", std::strerror(err)) : ""));

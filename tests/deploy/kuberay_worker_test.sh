@@ -10,6 +10,7 @@ bin=${2:?bin dir}
 work=$(mktemp -d)
 agent_pids() { pgrep -f "serve --listen unix:$work/" || true; }
 trap 'kill $(agent_pids) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
 
 python3 - "$src/deploy/kuberay/raycluster.yaml" > "$work/worker.sh" <<'PY'
 import sys, yaml
@@ -50,6 +51,8 @@ fi
 out=$(cat "$work/out.txt")
 case "$out" in
   *"ray start"*) echo "Ray started without its GPUs: $out" >&2; exit 1 ;;
+  *"required GPU=8, the node gives Ray 0"*) ;;
+  *) echo "the worker failed, but not for want of GPUs: $out" >&2; exit 1 ;;
 esac
 echo "kuberay worker command: $(echo "$out" | tail -1)"
 echo "kuberay worker command: starts Ray with rayaccel's resources, refuses a node short of GPUs"

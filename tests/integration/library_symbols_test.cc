@@ -54,10 +54,43 @@ TEST(LibrarySymbols, OnlyTheApiIsExported) {
     EXPECT_FALSE(StartsWith(name, "rayaccel::Transport::Impl::")) << name;
     api.push_back(name);
   }
-  for (const std::string& needed :
-       {"rayaccel::Registry::Create(rayaccel::RegistryOptions)",
-        "rayaccel::Registry::snapshot() const", "rayaccel::Registry::Subscribe(",
-        "rayaccel::Transport::Open(", "rayaccel::Request::Wait("}) {
+  // Every public member and function of registry.h and transport.h that is not inline.
+  for (const std::string& needed : {"rayaccel::HealthName(",
+                                    "rayaccel::LinkTypeName(",
+                                    "rayaccel::PciePathName(",
+                                    "rayaccel::PluginStateName(",
+                                    "rayaccel::Registry::Create(rayaccel::RegistryOptions)",
+                                    "rayaccel::Registry::~Registry()",
+                                    "rayaccel::Registry::snapshot() const",
+                                    "rayaccel::Registry::Rescan()",
+                                    "rayaccel::Registry::WaitForNewer(",
+                                    "rayaccel::Registry::Subscribe(",
+                                    "rayaccel::Registry::Subscription::~Subscription()",
+                                    "rayaccel::Registry::stats() const",
+                                    "rayaccel::Registry::Shutdown()",
+                                    "rayaccel::Registry::ValidateQuantity(",
+                                    "rayaccel::Registry::PreferredAllocation(",
+                                    "rayaccel::Registry::PrepareAllocation(",
+                                    "rayaccel::Registry::PrepareAllocationAt",
+                                    "rayaccel::Registry::Capture() const",
+                                    "rayaccel::Transport::Open(",
+                                    "rayaccel::Transport::~Transport()",
+                                    "rayaccel::Transport::Register(",
+                                    "rayaccel::Transport::Allocate(",
+                                    "rayaccel::Transport::Deregister(",
+                                    "rayaccel::Transport::Describe",
+                                    "rayaccel::Transport::Inspect(",
+                                    "rayaccel::Transport::Connect(",
+                                    "rayaccel::Transport::Close(",
+                                    "rayaccel::Transport::Read(",
+                                    "rayaccel::Transport::Write(",
+                                    "rayaccel::Transport::Notify(",
+                                    "rayaccel::Transport::Flush(",
+                                    "rayaccel::Transport::TakeNotifications",
+                                    "rayaccel::Request::Wait(",
+                                    "rayaccel::Request::~Request()",
+                                    "rayaccel::Request::Request(rayaccel::Request&&)",
+                                    "rayaccel::Request::operator=(rayaccel::Request&&)"}) {
     bool found = false;
     for (const std::string& name : api) found = found || StartsWith(name, needed);
     EXPECT_TRUE(found) << "not exported: " << needed;

@@ -484,6 +484,9 @@ TEST(Registry, APluginStuckInAScanHoldsUpNoLeaseOnAnother) {
     bool ok = a.ok() && a->device_ids.size() == 2;
     ok = ok && registry->ValidateQuantity("TPU", 2).ok();
     ok = ok && registry->PrepareAllocation(a->device_ids, a->generation).ok();
+    // The stuck plugin's own family: it has no validate_quantity hook, so choosing calls it not.
+    absl::StatusOr<Allocation> gpu = registry->PreferredAllocation({}, {}, 1, "GPU");
+    ok = ok && gpu.ok() && gpu->device_ids.size() == 1;
     ok = ok && registry->snapshot()->generation == snap->generation;
     done.set_value(ok);
   });
