@@ -89,7 +89,8 @@ Commands:
   version          print the version
 
 Options:
-  --json                      machine-readable output (discover, plugins, resources)
+  --json                      machine-readable output (discover, plugins, resources, topo,
+                              allocate)
   --plugin NAME|PATH          load only this plugin (repeatable)
   --plugin-path DIR[:DIR...]  search these folders instead of RAYACCEL_PLUGIN_PATH and
                               the folder next to the binary
@@ -504,6 +505,12 @@ int Run(int argc, char** argv) {
     return Usage("unknown command \"" + cmd + "\"");
   }
   if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
+  // An option that does not apply is refused, never ignored.
+  if (args.json && cmd == "ray-start-args") {
+    return Usage("ray-start-args prints arguments for `ray start`; for JSON, resources --json");
+  }
+  if (args.json && args.dot) return Usage("--json and --dot each choose topo's output: give one");
+  if (args.dot && cmd != "topo") return Usage("--dot is topo's");
   if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
   if (cmd == "capture" && !args.agent.empty()) return Usage("capture does not take --agent");
   if (cmd == "diff" && args.bundles.empty()) return Usage("diff needs a bundle: diff A [B]");

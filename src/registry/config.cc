@@ -1,5 +1,9 @@
 #include "registry/config.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -47,9 +51,27 @@ absl::StatusOr<PluginConfig> ParseConfig(absl::string_view text, const std::stri
 }
 
 absl::StatusOr<PluginConfig> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path);
+  // A folder opens as a stream whose first read fails (with an exception, were they on): a
+  // regular file (or a pipe, /dev/null) only, read with plain reads.
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {  // a file named by the caller: a bad argument
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, ": cannot be read: ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": is a folder"));
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  char buffer[4096];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > (size_t{1} << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": over 1 MiB"));
+    }
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat("config file ", path, ": read failed"));
   return ParseConfig(text, path);
 }
 

@@ -18,7 +18,9 @@ HTML comment right before a block says more, one directive per line:
   <!-- doc-test
   skip: WHY                 not run (it needs hardware, Ray, or another machine): WHY is printed
   replace: OLD => NEW       in the commands and the output shown; NEW may use $TMP (a fresh
-                            folder per block), $SRC and $BUILD
+                            folder per document), $SRC and $BUILD
+  file: NAME                this block is not run: its text is written to $TMP/NAME, for the
+                            blocks after it (a sample spec the doc then loads)
   setup: COMMAND            run first, as written ($TMP, $SRC, $BUILD set), its output shown
                             only when it fails (the files the block expects)
   exit: N                   the exit status of the block's last command (default 0, all)
@@ -60,6 +62,8 @@ class Block:
         self.setup = []
         self.exit = 0
         self.stderr_shown = False
+        self.file = None
+        self.text = ""
 
 
 def parse_directives(comment, block, problems):
@@ -80,6 +84,8 @@ def parse_directives(comment, block, problems):
             block.exit = int(value)
         elif key == "stderr" and value == "shown":
             block.stderr_shown = True
+        elif key == "file" and value and "/" not in value:
+            block.file = value
         else:
             problems.append(f"{block.doc}:{block.line}: unknown doc-test directive: {text}")
 
@@ -110,6 +116,7 @@ def parse(doc, text, problems):
                 body.append((i + 1, lines[i]))
                 i += 1
             i += 1
+            block.text = "".join(content + "\n" for _, content in body)
             current = None
             j = 0
             while j < len(body):
@@ -127,7 +134,7 @@ def parse(doc, text, problems):
             for example in block.examples:  # a blank line before the next command is layout
                 while example.expected and example.expected[-1].strip() == "":
                     example.expected.pop()
-            if block.examples:
+            if block.examples or block.file:
                 blocks.append(block)
             continue
         if line.strip():
@@ -172,8 +179,7 @@ def substitute(text, block, values):
     return text
 
 
-def run_block(block, source, build, report):
-    tmp = tempfile.mkdtemp(prefix="rayaccel-doc-")
+def run_block(block, source, build, tmp, report):
     values = {"TMP": tmp, "SRC": source, "BUILD": build}
     env = dict(os.environ)
     env["PATH"] = os.path.join(build, "bin") + os.pathsep + env.get("PATH", "")
@@ -187,8 +193,6 @@ def run_block(block, source, build, report):
                       f"{{ echo 'setup failed: {setup}'; cat \"$TMP/.setup.log\"; }}")
     for n, example in enumerate(block.examples):
         command = substitute(example.command, block, values)
-        if os.path.realpath(build) != os.path.realpath(os.path.join(source, "build")):
-            command = re.sub(r"(?<![\w/.-])build/", build.rstrip("/") + "/", command)
         marker = f"@@doc-test-{n}@@"
         markers.append(marker)
         script.append(f"echo '{marker}'")
@@ -219,7 +223,6 @@ def run_block(block, source, build, report):
                 stderr[n] = open(os.path.join(tmp, f".stderr-{n}")).read().splitlines()
             except OSError:
                 stderr[n] = []
-        shutil.rmtree(tmp, ignore_errors=True)
     sections = {}
     current = None
     for line in out.splitlines():
@@ -296,6 +299,16 @@ def main(argv):
         print(__doc__.split("\n\n")[-2], file=sys.stderr)
         return 2
     source, build = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    # The docs say build/ for the build folder; another one (a sanitizer preset's) is seen there
+    # through a folder of links to the source tree, so that commands and their output read as
+    # the docs show them.
+    farm = None
+    if os.path.realpath(build) != os.path.realpath(os.path.join(source, "build")):
+        farm = tempfile.mkdtemp(prefix="rayaccel-doc-tree-")
+        for entry in os.listdir(source):
+            if entry != "build":
+                os.symlink(os.path.join(source, entry), os.path.join(farm, entry))
+        os.symlink(build, os.path.join(farm, "build"))
     docs = argv[3:] or ([os.path.join(source, "README.md")] +
                         sorted(glob.glob(os.path.join(source, "docs", "**", "*.md"),
                                          recursive=True)))
@@ -306,13 +319,24 @@ def main(argv):
         text = open(path, encoding="utf-8").read()
         doc = os.path.relpath(path, source)
         failed += check_links(path, text, source, report)
-        for block in parse(doc, text, problems):
-            if block.skip is not None:
-                skipped += len(block.examples)
-                print(f"skip {doc}:{block.line} ({len(block.examples)} commands): {block.skip}")
-                continue
-            failed += run_block(block, source, build, report)
-            ran += len(block.examples)
+        tmp = tempfile.mkdtemp(prefix="rayaccel-doc-")
+        try:
+            for block in parse(doc, text, problems):
+                if block.file:
+                    with open(os.path.join(tmp, block.file), "w", encoding="utf-8") as f:
+                        f.write(block.text)
+                    continue
+                if block.skip is not None:
+                    skipped += len(block.examples)
+                    print(f"skip {doc}:{block.line} ({len(block.examples)} commands): "
+                          f"{block.skip}")
+                    continue
+                failed += run_block(block, farm or source, build, tmp, report)
+                ran += len(block.examples)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if farm:
+        shutil.rmtree(farm, ignore_errors=True)
     report.extend(problems)
     failed += len(problems)
     for entry in report:
