@@ -60,7 +60,7 @@ Commands:
   plugins          which plugins were found, loaded or refused, and why
   resources        the Ray resources of this node
   ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels)
-  topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot)
+  topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot, --svg)
   allocate         the best devices for a request, and the environment a worker given them
                    gets: --size N [--available IDS] [--must-include IDS] [--resource NAME]
                    (IDS: device ids, a,b,c; --available-positions and
@@ -109,6 +109,7 @@ Options:
                               crash or hang in vendor code fails that plugin only
                               (default: process for serve, none for the other commands)
   --dot                       Graphviz output (topo)
+  --svg                       a picture of the topology, SVG (topo)
   --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
                               tcp://HOST:PORT (port 0: any free one)
   --socket-mode MODE          the Unix socket's mode, octal (default 0660; 0666: any user)
@@ -148,6 +149,7 @@ struct Args {
   long long rescan_interval_s = 60;
   bool json = false;
   bool dot = false;
+  bool svg = false;
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
@@ -245,6 +247,8 @@ int Parse(int argc, char** argv, Args* args) {
       args->required.emplace_back(v.substr(0, eq), n);
     } else if (flag == "--dot") {
       args->dot = true;
+    } else if (flag == "--svg") {
+      args->svg = true;
     } else if (flag == "--isolation") {
       std::string v;
       if (!take(&v) || (v != "process" && v != "none")) {
@@ -509,8 +513,10 @@ int Run(int argc, char** argv) {
   if (args.json && cmd == "ray-start-args") {
     return Usage("ray-start-args prints arguments for `ray start`; for JSON, resources --json");
   }
-  if (args.json && args.dot) return Usage("--json and --dot each choose topo's output: give one");
-  if (args.dot && cmd != "topo") return Usage("--dot is topo's");
+  if (args.json + args.dot + args.svg > 1) {
+    return Usage("--json, --dot and --svg each choose topo's output: give one");
+  }
+  if ((args.dot || args.svg) && cmd != "topo") return Usage("--dot and --svg are topo's");
   if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
   if (cmd == "capture" && !args.agent.empty()) return Usage("capture does not take --agent");
   if (cmd == "diff" && args.bundles.empty()) return Usage("diff needs a bundle: diff A [B]");
@@ -572,7 +578,10 @@ int Run(int argc, char** argv) {
   } else if (cmd == "resources") {
     out = args.json ? ResourcesJson(snap->ray) : ResourcesText(snap->ray);
   } else if (cmd == "topo") {
-    out = args.dot ? TopoDot(*snap) : args.json ? TopoJson(*snap) : TopoText(*snap);
+    out = args.dot    ? TopoDot(*snap)
+          : args.svg  ? TopoSvg(*snap)
+          : args.json ? TopoJson(*snap)
+                      : TopoText(*snap);
   } else if (cmd == "allocate") {
     // Positions are this snapshot's: named here by the ids they hold.
     for (auto [positions, ids] : {std::pair{&args.available_positions, &args.available},

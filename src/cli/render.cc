@@ -1,6 +1,7 @@
 #include "cli/render.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -494,6 +495,226 @@ std::string TopoDot(const NodeSnapshot& s) {
     }
   }
   return out + "}\n";
+}
+
+namespace {
+
+std::string XmlEscape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        // Control bytes are not allowed in XML 1.0 text: shown as a space.
+        out += (static_cast<unsigned char>(c) < 0x20 && c != '\t') ? ' ' : c;
+    }
+  }
+  return out;
+}
+
+const char* LinkColour(LinkType type) {
+  switch (type) {
+    case LinkType::kNvlink:
+      return "#76b900";
+    case LinkType::kXgmi:
+      return "#d7263d";
+    case LinkType::kIci:
+      return "#1f77b4";
+    case LinkType::kScaleOut:
+      return "#6f42c1";
+    case LinkType::kOther:
+      return "#fd7e14";
+    default:
+      return "#8d99ae";
+  }
+}
+
+const char* HealthFill(Health health) {
+  switch (health) {
+    case Health::kHealthy:
+      return "#e6f4ea";
+    case Health::kUnhealthy:
+      return "#fde2e4";
+    default:
+      return "#eef0f2";
+  }
+}
+
+}  // namespace
+
+std::string TopoSvg(const NodeSnapshot& s) {
+  // Devices on a circle, in NUMA order, so that every pair's link is a chord; NUMA nodes named
+  // outside the circle with their CPUs and nearest NICs; a legend counts links by kind.
+  constexpr double kBoxW = 104, kBoxH = 44;
+  constexpr size_t kMostLines = 400;  // beyond this many links, the legend alone
+  const size_t n = s.devices.size();
+  std::vector<std::string> labels = DeviceLabels(s);
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return s.devices[a].numa_node < s.devices[b].numa_node;
+  });
+  const double radius = std::max(170.0, n * (kBoxW + 12) / (2 * 3.14159265358979));
+  const double cx = radius + kBoxW + 150, cy = radius + kBoxH + 90;
+  std::vector<double> x(n), y(n), angle(n);
+  for (size_t k = 0; k < n; ++k) {
+    angle[order[k]] = -3.14159265358979 / 2 + 2 * 3.14159265358979 * k / std::max<size_t>(n, 1);
+    x[order[k]] = cx + radius * std::cos(angle[order[k]]);
+    y[order[k]] = cy + radius * std::sin(angle[order[k]]);
+  }
+  // The link drawn between each pair: the best one (docs/topology.md), direct links only when
+  // there are any, PCIe paths otherwise.
+  struct Line {
+    size_t a, b;
+    const Link* link;
+  };
+  std::vector<Line> lines;
+  bool any_direct = false;
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = a + 1; b < n; ++b) {
+      if (const Link* l = BestLink(s, a, b)) {
+        lines.push_back({a, b, l});
+        any_direct = any_direct || l->type != LinkType::kPcie;
+      }
+    }
+  }
+  if (any_direct) {
+    lines.erase(std::remove_if(lines.begin(), lines.end(),
+                               [](const Line& l) { return l.link->type == LinkType::kPcie; }),
+                lines.end());
+  }
+  std::map<std::string, std::pair<size_t, const Link*>> kinds;  // "NV18, 450 GB/s" -> count
+  for (const Line& l : lines) {
+    std::string kind = LinkLabel(*l.link);
+    if (l.link->bandwidth_mbps > 0) kind += ", " + Bandwidth(l.link->bandwidth_mbps);
+    auto& entry = kinds[kind];
+    ++entry.first;
+    entry.second = l.link;
+  }
+
+  std::vector<std::string> notes;
+  std::map<int, std::pair<std::string, std::set<std::string>>> numa;  // cpus, nics
+  for (const Device& d : s.devices) {
+    auto& entry = numa[d.numa_node];
+    if (entry.first.empty()) entry.first = d.cpuset;
+    entry.second.insert(d.nearest_nics.begin(), d.nearest_nics.end());
+  }
+  const double legend_y = cy + radius + kBoxH + 40;
+  const double height = legend_y + 24 * (kinds.size() + s.domains.size() + numa.size() + 3);
+  const double width = 2 * cx;
+  std::string out = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height, width, height);
+  absl::StrAppend(
+      &out, "<title>",
+      XmlEscape(absl::StrCat("rayaccel topology: ", n, " devices, generation ", s.generation)),
+      "</title>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+  absl::StrAppend(&out, "<text x=\"16\" y=\"28\" font-size=\"16\" font-weight=\"bold\">",
+                  XmlEscape(absl::StrCat(n, " devices, ", lines.size(), " links (snapshot ",
+                                         s.generation, ")")),
+                  "</text>\n");
+  // NUMA groups: an arc behind their devices, named outside the circle.
+  std::map<int, std::vector<size_t>> by_numa;
+  for (size_t i = 0; i < n; ++i) by_numa[s.devices[i].numa_node].push_back(i);
+  for (const auto& [node, members] : by_numa) {
+    double sx = 0, sy = 0;
+    for (size_t i : members) {
+      sx += std::cos(angle[i]);
+      sy += std::sin(angle[i]);
+    }
+    const double mean = std::atan2(sy, sx);
+    const double lx = cx + (radius + kBoxW) * std::cos(mean);
+    const double ly = cy + (radius + kBoxH + 20) * std::sin(mean);
+    const auto& [cpus, nics] = numa[node];
+    std::string text = node >= 0 ? absl::StrCat("NUMA ", node) : "NUMA unknown";
+    if (!cpus.empty()) absl::StrAppend(&text, ", CPUs ", cpus);
+    if (!nics.empty()) {
+      absl::StrAppend(&text, ", NICs ", absl::StrJoin(nics.begin(), nics.end(), " "));
+    }
+    absl::StrAppendFormat(&out,
+                          "<text class=\"numa\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
+                          "fill=\"#495057\">%s</text>\n",
+                          lx, ly, XmlEscape(text));
+  }
+  // Links, under the devices.
+  if (lines.size() <= kMostLines) {
+    for (const Line& l : lines) {
+      const Link& link = *l.link;
+      const bool direct = link.type != LinkType::kPcie;
+      std::string tip = absl::StrCat(labels[l.a], " - ", labels[l.b], ": ", LinkLabel(link));
+      if (link.bandwidth_mbps > 0) absl::StrAppend(&tip, ", ", Bandwidth(link.bandwidth_mbps));
+      absl::StrAppendFormat(
+          &out,
+          "<line class=\"link\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+          "stroke-width=\"%.1f\"%s><title>%s</title></line>\n",
+          x[l.a], y[l.a], x[l.b], y[l.b], LinkColour(link.type),
+          direct ? 1 + std::min<uint32_t>(link.count, 18) / 4.0 : 1.0,
+          direct ? "" : " stroke-dasharray=\"4 3\"", XmlEscape(tip));
+      if (lines.size() <= 12) {
+        absl::StrAppendFormat(&out,
+                              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
+                              "fill=\"%s\">%s</text>\n",
+                              (x[l.a] + x[l.b]) / 2, (y[l.a] + y[l.b]) / 2 - 4,
+                              LinkColour(link.type), XmlEscape(LinkLabel(link)));
+      }
+    }
+  }
+  // Devices.
+  for (size_t i = 0; i < n; ++i) {
+    const Device& d = s.devices[i];
+    std::string tip = absl::StrCat(labels[i], ": ", d.name, " (", d.id, "), ", HealthName(d.health),
+                                   d.health_reason.empty() ? "" : ": " + d.health_reason);
+    absl::StrAppendFormat(
+        &out,
+        "<g class=\"device %s\"><title>%s</title>"
+        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" rx=\"6\" fill=\"%s\" "
+        "stroke=\"%s\" stroke-width=\"1.5\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-weight=\"bold\">%s</text>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#495057\">%s</text></g>\n",
+        HealthName(d.health), XmlEscape(tip), x[i] - kBoxW / 2, y[i] - kBoxH / 2, kBoxW, kBoxH,
+        HealthFill(d.health), d.health == Health::kUnhealthy ? "#d7263d" : "#495057", x[i],
+        y[i] - 3, XmlEscape(labels[i]), x[i], y[i] + 13, XmlEscape(OrDash(d.accelerator_type)));
+  }
+  // Legend: links by kind, domains.
+  double ly = legend_y;
+  if (lines.size() > kMostLines) {
+    absl::StrAppendFormat(&out, "<text x=\"16\" y=\"%.1f\">%s</text>\n", ly,
+                          XmlEscape(absl::StrCat(lines.size(), " links: too many to draw")));
+    ly += 20;
+  }
+  for (const auto& [kind, entry] : kinds) {
+    absl::StrAppendFormat(
+        &out,
+        "<line x1=\"16\" y1=\"%.1f\" x2=\"46\" y2=\"%.1f\" stroke=\"%s\" "
+        "stroke-width=\"3\"/><text class=\"legend\" x=\"54\" y=\"%.1f\">%s</text>\n",
+        ly - 4, ly - 4, LinkColour(entry.second->type), ly,
+        XmlEscape(absl::StrCat(entry.first, " x ", kind)));
+    ly += 20;
+  }
+  for (const Domain& d : s.domains) {
+    std::vector<std::string> members;
+    for (size_t p : d.devices) {
+      if (p < labels.size()) members.push_back(labels[p]);
+    }
+    absl::StrAppendFormat(
+        &out, "<text class=\"domain\" x=\"16\" y=\"%.1f\">%s</text>\n", ly,
+        XmlEscape(absl::StrCat(d.kind, " domain ", d.id, ": ", absl::StrJoin(members, " "))));
+    ly += 20;
+  }
+  return out + "</svg>\n";
 }
 
 std::string AllocationText(const NodeSnapshot& s, const Allocation& a,

@@ -28,6 +28,10 @@ std::string RayStartArgs(const RayView& ray);
 std::string TopoText(const NodeSnapshot& snapshot);
 std::string TopoJson(const NodeSnapshot& snapshot);
 std::string TopoDot(const NodeSnapshot& snapshot);
+// A picture: devices on a circle grouped by NUMA node (with CPUs and nearest NICs), each pair's
+// best link as a chord coloured by kind, unhealthy devices in red, a legend of link kinds with
+// counts and bandwidth, and the domains. SVG, self-contained.
+std::string TopoSvg(const NodeSnapshot& snapshot);
 
 // `rayaccel allocate`.
 // `env`: what prepare_allocation gives a worker for these devices (empty with no devices).

@@ -1,4 +1,9 @@
 // The rayaccel binary as an operator runs it: real process, real plugins, real spec files.
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "support/test_support.h"
@@ -186,6 +191,41 @@ TEST(Cli, ConfigKeyWithoutPluginNameGoesToTheOnePlugin) {
       << r.err;
 }
 
+// topo --svg: a well-formed SVG with every device (unhealthy ones marked), each pair's link,
+// the legend counting link kinds, the NUMA nodes and the domains.
+TEST(Cli, TopoDrawsThePicture) {
+  const std::string dir = testing::MakeTempDir("topo-svg");
+  const std::string spec = dir + "/spec.json", svg = dir + "/node.svg";
+  // The DGX H100 with its first GPU marked unhealthy.
+  std::ifstream in(Example("dgx-h100.json"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"health\": \"healthy\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 19, "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
+  std::ofstream(spec) << text;
+  CommandResult r = Cli({"topo", "--svg", "--no-host-topology", "--config", "sim.spec=" + spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(svg) << r.out;
+  CommandResult parsed = testing::Run(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as ET\n"
+       "root = ET.parse(sys.argv[1]).getroot()\n"
+       "ns = '{http://www.w3.org/2000/svg}'\n"
+       "assert root.tag == ns + 'svg', root.tag\n"
+       "groups = [g.get('class') for g in root.iter(ns + 'g')]\n"
+       "texts = {t.get('class'): t.text for t in root.iter(ns + 'text') if t.get('class')}\n"
+       "lines = [l for l in root.iter(ns + 'line') if l.get('class') == 'link']\n"
+       "print(len(groups), groups.count('device unhealthy'), len(lines))\n"
+       "print(texts.get('legend'))\n"
+       "print(sorted(t.text for t in root.iter(ns + 'text') if t.get('class') == 'numa'))\n",
+       svg});
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err << r.out.substr(0, 400);
+  EXPECT_EQ(parsed.out, "8 1 28\n28 x NV18, 450 GB/s\n['NUMA 0', 'NUMA 1']\n") << parsed.out;
+  EXPECT_NE(r.out.find("GPU0: NVIDIA H100 80GB HBM3"), std::string::npos);
+  EXPECT_NE(r.out.find("unhealthy: XID 79"), std::string::npos);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{},
@@ -198,6 +238,8 @@ TEST(Cli, UsageErrorsExitTwo) {
                                              {"ray-start-args", "--json"},
                                              {"topo", "--dot", "--json"},
                                              {"discover", "--dot"},
+                                             {"topo", "--svg", "--json"},
+                                             {"resources", "--svg"},
                                              {"discover", "--config-file", "/nonexistent"},
                                              {"discover", "--config-file", "/tmp"}}) {
     CommandResult r = Cli(args);
