@@ -270,6 +270,7 @@ struct RegistryStats {
   uint64_t changes = 0;          // scans that found a change: new generations
   uint64_t health_events = 0;    // health-watch wake-ups that led to a scan
   uint64_t plugin_restarts = 0;  // isolated plugins started again after a crash
+  double scan_seconds = 0;       // the time those scans took, in all
 };
 
 // Threads and blocking. Every method may be called from any thread. Each plugin has its own

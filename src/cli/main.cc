@@ -112,6 +112,9 @@ Options:
   --svg                       a picture of the topology, SVG (topo)
   --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
                               tcp://HOST:PORT (port 0: any free one)
+  --http ADDRESS              also serve /metrics (Prometheus) and /api/snapshot over HTTP
+                              on tcp://HOST:PORT (serve; loopback unless
+                              --allow-insecure-tcp; --token-file applies)
   --socket-mode MODE          the Unix socket's mode, octal (default 0660; 0666: any user)
   --socket-group GROUP        give the Unix socket to this group (the Ray user's), so that
                               an agent run as root serves a Ray run as another user
@@ -150,6 +153,7 @@ struct Args {
   bool json = false;
   bool dot = false;
   bool svg = false;
+  std::string http;  // serve --http
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
@@ -305,6 +309,8 @@ int Parse(int argc, char** argv, Args* args) {
       if (!take(&args->server.listen) || args->server.listen.empty()) {
         return Usage("--listen needs an address");
       }
+    } else if (flag == "--http") {
+      if (!take(&args->http) || args->http.empty()) return Usage("--http needs tcp://HOST:PORT");
     } else if (flag == "--socket-mode") {
       std::string v;
       char* end = nullptr;
@@ -499,7 +505,7 @@ int Run(int argc, char** argv) {
     // take every plugin's devices down with the agent.
     if (!args.isolation_given) args.options.isolation = RegistryOptions::Isolation::kChildProcess;
     return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
-                     args.raylet_tls_ca_file, args.rescan_interval_s});
+                     args.raylet_tls_ca_file, args.rescan_interval_s, args.http});
   }
 #else
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);

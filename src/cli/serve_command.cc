@@ -12,12 +12,15 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cli/render.h"
 #include "cli/sd_notify.h"
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
 #include "rpc/registry_service.h"
 #include "rpc/sink_state.h"
 #include "spdlog/spdlog.h"
+#include "web/http_server.h"
+#include "web/metrics.h"
 
 namespace rayaccel::cli {
 namespace {
@@ -137,6 +140,37 @@ int RunServe(ServeArgs args) {
                  publish.target);
   }
 
+  // The HTTP view: /metrics (Prometheus) and /api/snapshot (discover's JSON).
+  std::unique_ptr<web::HttpServer> http;
+  if (!args.http.empty()) {
+    Registry* r = registry->get();
+    rpc::RegistryService* served = service.get();
+    rpc::Publisher* published = publisher.get();
+    absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
+        args.http, args.server.allow_insecure_tcp, token.get(),
+        {{"/metrics",
+          [r, served, published] {
+            web::AgentCounts counts;
+            counts.watchers = served->watchers();
+            if (published != nullptr) {
+              counts.publishing = true;
+              counts.publish_acked_generation = published->acked_generation();
+              counts.publish_connects = published->connects();
+              counts.publish_failures = published->failures();
+            }
+            return web::Response{"text/plain; version=0.0.4; charset=utf-8",
+                                 web::NodeMetrics(*r->snapshot(), r->stats(), counts)};
+          }},
+         {"/api/snapshot",
+          [r] { return web::Response{"application/json", DiscoverJson(*r->snapshot())}; }}});
+    if (!started.ok()) {
+      return Fail("", started.status(),
+                  started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
+    }
+    http = *std::move(started);
+    spdlog::info("serve: HTTP view on http://{}/metrics", http->address());
+  }
+
   // Ready: systemd (Type=notify) learns it now, with what is served; a watchdog it asks for is
   // fed from this loop, so a wedged agent is restarted.
   auto status = [&](uint64_t generation) {
@@ -179,6 +213,7 @@ int RunServe(ServeArgs args) {
       next_rescan = Clock::now() + std::chrono::seconds(args.rescan_interval_s);
     }
   }
+  http.reset();  // its routes read the service and the publisher
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
   // watchers are ended; then the registry (and its plugins) go.
   publisher.reset();

@@ -542,6 +542,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   std::shared_ptr<const NodeSnapshot> Rescan() {
     if (shut_down()) return snapshot();
     std::lock_guard<std::mutex> scan_lock(scan_mu_);
+    const auto started = std::chrono::steady_clock::now();
     // Each plugin's answer, and everything else the snapshot is a function of, as bytes: when
     // they equal the last scan's (what an agent sees almost every time), the last snapshot
     // stands, generation and all: merging, enrichment and mapping are skipped, nobody is
@@ -637,12 +638,17 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     auto snap = std::make_shared<NodeSnapshot>();
     std::shared_ptr<const NodeSnapshot> last = snapshot();
     const bool same = last != nullptr && inputs == last_inputs_;
-    {
+    auto count = [&] {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.scans;
       if (!same) ++stats_.changes;
+      stats_.scan_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    };
+    if (same) {
+      count();
+      return last;
     }
-    if (same) return last;
     last_inputs_ = std::move(inputs);
     last_inputs_.resize(answers_size);  // the host's description is added once it is settled
     snap->generation = ++generation_;
@@ -675,6 +681,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       for (const std::string& note : it->second) AppendMessage(&p.message, note);
       if (p.state == PluginStatus::State::kActive) p.state = PluginStatus::State::kDegraded;
     }
+    count();
     Publish(snap);
     return snap;
   }

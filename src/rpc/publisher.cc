@@ -80,6 +80,7 @@ void Publisher::PublishOnce() {
     context_ = &context;
   }
   auto stream = stub->Publish(&context);
+  ++connects_;
   v1::PublishRequest hello;
   hello.mutable_hello()->set_node_id(options_.node_id);
   hello.mutable_hello()->set_agent_session(options_.session);
@@ -133,6 +134,7 @@ void Publisher::PublishOnce() {
     context_ = nullptr;
   }
   if (!stop_) {
+    ++failures_;
     LogAt(LogLevel::kWarning, "publisher: stream to {} ended: {} {}", options_.target,
           static_cast<int>(status.error_code()), status.error_message());
   }

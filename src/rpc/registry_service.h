@@ -60,6 +60,12 @@ class RegistryService final : public internal::RegistryServiceBase {
   // so that a draining server need not wait for watchers to go away by themselves.
   void EndWatches();
 
+  // WatchSnapshots streams open now.
+  size_t watchers() const {
+    std::lock_guard<std::mutex> lock(watchers_mu_);
+    return watchers_.size();
+  }
+
   size_t watcher_count() const;
 
  private:

@@ -154,9 +154,15 @@ grpc::Status BearerToken::Check(const grpc::ServerContextBase& context) const {
   if (it == metadata.end()) {
     return {grpc::StatusCode::UNAUTHENTICATED, "a bearer token is required"};
   }
-  absl::string_view value(it->second.data(), it->second.size());
+  std::string why = Refusal(absl::string_view(it->second.data(), it->second.size()));
+  if (!why.empty()) return {grpc::StatusCode::UNAUTHENTICATED, why};
+  return grpc::Status::OK;
+}
+
+std::string BearerToken::Refusal(absl::string_view value) const {
+  if (value.empty()) return "a bearer token is required";
   if (!absl::ConsumePrefix(&value, "Bearer ")) {
-    return {grpc::StatusCode::UNAUTHENTICATED, "authorization must be \"Bearer <token>\""};
+    return "authorization must be \"Bearer <token>\"";
   }
   // Constant time in the token's content: a mismatch does not say where it is.
   unsigned char diff = value.size() == token_.size() ? 0 : 1;
@@ -164,8 +170,8 @@ grpc::Status BearerToken::Check(const grpc::ServerContextBase& context) const {
     diff |= static_cast<unsigned char>(token_[i]) ^
             static_cast<unsigned char>(i < value.size() ? value[i] : 0);
   }
-  if (diff != 0) return {grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token"};
-  return grpc::Status::OK;
+  if (diff != 0) return "wrong bearer token";
+  return "";
 }
 
 absl::StatusOr<ListenAddress> CheckServerOptions(const ServerOptions& options) {

@@ -35,6 +35,9 @@ class BearerToken {
 
   // OK, or UNAUTHENTICATED saying what was wrong (never echoing what the client sent).
   grpc::Status Check(const grpc::ServerContextBase& context) const;
+  // The same check on an Authorization header's value ("Bearer <token>"); empty when it
+  // passes, else why not. For the HTTP view, which has no gRPC context.
+  std::string Refusal(absl::string_view authorization) const;
 
  private:
   std::string token_;

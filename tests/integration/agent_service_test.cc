@@ -715,6 +715,59 @@ TEST(ServeCommand, TellsSystemdWhenItIsReadyReloadingAndStopping) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// serve --http: /metrics in the Prometheus text format (read by Prometheus's own Python
+// parser), /api/snapshot as discover's JSON, the token required when the agent has one, and a
+// non-loopback address refused unless allowed.
+TEST(ServeCommand, ServesPrometheusMetricsOverHttp) {
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/agent.sock", token = dir + "/token";
+  std::ofstream(token) << "s3cret\n";
+  chmod(token.c_str(), 0600);
+  const int port = testing::FreeLoopbackPort();
+  pid_t agent = testing::Spawn(
+      RAYACCEL_CLI,
+      {"serve", "--listen", "unix:" + socket, "--http", "tcp://127.0.0.1:" + std::to_string(port),
+       "--token-file", token, "--plugin", kSimPlugin, "--config",
+       "sim.spec=" + testing::Example("dgx-h100.json"), "--rescan-interval", "0"},
+      "/dev/null");
+  ASSERT_TRUE(WaitForFile(socket));
+  const std::string script =
+      "import sys, urllib.request, urllib.error\n"
+      "from prometheus_client.parser import text_string_to_metric_families\n"
+      "base = 'http://127.0.0.1:' + sys.argv[1]\n"
+      "try:\n"
+      "    urllib.request.urlopen(base + '/metrics')\n"
+      "    print('no token: served')\n"
+      "except urllib.error.HTTPError as e:\n"
+      "    print('no token:', e.code)\n"
+      "def get(path):\n"
+      "    req = urllib.request.Request(base + path, headers={'Authorization': 'Bearer s3cret'})\n"
+      "    return urllib.request.urlopen(req).read().decode()\n"
+      "samples = {}\n"
+      "for family in text_string_to_metric_families(get('/metrics')):\n"
+      "    for s in family.samples:\n"
+      "        samples[(s.name, tuple(sorted(s.labels.items())))] = s.value\n"
+      "print(samples[('rayaccel_snapshot_generation', ())])\n"
+      "print(samples[('rayaccel_devices', (('health', 'healthy'), ('plugin', 'sim'), "
+      "('resource', 'GPU')))])\n"
+      "print(samples[('rayaccel_ray_resource', (('resource', 'GPU'),))])\n"
+      "print(samples[('rayaccel_scans_total', ())] >= 1)\n"
+      "print(samples[('rayaccel_scan_duration_seconds_count', ())] >= 1)\n"
+      "print('\"generation\": 1' in get('/api/snapshot'))\n";
+  testing::CommandResult r =
+      testing::Run({"/usr/bin/python3", "-c", script, std::to_string(port)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "no token: 401\n1.0\n8.0\n8.0\nTrue\nTrue\nTrue\n") << r.err;
+  EXPECT_EQ(Stop(agent), 0);
+
+  testing::CommandResult open = testing::Run(
+      {RAYACCEL_CLI, "serve", "--listen", "unix:" + dir + "/other.sock", "--http",
+       "tcp://0.0.0.0:0", "--plugin", kSimPlugin});
+  EXPECT_EQ(open.exit_code, 2) << open.err;
+  EXPECT_NE(open.err.find("plain TCP on 0.0.0.0:0 is refused"), std::string::npos) << open.err;
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // The node's configuration file: RAYACCEL_CONFIG_FILE (else /etc/rayaccel/rayaccel.conf when
 // there is one) configures every command that has no --config-file.
 TEST(ServeCommand, TheNodesConfigFileIsReadByDefault) {

@@ -1,0 +1,122 @@
+#include "web/metrics.h"
+
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rayaccel::web {
+namespace {
+
+// A label value as the text format wants it: backslash, quote and newline escaped.
+std::string LabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  void Family(const std::string& name, const char* type, const std::string& help) {
+    absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  }
+  void Sample(const std::string& name, const std::map<std::string, std::string>& labels,
+              double value) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      bool first = true;
+      for (const auto& [k, v] : labels) {
+        absl::StrAppend(&out_, first ? "" : ",", k, "=\"", LabelValue(v), "\"");
+        first = false;
+      }
+      out_ += '}';
+    }
+    // Counts as integers; durations with nine significant digits.
+    const bool whole = value == static_cast<double>(static_cast<int64_t>(value)) &&
+                       value < 9007199254740992.0 && value > -9007199254740992.0;
+    absl::StrAppend(&out_, " ",
+                    whole ? absl::StrCat(static_cast<int64_t>(value))
+                          : absl::StrFormat("%.9g", value),
+                    "\n");
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
+                        const AgentCounts& agent) {
+  Writer w;
+  w.Family("rayaccel_snapshot_generation", "gauge",
+           "Generation of the current snapshot; a new one means the node changed.");
+  w.Sample("rayaccel_snapshot_generation", {}, static_cast<double>(s.generation));
+
+  w.Family("rayaccel_devices", "gauge", "Devices in the snapshot, by plugin, resource and health.");
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> devices;
+  for (const PluginStatus& p : s.plugins) {
+    // Every plugin with a resource appears, at 0 when it has no device (a broken driver).
+    if (!p.resource_name.empty()) devices[{p.name, p.resource_name, "healthy"}] += 0;
+  }
+  for (const Device& d : s.devices) ++devices[{d.plugin, d.resource, HealthName(d.health)}];
+  for (const auto& [key, count] : devices) {
+    w.Sample("rayaccel_devices",
+             {{"plugin", std::get<0>(key)}, {"resource", std::get<1>(key)},
+              {"health", std::get<2>(key)}},
+             static_cast<double>(count));
+  }
+
+  w.Family("rayaccel_plugin_state", "gauge",
+           "1 for each plugin's current state (active, degraded, failed, refused).");
+  for (const PluginStatus& p : s.plugins) {
+    w.Sample("rayaccel_plugin_state", {{"plugin", p.name}, {"state", PluginStateName(p.state)}},
+             1);
+  }
+
+  w.Family("rayaccel_ray_resource", "gauge", "Resources the node gives Ray, by name.");
+  for (const auto& [name, quantity] : s.ray.resources) {
+    w.Sample("rayaccel_ray_resource", {{"resource", name}}, quantity);
+  }
+
+  w.Family("rayaccel_scans_total", "counter", "Scans that asked the plugins.");
+  w.Sample("rayaccel_scans_total", {}, static_cast<double>(stats.scans));
+  w.Family("rayaccel_snapshot_changes_total", "counter", "Scans that found a change.");
+  w.Sample("rayaccel_snapshot_changes_total", {}, static_cast<double>(stats.changes));
+  w.Family("rayaccel_scan_duration_seconds", "summary", "Time the scans took.");
+  w.Sample("rayaccel_scan_duration_seconds_sum", {}, stats.scan_seconds);
+  w.Sample("rayaccel_scan_duration_seconds_count", {}, static_cast<double>(stats.scans));
+  w.Family("rayaccel_health_events_total", "counter", "Health events that led to a scan.");
+  w.Sample("rayaccel_health_events_total", {}, static_cast<double>(stats.health_events));
+  w.Family("rayaccel_plugin_restarts_total", "counter",
+           "Isolated plugins started again after a crash.");
+  w.Sample("rayaccel_plugin_restarts_total", {}, static_cast<double>(stats.plugin_restarts));
+
+  w.Family("rayaccel_watchers", "gauge", "WatchSnapshots streams open.");
+  w.Sample("rayaccel_watchers", {}, static_cast<double>(agent.watchers));
+  if (agent.publishing) {
+    w.Family("rayaccel_publish_acked_generation", "gauge",
+             "The generation the raylet's sink last acknowledged.");
+    w.Sample("rayaccel_publish_acked_generation", {},
+             static_cast<double>(agent.publish_acked_generation));
+    w.Family("rayaccel_publish_connects_total", "counter", "Streams opened to the sink.");
+    w.Sample("rayaccel_publish_connects_total", {}, static_cast<double>(agent.publish_connects));
+    w.Family("rayaccel_publish_failures_total", "counter", "Streams to the sink that failed.");
+    w.Sample("rayaccel_publish_failures_total", {}, static_cast<double>(agent.publish_failures));
+  }
+  return w.Take();
+}
+
+}  // namespace rayaccel::web

@@ -1,0 +1,28 @@
+// The agent's metrics in the Prometheus text exposition format (version 0.0.4): what the node
+// has (devices by plugin and health, plugin states, the Ray resources), what the registry has
+// done (scans, changes, health events, restarts), and what the agent serves and publishes.
+#ifndef RAYACCEL_WEB_METRICS_H_
+#define RAYACCEL_WEB_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "rayaccel/registry.h"
+
+namespace rayaccel::web {
+
+// What the agent adds to the registry's own counts.
+struct AgentCounts {
+  uint64_t watchers = 0;  // WatchSnapshots streams open now
+  bool publishing = false;
+  uint64_t publish_acked_generation = 0;
+  uint64_t publish_connects = 0;  // streams opened to the sink
+  uint64_t publish_failures = 0;  // streams that ended in an error
+};
+
+std::string NodeMetrics(const NodeSnapshot& snapshot, const RegistryStats& stats,
+                        const AgentCounts& agent);
+
+}  // namespace rayaccel::web
+
+#endif  // RAYACCEL_WEB_METRICS_H_
