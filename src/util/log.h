@@ -17,7 +17,8 @@ namespace rayaccel {
 spdlog::level::level_enum ToSpdlogLevel(LogLevel level);
 LogLevel FromSpdlogLevel(spdlog::level::level_enum level);
 
-// The library's logger; every piece of librayaccel (and of the RPC library) logs through it.
+// The library's logger; every piece of librayaccel logs through it (the RPC library, built
+// apart, through LogLine in util/log_line.h).
 spdlog::logger& Log();
 
 // Where Log() writes from now on: `callback` (empty: stderr) at `level` and above.
