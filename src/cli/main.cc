@@ -112,9 +112,10 @@ Options:
   --svg                       a picture of the topology, SVG (topo)
   --listen ADDRESS            where to serve (serve, sink): unix:PATH (mode 0660) or
                               tcp://HOST:PORT (port 0: any free one)
-  --http ADDRESS              also serve /metrics (Prometheus) and /api/snapshot over HTTP
-                              on tcp://HOST:PORT (serve; loopback unless
-                              --allow-insecure-tcp; --token-file applies)
+  --http ADDRESS              also serve the web view on tcp://HOST:PORT: the node's page
+                              (serve) or the cluster's (sink), their data under /api, and
+                              /metrics (Prometheus); the TLS files, --token-file and
+                              --allow-insecure-tcp apply as to --listen
   --socket-mode MODE          the Unix socket's mode, octal (default 0660; 0666: any user)
   --socket-group GROUP        give the Unix socket to this group (the Ray user's), so that
                               an agent run as root serves a Ray run as another user
@@ -153,7 +154,7 @@ struct Args {
   bool json = false;
   bool dot = false;
   bool svg = false;
-  std::string http;  // serve --http
+  std::string http;  // serve --http, sink --http
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
@@ -495,11 +496,14 @@ int Run(int argc, char** argv) {
     return kExitOk;
   }
   if (cmd == "sink" && args.server.listen.empty()) return Usage("sink needs --listen ADDRESS");
+  if (!args.http.empty() && cmd != "serve" && cmd != "sink") {
+    return Usage("--http is serve's and sink's");
+  }
   if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty()) {
     return Usage("serve: --node-id names the node to --raylet; give both");
   }
 #if RAYACCEL_CLI_RPC
-  if (cmd == "sink") return RunSink(args.server, args.json, args.node_id);
+  if (cmd == "sink") return RunSink(args.server, args.json, args.node_id, args.http);
   if (cmd == "serve") {
     // The agent runs plugins isolated unless told otherwise: a crash in vendor code must not
     // take every plugin's devices down with the agent.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rayaccel/plugin.h"
 #include "topology/enrich.h"
 #include "util/json.h"
 
@@ -90,6 +91,18 @@ void WritePlugin(json::Writer& w, const PluginStatus& p) {
   w.Key("resource").String(p.resource_name);
   w.Key("visible_devices_env").String(p.visible_devices_env);
   w.Key("device_count").Uint(p.device_count);
+  // The optional hooks it declared (plugin.h's RAYACCEL_CAP_*): what bounds its tier.
+  w.Key("capabilities").BeginArray();
+  static constexpr std::pair<uint64_t, const char*> kCapabilities[] = {
+      {RAYACCEL_CAP_TOPOLOGY, "topology"},
+      {RAYACCEL_CAP_HEALTH_EVENTS, "health_events"},
+      {RAYACCEL_CAP_ALLOCATION, "allocation"},
+      {RAYACCEL_CAP_TRANSPORT, "transport"},
+      {RAYACCEL_CAP_THREAD_SAFE, "thread_safe"}};
+  for (const auto& [bit, name] : kCapabilities) {
+    if ((p.capabilities & bit) != 0) w.String(name);
+  }
+  w.EndArray();
   w.EndObject();
 }
 

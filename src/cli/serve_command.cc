@@ -21,6 +21,7 @@
 #include "spdlog/spdlog.h"
 #include "web/http_server.h"
 #include "web/metrics.h"
+#include "web/node_view.h"
 
 namespace rayaccel::cli {
 namespace {
@@ -61,6 +62,18 @@ absl::StatusOr<rpc::PublisherOptions> PublisherSettings(const ServeArgs& args) {
 }
 
 }  // namespace
+
+web::HttpOptions HttpOptionsFor(const std::string& listen, const rpc::ServerOptions& server,
+                                const rpc::BearerToken* token) {
+  web::HttpOptions http;
+  http.listen = listen;
+  http.allow_insecure_tcp = server.allow_insecure_tcp;
+  http.tls_cert_file = server.tls_cert_file;
+  http.tls_key_file = server.tls_key_file;
+  http.tls_client_ca_file = server.tls_client_ca_file;
+  http.token = token;
+  return http;
+}
 
 absl::StatusOr<std::string> DefaultAgentSocket() {
   if (geteuid() == 0) return std::string(kDefaultAgentSocket);
@@ -140,35 +153,33 @@ int RunServe(ServeArgs args) {
                  publish.target);
   }
 
-  // The HTTP view: /metrics (Prometheus) and /api/snapshot (discover's JSON).
+  // The HTTP view: the node's page, its data, and /metrics (Prometheus).
   std::unique_ptr<web::HttpServer> http;
   if (!args.http.empty()) {
-    Registry* r = registry->get();
     rpc::RegistryService* served = service.get();
     rpc::Publisher* published = publisher.get();
-    absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
-        args.http, args.server.allow_insecure_tcp, token.get(),
-        {{"/metrics",
-          [r, served, published] {
-            web::AgentCounts counts;
-            counts.watchers = served->watchers();
-            if (published != nullptr) {
-              counts.publishing = true;
-              counts.publish_acked_generation = published->acked_generation();
-              counts.publish_connects = published->connects();
-              counts.publish_failures = published->failures();
-            }
-            return web::Response{"text/plain; version=0.0.4; charset=utf-8",
-                                 web::NodeMetrics(*r->snapshot(), r->stats(), counts)};
-          }},
-         {"/api/snapshot",
-          [r] { return web::Response{"application/json", DiscoverJson(*r->snapshot())}; }}});
+    auto counts = [served, published] {
+      web::AgentCounts counts;
+      counts.watchers = served->watchers();
+      if (published != nullptr) {
+        counts.publishing = true;
+        counts.publish_acked_generation = published->acked_generation();
+        counts.publish_acks = published->acks();
+        counts.publish_connects = published->connects();
+        counts.publish_failures = published->failures();
+      }
+      return counts;
+    };
+    absl::StatusOr<std::unique_ptr<web::HttpServer>> started =
+        web::HttpServer::Start(HttpOptionsFor(args.http, args.server, token.get()),
+                               web::AgentRoutes(registry->get(), counts));
     if (!started.ok()) {
       return Fail("", started.status(),
                   started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
     }
     http = *std::move(started);
-    spdlog::info("serve: HTTP view on http://{}/metrics", http->address());
+    spdlog::info("serve: web view on {}://{}/ (metrics at /metrics)", http->scheme(),
+                 http->address());
   }
 
   // Ready: systemd (Type=notify) learns it now, with what is served; a watchdog it asks for is

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
 #include "rpc/server.h"
+#include "web/http_server.h"
 
 namespace rayaccel::cli {
 
@@ -20,6 +21,11 @@ inline constexpr char kDefaultAgentSocket[] = "unix:/run/rayaccel/agent.sock";
 // /tmp/rayaccel-UID/agent.sock in a folder of the user's own (mode 0700, refused when someone
 // else made it).
 absl::StatusOr<std::string> DefaultAgentSocket();
+
+// The HTTP view's settings (--http): its address, and the TLS files, token and permission for
+// plain TCP that the gRPC listener has (the same rules for both).
+web::HttpOptions HttpOptionsFor(const std::string& listen, const rpc::ServerOptions& server,
+                                const rpc::BearerToken* token);
 
 struct ServeArgs {
   RegistryOptions options;

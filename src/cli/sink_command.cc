@@ -8,8 +8,10 @@
 #include <mutex>
 
 #include "cli/render.h"
+#include "cli/serve_command.h"
 #include "rpc/raylet_sink.h"
 #include "spdlog/spdlog.h"
+#include "web/cluster_view.h"
 
 namespace rayaccel::cli {
 namespace {
@@ -38,7 +40,8 @@ class Printer : public rpc::RayletSink::Listener {
 
 }  // namespace
 
-int RunSink(const rpc::ServerOptions& server_options, bool json, const std::string& own_node_id) {
+int RunSink(const rpc::ServerOptions& server_options, bool json, const std::string& own_node_id,
+            const std::string& http_listen) {
   absl::Status usable = rpc::CheckServerOptions(server_options).status();
   if (!usable.ok()) {
     std::fprintf(stderr, "rayaccel: --listen: %s\n", std::string(usable.message()).c_str());
@@ -77,10 +80,23 @@ int RunSink(const rpc::ServerOptions& server_options, bool json, const std::stri
     return 1;
   }
   spdlog::info("sink: listening on {}", (*server)->target());
+  std::unique_ptr<web::HttpServer> http;
+  if (!http_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
+        HttpOptionsFor(http_listen, server_options, token.get()), web::SinkRoutes(&sink));
+    if (!started.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(started.status().message()).c_str());
+      return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    http = *std::move(started);
+    spdlog::info("sink: web view on {}://{}/ (metrics at /metrics)", http->scheme(),
+                 http->address());
+  }
 
   int signal_number = 0;
   sigwait(&stop, &signal_number);
   spdlog::info("sink: {} received, stopping", strsignal(signal_number));
+  http.reset();  // its routes read the sink
   // Streams in progress get a moment to finish; then they are cancelled (agents reconnect).
   (*server)->Shutdown(std::chrono::system_clock::now() + kDrainTime);
   return 0;

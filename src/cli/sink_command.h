@@ -1,5 +1,6 @@
-// `rayaccel sink`: the raylet's end of publishing, standalone, printing each applied update.
-// Stands in for a raylet in tests, demos and the README walkthrough.
+// `rayaccel sink`: the raylet's end of publishing, standalone, printing each applied update
+// and, with --http, serving the cluster's web view. Stands in for a raylet in tests, demos and
+// the README walkthrough.
 #ifndef RAYACCEL_CLI_SINK_COMMAND_H_
 #define RAYACCEL_CLI_SINK_COMMAND_H_
 
@@ -11,7 +12,9 @@ namespace rayaccel::cli {
 
 // Serves until SIGINT or SIGTERM; returns the process exit code.
 // `own_node_id`: the node this sink stands in for (RayletSink); empty: a sink of many nodes.
-int RunSink(const rpc::ServerOptions& server, bool json, const std::string& own_node_id);
+// `http`: tcp://HOST:PORT for the cluster's web view and metrics; empty: none.
+int RunSink(const rpc::ServerOptions& server, bool json, const std::string& own_node_id,
+            const std::string& http);
 
 }  // namespace rayaccel::cli
 

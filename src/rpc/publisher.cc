@@ -114,6 +114,7 @@ void Publisher::PublishOnce() {
     ok = stream->Write(request) && stream->Read(&ack);
     if (!ok) break;
     acked_ = ack.applied_generation();
+    ++acks_;
     LogAt(LogLevel::kDebug, "publisher: sink holds generation {}{}", ack.applied_generation(),
           ack.stale() ? " (ours was stale)" : "");
     // Idle until a newer snapshot, or until the heartbeat is due: the current snapshot is sent

@@ -44,6 +44,7 @@ class Publisher {
   uint64_t acked_generation() const { return acked_.load(); }
   uint64_t connects() const { return connects_.load(); }  // streams opened
   uint64_t failures() const { return failures_.load(); }  // streams that ended in an error
+  uint64_t acks() const { return acks_.load(); }          // snapshots the sink acknowledged
   const std::string& session() const { return options_.session; }
   // The node published as: PublisherOptions::node_id, or the one the sink named; empty until
   // then.
@@ -60,6 +61,7 @@ class Publisher {
   std::atomic<uint64_t> acked_{0};
   std::atomic<uint64_t> connects_{0};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> acks_{0};
   mutable std::mutex mu_;                   // guards context_ and node_id_
   grpc::ClientContext* context_ = nullptr;  // the live stream's, for cancelling on stop
   std::string node_id_;

@@ -9,12 +9,6 @@
 namespace rayaccel::rpc {
 namespace {
 
-// The reason may quote what the peer sent: the log line gets it escaped.
-grpc::Status Refuse(const std::string& peer, const std::string& why) {
-  LogAt(LogLevel::kWarning, "sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
-  return {grpc::StatusCode::INVALID_ARGUMENT, why};
-}
-
 // An agent session is the agent's own random token: short printable text, checked before it
 // is logged or kept.
 bool IsSession(const std::string& s) {
@@ -22,14 +16,35 @@ bool IsSession(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](char c) { return c > ' ' && c < 0x7F; });
 }
 
+// Counts a stream while it is open.
+class OpenStream {
+ public:
+  explicit OpenStream(std::atomic<uint64_t>* open) : open_(open) { open_->fetch_add(1); }
+  ~OpenStream() { open_->fetch_sub(1); }
+  OpenStream(const OpenStream&) = delete;
+  OpenStream& operator=(const OpenStream&) = delete;
+
+ private:
+  std::atomic<uint64_t>* open_;
+};
+
 }  // namespace
+
+// The reason may quote what the peer sent: the log line gets it escaped.
+grpc::Status RayletSink::Refuse(const std::string& peer, const std::string& why) {
+  refusals_.fetch_add(1);
+  LogAt(LogLevel::kWarning, "sink: refused {}: {}", EscapeControl(peer), EscapeControl(why));
+  return {grpc::StatusCode::INVALID_ARGUMENT, why};
+}
 
 grpc::Status RayletSink::Publish(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::PublishAck, v1::PublishRequest>* stream) {
   const std::string peer = context->peer();
+  OpenStream counted(&streams_open_);
   if (token_ != nullptr) {
     if (grpc::Status st = token_->Check(*context); !st.ok()) {
+      refusals_.fetch_add(1);
       LogAt(LogLevel::kWarning, "sink: refused {}: {}", peer, st.error_message());
       return st;
     }
@@ -57,6 +72,7 @@ grpc::Status RayletSink::Publish(
     return Refuse(peer, absl::StrCat("the agent says it is node ", node_id, "; this sink is node ",
                                      own_node_id_));
   }
+  streams_accepted_.fetch_add(1);
   LogAt(LogLevel::kInfo, "sink: node {} agent session {} connected from {}", node_id,
         hello.agent_session(), peer);
   if (hello.node_id().empty()) {  // the agent learns which node it is

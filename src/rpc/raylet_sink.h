@@ -4,6 +4,8 @@
 #ifndef RAYACCEL_RPC_RAYLET_SINK_H_
 #define RAYACCEL_RPC_RAYLET_SINK_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -42,7 +44,15 @@ class RayletSink final : public v1::RayletAcceleratorSink::Service {
 
   const SinkState& state() const { return state_; }
 
+  // For the sink's metrics: agents' streams open now and ever accepted, and streams refused
+  // (a bad token, hello or snapshot).
+  uint64_t streams_open() const { return streams_open_.load(); }
+  uint64_t streams_accepted() const { return streams_accepted_.load(); }
+  uint64_t refusals() const { return refusals_.load(); }
+
  private:
+  grpc::Status Refuse(const std::string& peer, const std::string& why);
+  std::atomic<uint64_t> streams_open_{0}, streams_accepted_{0}, refusals_{0};
   Listener* listener_;
   const BearerToken* token_;
   const std::string own_node_id_;

@@ -75,20 +75,58 @@ absl::StatusOr<SinkState::Applied> SinkState::Apply(const std::string& node_id,
   if (absl::Status st = CheckNodeResources(snapshot.resources_total()); !st.ok()) return st;
   if (absl::Status st = CheckNodeLabels(snapshot.labels()); !st.ok()) return st;
   // The rest of the snapshot must be well formed too (positions in range, known enums).
-  if (absl::StatusOr<NodeSnapshot> parsed = FromProto(snapshot); !parsed.ok()) {
-    return parsed.status();
-  }
+  absl::StatusOr<NodeSnapshot> parsed = FromProto(snapshot);
+  if (!parsed.ok()) return parsed.status();
+  auto decoded = std::make_shared<const NodeSnapshot>(*std::move(parsed));
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(node_id);
   if (it != nodes_.end() && it->second.session == session &&
       snapshot.generation() <= it->second.snapshot.generation()) {
+    ++stale_;
     return Applied{false, it->second.snapshot.generation()};
   }
   Node& node = nodes_[node_id];
   node.session = session;
   node.snapshot = snapshot;
+  node.decoded = std::move(decoded);
+  node.updated = std::chrono::system_clock::now();
+  node.version = ++version_;
+  changed_.notify_all();
   return Applied{true, snapshot.generation()};
+}
+
+std::vector<SinkState::NodeEntry> SinkState::Nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeEntry> out;
+  out.reserve(nodes_.size());
+  for (const auto& [id, node] : nodes_) {
+    out.push_back({id, node.decoded, node.updated, node.version});
+  }
+  return out;
+}
+
+std::optional<SinkState::NodeEntry> SinkState::Find(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return std::nullopt;
+  return NodeEntry{it->first, it->second.decoded, it->second.updated, it->second.version};
+}
+
+uint64_t SinkState::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+uint64_t SinkState::WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_for(lock, timeout, [&] { return version_ > seen; });
+  return version_;
+}
+
+uint64_t SinkState::stale_updates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stale_;
 }
 
 std::optional<v1::NodeSnapshot> SinkState::Current(const std::string& node_id) const {

@@ -4,14 +4,19 @@
 #ifndef RAYACCEL_RPC_SINK_STATE_H_
 #define RAYACCEL_RPC_SINK_STATE_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rayaccel/registry.h"
 #include "rayaccel/v1/snapshot.pb.h"
 
 namespace rayaccel::rpc {
@@ -53,13 +58,35 @@ class SinkState {
   std::optional<v1::NodeSnapshot> Current(const std::string& node_id) const;
   size_t node_count() const;
 
+  // A node as it stands, for views of the cluster: what it published, decoded, and when.
+  struct NodeEntry {
+    std::string node_id;
+    std::shared_ptr<const NodeSnapshot> snapshot;
+    std::chrono::system_clock::time_point updated;
+    uint64_t version = 0;  // version() when this node last changed
+  };
+  std::vector<NodeEntry> Nodes() const;  // by node id; shares the snapshots, copies nothing big
+  std::optional<NodeEntry> Find(const std::string& node_id) const;
+
+  // Counts the updates applied, sink-wide: a view that saw version V has seen every change up
+  // to it. Waits until the version passes `seen` or `timeout` passes; returns the version then.
+  uint64_t version() const;
+  uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) const;
+  uint64_t stale_updates() const;  // acknowledged but not applied (a retry, a late stream)
+
  private:
   struct Node {
     std::string session;
     v1::NodeSnapshot snapshot;
+    std::shared_ptr<const NodeSnapshot> decoded;
+    std::chrono::system_clock::time_point updated;
+    uint64_t version = 0;
   };
   mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
   std::map<std::string, Node> nodes_;
+  uint64_t version_ = 0;
+  uint64_t stale_ = 0;
 };
 
 }  // namespace rayaccel::rpc

@@ -4,21 +4,52 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "rpc/listen_address.h"
 
 namespace rayaccel::web {
+namespace {
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
-                                                             bool allow_insecure_tcp,
-                                                             const rpc::BearerToken* token,
-                                                             std::map<std::string, Route> routes) {
-  absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(listen);
+constexpr char kTokenCookie[] = "rayaccel_token";
+constexpr auto kEventWait = std::chrono::milliseconds(500);
+constexpr int kKeepAliveEvery = 30;  // waits (15 s) without an event, then a comment is sent
+
+// The token a browser sent in its cookie, as an Authorization header's value; empty if none.
+std::string CookieToken(const httplib::Request& req) {
+  for (absl::string_view part : absl::StrSplit(req.get_header_value("Cookie"), ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::ConsumePrefix(&part, kTokenCookie) && absl::ConsumePrefix(&part, "=")) {
+      return absl::StrCat("Bearer ", part);
+    }
+  }
+  return "";
+}
+
+// Headers every answer carries: nothing here is embedded elsewhere, cached, or guessed at.
+void SetCommonHeaders(httplib::Response& res) {
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Cache-Control", "no-store");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("Content-Security-Policy",
+                 "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                 "frame-ancestors 'self'");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
+                                                              Routes routes) {
+  absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(options.listen);
   if (!address.ok()) return address.status();
   if (!address->unix_path.empty()) {
     return absl::InvalidArgumentError("--http takes tcp://HOST:PORT, not a Unix socket");
   }
-  if (absl::Status st = rpc::CheckPlainTcp(*address, /*tls=*/false, allow_insecure_tcp);
-      !st.ok()) {
+  const bool tls = !options.tls_cert_file.empty();
+  if (tls && options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+  }
+  if (absl::Status st = rpc::CheckPlainTcp(*address, tls, options.allow_insecure_tcp); !st.ok()) {
     return st;
   }
   // gRPC's form "HOST:PORT" or "[V6]:PORT" back to a host and a port.
@@ -28,27 +59,108 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(uri.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(absl::StrCat("--http: no port in ", listen));
+    return absl::InvalidArgumentError(absl::StrCat("--http: no port in ", options.listen));
   }
 
   std::unique_ptr<HttpServer> out(new HttpServer());
-  out->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& server = *out->server_;
-  if (token != nullptr) {
-    server.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
-      std::string why = token->Refusal(req.get_header_value("Authorization"));
-      if (why.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      res.status = 401;
-      res.set_content(why + "\n", "text/plain; charset=utf-8");
-      return httplib::Server::HandlerResponse::Handled;
-    });
+  out->tls_ = tls;
+  if (tls) {
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        options.tls_cert_file.c_str(), options.tls_key_file.c_str(),
+        options.tls_client_ca_file.empty() ? nullptr : options.tls_client_ca_file.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http: cannot use the TLS certificate ", options.tls_cert_file, ", key ",
+          options.tls_key_file, options.tls_client_ca_file.empty() ? "" : " and client CA ",
+          options.tls_client_ca_file, " (unreadable, not PEM, or not a pair)"));
+    }
+    out->server_ = std::move(ssl);
+  } else {
+    out->server_ = std::make_unique<httplib::Server>();
   }
-  for (auto& [path, route] : routes) {
-    server.Get(path, [route = std::move(route)](const httplib::Request&, httplib::Response& res) {
-      Response r = route();
+  httplib::Server& server = *out->server_;
+  const size_t threads = options.max_event_streams + 8;  // streams, and room for pages
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+  const rpc::BearerToken* token = options.token;
+  const bool secure_cookie = tls;
+  server.set_pre_routing_handler([token, secure_cookie](const httplib::Request& req,
+                                                        httplib::Response& res) {
+    SetCommonHeaders(res);
+    if (token == nullptr) return httplib::Server::HandlerResponse::Unhandled;
+    // A page opened with ?token=: the token becomes a cookie, and the address loses it.
+    if (req.has_param("token")) {
+      const std::string given = req.get_param_value("token");
+      std::string why = token->Refusal(absl::StrCat("Bearer ", given));
+      if (why.empty()) {
+        res.set_header("Set-Cookie",
+                       absl::StrCat(kTokenCookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
+                                    secure_cookie ? "; Secure" : ""));
+        res.set_redirect(req.path, 303);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    std::string authorization = req.get_header_value("Authorization");
+    if (authorization.empty()) authorization = CookieToken(req);
+    std::string why = token->Refusal(authorization);
+    if (why.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_content(why + " (a browser: open the page once with ?token=TOKEN)\n",
+                    "text/plain; charset=utf-8");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  auto to_request = [](const httplib::Request& req) {
+    Request r;
+    for (size_t i = 1; i < req.matches.size(); ++i) r.captures.push_back(req.matches[i].str());
+    for (const auto& [name, value] : req.params) r.query[name] = value;
+    return r;
+  };
+  for (auto& [pattern, page] : routes.pages) {
+    server.Get(pattern, [page = std::move(page), to_request](const httplib::Request& req,
+                                                             httplib::Response& res) {
+      Response r = page(to_request(req));
+      res.status = r.status;
       res.set_content(r.body, r.content_type);
     });
   }
+  std::shared_ptr<Streams> streams = out->streams_;
+  const size_t max_streams = options.max_event_streams;
+  for (auto& [pattern, open] : routes.events) {
+    server.Get(pattern, [open = std::move(open), to_request, streams, max_streams](
+                            const httplib::Request& req, httplib::Response& res) {
+      if (streams->open.fetch_add(1) >= max_streams) {
+        streams->open.fetch_sub(1);
+        res.status = 503;
+        res.set_content(absl::StrCat("already ", max_streams, " event streams open\n"),
+                        "text/plain; charset=utf-8");
+        return;
+      }
+      auto source = std::make_shared<EventSource>(open(to_request(req)));
+      auto idle = std::make_shared<int>(0);
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [source, idle, streams](size_t, httplib::DataSink& sink) {
+            if (streams->stopping.load()) return false;
+            std::optional<std::string> event = (*source)(kEventWait);
+            if (!event.has_value()) {
+              sink.done();
+              return true;
+            }
+            std::string text;
+            if (!event->empty()) {
+              text = absl::StrCat("data: ", *event, "\n\n");
+              *idle = 0;
+            } else if (++*idle >= kKeepAliveEvery) {
+              text = ": keep-alive\n\n";  // a comment: proxies and the browser see it is alive
+              *idle = 0;
+            }
+            return text.empty() || sink.write(text.data(), text.size());
+          },
+          [streams](bool) { streams->open.fetch_sub(1); });
+    });
+  }
+
   int bound = -1;
   if (port == 0) {
     bound = server.bind_to_any_port(host);
@@ -56,15 +168,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     bound = port;
   }
   if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("--http: cannot listen on ", listen));
+    return absl::UnavailableError(absl::StrCat("--http: cannot listen on ", options.listen));
   }
-  out->address_ = absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]",
-                               ":", bound);
+  out->address_ =
+      absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]", ":", bound);
   out->thread_ = std::thread([&server] { server.listen_after_bind(); });
   return out;
 }
 
 HttpServer::~HttpServer() {
+  streams_->stopping = true;
   if (server_ != nullptr) server_->stop();
   if (thread_.joinable()) thread_.join();
 }

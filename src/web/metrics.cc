@@ -45,10 +45,9 @@ class Writer {
     // Counts as integers; durations with nine significant digits.
     const bool whole = value == static_cast<double>(static_cast<int64_t>(value)) &&
                        value < 9007199254740992.0 && value > -9007199254740992.0;
-    absl::StrAppend(&out_, " ",
-                    whole ? absl::StrCat(static_cast<int64_t>(value))
-                          : absl::StrFormat("%.9g", value),
-                    "\n");
+    absl::StrAppend(
+        &out_, " ",
+        whole ? absl::StrCat(static_cast<int64_t>(value)) : absl::StrFormat("%.9g", value), "\n");
   }
   std::string Take() { return std::move(out_); }
 
@@ -74,7 +73,8 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
   for (const Device& d : s.devices) ++devices[{d.plugin, d.resource, HealthName(d.health)}];
   for (const auto& [key, count] : devices) {
     w.Sample("rayaccel_devices",
-             {{"plugin", std::get<0>(key)}, {"resource", std::get<1>(key)},
+             {{"plugin", std::get<0>(key)},
+              {"resource", std::get<1>(key)},
               {"health", std::get<2>(key)}},
              static_cast<double>(count));
   }
@@ -82,8 +82,7 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
   w.Family("rayaccel_plugin_state", "gauge",
            "1 for each plugin's current state (active, degraded, failed, refused).");
   for (const PluginStatus& p : s.plugins) {
-    w.Sample("rayaccel_plugin_state", {{"plugin", p.name}, {"state", PluginStateName(p.state)}},
-             1);
+    w.Sample("rayaccel_plugin_state", {{"plugin", p.name}, {"state", PluginStateName(p.state)}}, 1);
   }
 
   w.Family("rayaccel_ray_resource", "gauge", "Resources the node gives Ray, by name.");
@@ -111,11 +110,48 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
              "The generation the raylet's sink last acknowledged.");
     w.Sample("rayaccel_publish_acked_generation", {},
              static_cast<double>(agent.publish_acked_generation));
+    w.Family("rayaccel_publish_acks_total", "counter",
+             "Snapshots the sink acknowledged (applied, or already had).");
+    w.Sample("rayaccel_publish_acks_total", {}, static_cast<double>(agent.publish_acks));
     w.Family("rayaccel_publish_connects_total", "counter", "Streams opened to the sink.");
     w.Sample("rayaccel_publish_connects_total", {}, static_cast<double>(agent.publish_connects));
     w.Family("rayaccel_publish_failures_total", "counter", "Streams to the sink that failed.");
     w.Sample("rayaccel_publish_failures_total", {}, static_cast<double>(agent.publish_failures));
   }
+  return w.Take();
+}
+
+std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::time_point now) {
+  const std::vector<rpc::SinkState::NodeEntry> nodes = sink.state().Nodes();
+  Writer w;
+  w.Family("rayaccel_sink_nodes", "gauge", "Nodes that have published to this sink.");
+  w.Sample("rayaccel_sink_nodes", {}, static_cast<double>(nodes.size()));
+  w.Family("rayaccel_sink_node_last_update_age_seconds", "gauge",
+           "Seconds since each node's last applied update.");
+  std::map<std::pair<std::string, std::string>, size_t> devices;
+  for (const rpc::SinkState::NodeEntry& n : nodes) {
+    w.Sample("rayaccel_sink_node_last_update_age_seconds", {{"node_id", n.node_id}},
+             std::chrono::duration<double>(now - n.updated).count());
+    for (const Device& d : n.snapshot->devices) ++devices[{d.resource, HealthName(d.health)}];
+  }
+  w.Family("rayaccel_sink_devices", "gauge", "Devices across the nodes, by resource and health.");
+  for (const auto& [key, count] : devices) {
+    w.Sample("rayaccel_sink_devices", {{"resource", key.first}, {"health", key.second}},
+             static_cast<double>(count));
+  }
+  w.Family("rayaccel_sink_updates_total", "counter", "Snapshots applied.");
+  w.Sample("rayaccel_sink_updates_total", {}, static_cast<double>(sink.state().version()));
+  w.Family("rayaccel_sink_stale_updates_total", "counter",
+           "Snapshots acknowledged but not applied (older than the node's current one).");
+  w.Sample("rayaccel_sink_stale_updates_total", {},
+           static_cast<double>(sink.state().stale_updates()));
+  w.Family("rayaccel_sink_streams", "gauge", "Agents' publishing streams open.");
+  w.Sample("rayaccel_sink_streams", {}, static_cast<double>(sink.streams_open()));
+  w.Family("rayaccel_sink_streams_total", "counter", "Agents' streams accepted (after hello).");
+  w.Sample("rayaccel_sink_streams_total", {}, static_cast<double>(sink.streams_accepted()));
+  w.Family("rayaccel_sink_refusals_total", "counter",
+           "Streams refused: a bad token, hello or snapshot.");
+  w.Sample("rayaccel_sink_refusals_total", {}, static_cast<double>(sink.refusals()));
   return w.Take();
 }
 

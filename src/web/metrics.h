@@ -4,10 +4,12 @@
 #ifndef RAYACCEL_WEB_METRICS_H_
 #define RAYACCEL_WEB_METRICS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include "rayaccel/registry.h"
+#include "rpc/raylet_sink.h"
 
 namespace rayaccel::web {
 
@@ -16,12 +18,17 @@ struct AgentCounts {
   uint64_t watchers = 0;  // WatchSnapshots streams open now
   bool publishing = false;
   uint64_t publish_acked_generation = 0;
+  uint64_t publish_acks = 0;      // snapshots the sink acknowledged
   uint64_t publish_connects = 0;  // streams opened to the sink
   uint64_t publish_failures = 0;  // streams that ended in an error
 };
 
 std::string NodeMetrics(const NodeSnapshot& snapshot, const RegistryStats& stats,
                         const AgentCounts& agent);
+
+// The sink's: nodes and how long since each last published, devices across the cluster by
+// resource and health, updates applied and stale, agents' streams and refusals.
+std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::time_point now);
 
 }  // namespace rayaccel::web
 

@@ -1,0 +1,62 @@
+// Shared by the node and cluster pages: building DOM from data (text only, never markup from
+// the server), fetching JSON, and following a server-sent event stream.
+"use strict";
+
+const view = {
+  // el("td", {class: "num"}, "8", childNode, ...): an element with attributes and children.
+  el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children.flat()) {
+      if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  },
+
+  // Replaces a table's body with one row per item; `cells(item)` gives the row's cells.
+  fillTable(table, items, cells, rowAttrs, emptyText) {
+    const body = table.tBodies[0] || table.createTBody();
+    const columns = table.tHead ? table.tHead.rows[0].cells.length : 1;
+    const rows = items.map((item) =>
+      view.el("tr", rowAttrs ? rowAttrs(item) : {}, cells(item).map(
+        (c) => (c instanceof Node && c.tagName === "TD") ? c : view.el("td", {}, c))));
+    if (rows.length === 0 && emptyText) {
+      rows.push(view.el("tr", {}, view.el("td", {colspan: columns, class: "empty"}, emptyText)));
+    }
+    body.replaceChildren(...rows);
+  },
+
+  async json(url) {
+    const r = await fetch(url, {cache: "no-store", credentials: "same-origin"});
+    if (!r.ok) throw new Error(url + ": " + r.status + " " + (await r.text()));
+    return r.json();
+  },
+
+  bytes(n) {
+    if (!n) return "-";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; ++i; }
+    return (Number.isInteger(n) ? n : n.toFixed(1)) + " " + units[i];
+  },
+
+  // Follows `url` (server-sent events): calls onEvent(data) for each, shows the state in the
+  // header's badge, and falls back to polling every `pollMs` while the stream is refused.
+  follow(url, onEvent, pollMs) {
+    const live = document.getElementById("live");
+    const show = (state, text) => { live.className = "live " + state; live.textContent = text; };
+    let poll = null;
+    const source = new EventSource(url, {withCredentials: true});
+    source.onopen = () => {
+      show("on", "live");
+      if (poll) { clearInterval(poll); poll = null; }
+    };
+    source.onmessage = (e) => onEvent(JSON.parse(e.data));
+    source.onerror = () => {
+      show("off", "reconnecting");
+      if (!poll) poll = setInterval(() => onEvent(null), pollMs || 2000);
+    };
+  },
+};
