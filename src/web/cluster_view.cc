@@ -58,8 +58,10 @@ bool Matches(const rpc::SinkState::NodeEntry& node, const Summary& s, const Clus
 }
 
 // At most this often per stream: a busy cluster's page redraws a few times a second, not once
-// per update.
-constexpr auto kClusterEventInterval = std::chrono::milliseconds(250);
+// per update. And a change is announced this long after it arrives, so that one event covers
+// a burst (many agents publishing at once).
+constexpr auto kClusterEventInterval = std::chrono::milliseconds(100);
+constexpr auto kClusterEventSettle = std::chrono::milliseconds(10);
 
 }  // namespace
 
@@ -181,6 +183,7 @@ Routes SinkRoutes(const rpc::RayletSink* sink) {
         std::this_thread::sleep_until(*last + kClusterEventInterval);
         const uint64_t now = state->WaitForChange(**seen, wait);
         if (now == **seen) return std::string();
+        std::this_thread::sleep_for(kClusterEventSettle);
       }
       *seen = state->version();
       *last = std::chrono::steady_clock::now();
