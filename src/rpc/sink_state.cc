@@ -84,6 +84,7 @@ absl::StatusOr<SinkState::Applied> SinkState::Apply(const std::string& node_id,
   if (it != nodes_.end() && it->second.session == session &&
       snapshot.generation() <= it->second.snapshot.generation()) {
     ++stale_;
+    it->second.updated = std::chrono::system_clock::now();  // heard from: an agent's heartbeat
     return Applied{false, it->second.snapshot.generation()};
   }
   Node& node = nodes_[node_id];

@@ -62,6 +62,8 @@ class SinkState {
   struct NodeEntry {
     std::string node_id;
     std::shared_ptr<const NodeSnapshot> snapshot;
+    // When the node's agent last published: a change, or its current snapshot again (the
+    // publisher's heartbeat, every 2 s by default).
     std::chrono::system_clock::time_point updated;
     uint64_t version = 0;  // version() when this node last changed
   };

@@ -127,7 +127,7 @@ std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::
   w.Family("rayaccel_sink_nodes", "gauge", "Nodes that have published to this sink.");
   w.Sample("rayaccel_sink_nodes", {}, static_cast<double>(nodes.size()));
   w.Family("rayaccel_sink_node_last_update_age_seconds", "gauge",
-           "Seconds since each node's last applied update.");
+           "Seconds since each node's agent last published (a change or its heartbeat).");
   std::map<std::pair<std::string, std::string>, size_t> devices;
   for (const rpc::SinkState::NodeEntry& n : nodes) {
     w.Sample("rayaccel_sink_node_last_update_age_seconds", {{"node_id", n.node_id}},

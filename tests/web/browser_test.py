@@ -156,7 +156,9 @@ def check_cluster_page(driver, url, node_ids):
     assert "TPU" in tpu[1], tpu
     summary = driver.find_element(By.ID, "summary").text
     assert summary.startswith("3 nodes,"), summary
+    driver.set_window_size(1400, 420)  # three rows: no need for a tall picture
     driver.save_screenshot(os.path.join(ARTEFACTS, "cluster-page.png"))
+    driver.set_window_size(1400, 1800)
 
     Select(driver.find_element(By.ID, "family")).select_by_value("TPU")
     until(driver, lambda d: [r.get_attribute("data-node") for r in rows(d, "nodes")]
