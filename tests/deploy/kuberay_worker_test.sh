@@ -43,7 +43,9 @@ esac
 
 # A node whose driver shows fewer GPUs than the pod asked for: Ray must not start.
 printf 'sim.spec = %s\n' "$src/examples/tpu-v4-host.json" > "$work/rayaccel.conf"
-for i in $(seq 50); do [ -e "$work/agent.sock" ] || break; sleep 0.1; done
+# The first pod's agent must be gone (it drains for a second; longer on a loaded machine),
+# or the second would find its socket in use.
+for i in $(seq 300); do [ -z "$(agent_pids)" ] && [ ! -e "$work/agent.sock" ] && break; sleep 0.1; done
 if timeout 60 bash "$work/worker.sh" > "$work/out.txt" 2>&1; then
   echo "Ray started without its GPUs: $(cat "$work/out.txt")" >&2
   exit 1

@@ -95,27 +95,36 @@ def rows(driver, table):
     return driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
 
 
-def cells(row):
-    return [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+def table(driver, name):
+    """A table's body rows as [{class, node, cells}], read in one step: the pages redraw whole
+    tables, so rows read one by one may come from two drawings."""
+    return driver.execute_script("""
+        return [...document.querySelectorAll(`#${arguments[0]} tbody tr`)].map((r) => ({
+          class: r.className, node: r.dataset.node || null,
+          cells: [...r.cells].map((c) => c.innerText)}));""", name)
+
+
+def cells_of(driver, name):
+    return [r["cells"] for r in table(driver, name)]
 
 
 def check_node_page(driver, url, tmp, spec):
     driver.get(url)
     until(driver, lambda d: len(rows(d, "devices")) == 8, "8 devices")
-    devices = [cells(r) for r in rows(driver, "devices")]
+    devices = cells_of(driver, "devices")
     assert all(c[2] == "H100" for c in devices), devices
     assert all(c[6].startswith("healthy") for c in devices), devices
     grid = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#links td.direct")]
     assert len(grid) == 56 and set(grid) == {"NV18"}, grid  # every pair, both ways
     legend = driver.find_element(By.ID, "link-legend").text
     assert "28 x NV18, 450 GB/s" in legend, legend
-    resources = dict(cells(r) for r in rows(driver, "resources"))
+    resources = dict(cells_of(driver, "resources"))
     assert resources.get("GPU") == "8" and resources.get("accelerator_type:H100") == "1", resources
-    labels = dict(cells(r) for r in rows(driver, "labels"))
+    labels = dict(cells_of(driver, "labels"))
     assert labels.get("ray.io/accelerator-type") == "H100", labels
-    plugins = [cells(r) for r in rows(driver, "plugins")]
+    plugins = cells_of(driver, "plugins")
     assert plugins[0][0] == "sim" and plugins[0][1] == "active", plugins
-    numa = [cells(r) for r in rows(driver, "numa")]
+    numa = cells_of(driver, "numa")
     assert [n[0] for n in numa] == ["0", "1"], numa
     until(driver, lambda d: d.find_element(By.ID, "live").text == "live", "the live badge")
     driver.save_screenshot(os.path.join(ARTEFACTS, "node-page.png"))
@@ -133,10 +142,11 @@ def check_node_page(driver, url, tmp, spec):
     until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#devices tr.unhealthy"),
           "GPU3's row to turn unhealthy")
     took = time.monotonic() - began
-    row = driver.find_element(By.CSS_SELECTOR, "#devices tr.unhealthy")
-    assert "XID 79" in row.text and "GPU3" in row.text, row.text
-    colour = row.find_elements(By.TAG_NAME, "td")[0].value_of_css_property("background-color")
-    assert colour == "rgba(253, 236, 236, 1)", colour  # --bad-bg: the row is red
+    row, colour = driver.execute_script("""
+        const r = document.querySelector("#devices tr.unhealthy");
+        return [r.innerText, getComputedStyle(r.cells[0]).backgroundColor];""")
+    assert "XID 79" in row and "GPU3" in row, row
+    assert colour == "rgb(253, 236, 236)", colour  # --bad-bg: the row is red
     assert driver.execute_script("return window.notReloaded === true;"), "the page reloaded"
     header = driver.find_element(By.CSS_SELECTOR, "#links th.unhealthy").text
     assert header == "GPU3", header
@@ -147,7 +157,7 @@ def check_node_page(driver, url, tmp, spec):
 def check_cluster_page(driver, url, node_ids):
     driver.get(url + "/")
     until(driver, lambda d: len(rows(d, "nodes")) == 3, "3 nodes")
-    listed = {r.get_attribute("data-node"): cells(r) for r in rows(driver, "nodes")}
+    listed = {r["node"]: r["cells"] for r in table(driver, "nodes")}
     assert set(listed) == set(node_ids.values()), listed
     h100 = listed[node_ids["h100"]]
     assert h100[1] == "8 GPU" and h100[2] == "H100", h100
@@ -161,17 +171,17 @@ def check_cluster_page(driver, url, node_ids):
     driver.set_window_size(1400, 1800)
 
     Select(driver.find_element(By.ID, "family")).select_by_value("TPU")
-    until(driver, lambda d: [r.get_attribute("data-node") for r in rows(d, "nodes")]
-          == [node_ids["tpu"]], "the TPU filter")
+    until(driver, lambda d: [r["node"] for r in table(d, "nodes")] == [node_ids["tpu"]],
+          "the TPU filter")
     Select(driver.find_element(By.ID, "family")).select_by_value("")
     Select(driver.find_element(By.ID, "health")).select_by_value("unhealthy")
-    until(driver, lambda d: [r.get_attribute("data-node") for r in rows(d, "nodes")]
-          == [node_ids["h100"]], "the health filter")
+    until(driver, lambda d: [r["node"] for r in table(d, "nodes")] == [node_ids["h100"]],
+          "the health filter")
 
     driver.find_element(By.CSS_SELECTOR, f"tr[data-node='{node_ids['h100']}'] a").click()
     until(driver, lambda d: d.current_url.endswith("/node/" + node_ids["h100"]), "the node page")
     until(driver, lambda d: len(rows(d, "devices")) == 8, "the node's 8 devices")
-    assert "unhealthy" in rows(driver, "devices")[3].get_attribute("class")
+    assert "unhealthy" in table(driver, "devices")[3]["class"]
     assert not driver.find_element(By.ID, "cluster").get_attribute("hidden")
 
 
