@@ -1,0 +1,26 @@
+"""The native module, built against the installed librayaccel that pkg-config finds
+(PKG_CONFIG_PATH=<prefix>/lib/pkgconfig for a prefix of your own)."""
+
+import subprocess
+
+import pybind11
+from setuptools import Extension, setup
+
+
+def pkg_config(*args):
+    try:
+        return subprocess.check_output(["pkg-config", *args, "rayaccel"], text=True).split()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit("rayaccel's Python package builds against an installed rayaccel: "
+                         "pkg-config cannot find rayaccel.pc (install rayaccel, or set "
+                         f"PKG_CONFIG_PATH to <prefix>/lib/pkgconfig): {e}")
+
+
+libdir = pkg_config("--variable=libdir")[0]
+native = Extension(
+    "rayaccel._native", ["src/native.cc"],
+    include_dirs=[pybind11.get_include()],
+    extra_compile_args=["-std=c++17", "-fvisibility=hidden", *pkg_config("--cflags")],
+    extra_link_args=[*pkg_config("--libs"), f"-Wl,-rpath,{libdir}"],
+    language="c++")
+setup(version=pkg_config("--modversion")[0], ext_modules=[native])

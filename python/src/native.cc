@@ -1,0 +1,251 @@
+// rayaccel._native: the Python binding of librayaccel's Registry. Thin on purpose: snapshots
+// cross as plain dicts and lists (rayaccel/types.py makes them frozen dataclasses), errors as
+// rayaccel.errors exceptions carrying the absl status code and message. Calls that may wait on
+// plugins release the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "rayaccel/registry.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// An absl status as the Python exception of its code (rayaccel.errors), with its message.
+struct StatusError {
+  absl::Status status;
+};
+
+[[noreturn]] void Throw(const absl::Status& status) { throw StatusError{status}; }
+
+py::dict AttributeDict(const std::vector<rayaccel::Attribute>& attributes) {
+  py::dict out;
+  for (const rayaccel::Attribute& a : attributes) {
+    switch (a.kind) {
+      case rayaccel::Attribute::Kind::kInt:
+        out[py::str(a.name)] = py::int_(a.int_value);
+        break;
+      case rayaccel::Attribute::Kind::kBool:
+        out[py::str(a.name)] = py::bool_(a.int_value != 0);
+        break;
+      default:
+        out[py::str(a.name)] = py::str(a.string_value);
+    }
+  }
+  return out;
+}
+
+py::dict SnapshotDict(const rayaccel::NodeSnapshot& s) {
+  py::list plugins;
+  for (const rayaccel::PluginStatus& p : s.plugins) {
+    py::dict d;
+    d["name"] = p.name;
+    d["path"] = p.path;
+    d["state"] = rayaccel::PluginStateName(p.state);
+    d["message"] = p.message;
+    d["abi_version"] = p.abi_version;
+    d["vendor"] = p.vendor;
+    d["version"] = p.plugin_version;
+    d["resource"] = p.resource_name;
+    d["visible_devices_env"] = p.visible_devices_env;
+    d["capabilities"] = p.capabilities;
+    d["device_count"] = p.device_count;
+    plugins.append(d);
+  }
+  py::list devices;
+  for (const rayaccel::Device& v : s.devices) {
+    py::dict d;
+    d["id"] = v.id;
+    d["plugin"] = v.plugin;
+    d["resource"] = v.resource;
+    d["index"] = v.index;
+    d["name"] = v.name;
+    d["vendor"] = v.vendor;
+    d["accelerator_type"] = v.accelerator_type;
+    d["architecture"] = v.architecture;
+    d["memory_bytes"] = v.memory_bytes;
+    d["pci_bus_id"] = v.pci_bus_id;
+    d["pci_vendor_id"] = v.pci_vendor_id;
+    d["pci_device_id"] = v.pci_device_id;
+    d["numa_node"] = v.numa_node >= 0 ? py::object(py::int_(v.numa_node)) : py::none();
+    d["driver_version"] = v.driver_version;
+    d["firmware_version"] = v.firmware_version;
+    d["parent_id"] = v.parent_id;
+    d["partition_profile"] = v.partition_profile;
+    d["health"] = rayaccel::HealthName(v.health);
+    d["health_reason"] = v.health_reason;
+    d["attributes"] = AttributeDict(v.attributes);
+    d["cpuset"] = v.cpuset;
+    d["nearest_nics"] = v.nearest_nics;
+    devices.append(d);
+  }
+  py::list links;
+  for (const rayaccel::Link& l : s.links) {
+    py::dict d;
+    d["a"] = l.a;
+    d["b"] = l.b;
+    d["type"] = l.type_name.empty() ? rayaccel::LinkTypeName(l.type) : l.type_name;
+    d["count"] = l.count;
+    d["bandwidth_mbps"] = l.bandwidth_mbps;
+    d["pcie_path"] = rayaccel::PciePathName(l.pcie_path);
+    d["source"] = l.source;
+    links.append(d);
+  }
+  py::list domains;
+  for (const rayaccel::Domain& dom : s.domains) {
+    py::dict d;
+    d["plugin"] = dom.plugin;
+    d["kind"] = dom.kind;
+    d["id"] = dom.id;
+    d["devices"] = dom.devices;
+    domains.append(d);
+  }
+  py::dict out;
+  out["generation"] = s.generation;
+  out["plugins"] = plugins;
+  out["devices"] = devices;
+  out["links"] = links;
+  out["domains"] = domains;
+  out["host_topology"] = s.host_topology;
+  out["resources"] = s.ray.resources;
+  out["labels"] = s.ray.labels;
+  return out;
+}
+
+// Holds the registry; the GIL is released around every call that may wait on a plugin.
+class PyRegistry {
+ public:
+  PyRegistry(std::vector<std::string> plugins,
+             std::map<std::string, std::map<std::string, std::string>> config,
+             const std::string& isolation, std::vector<std::string> search_path,
+             bool use_environment, bool host_topology, const std::string& hwloc_xml,
+             const std::string& plugin_host, uint32_t call_timeout_ms) {
+    rayaccel::RegistryOptions options;
+    options.plugins = std::move(plugins);
+    options.config = std::move(config);
+    options.search_path = std::move(search_path);
+    options.use_environment = use_environment;
+    options.host_topology = host_topology;
+    options.hwloc_xml = hwloc_xml;
+    options.plugin_host = plugin_host;
+    options.call_timeout_ms = call_timeout_ms;
+    if (isolation == "process") {
+      options.isolation = rayaccel::RegistryOptions::Isolation::kChildProcess;
+    } else if (isolation != "none") {
+      Throw(absl::InvalidArgumentError("isolation is \"process\" or \"none\", not \"" + isolation +
+                                       "\""));
+    }
+    absl::StatusOr<std::unique_ptr<rayaccel::Registry>> created;
+    {
+      py::gil_scoped_release unlocked;
+      created = rayaccel::Registry::Create(std::move(options));
+    }
+    if (!created.ok()) Throw(created.status());
+    registry_ = *std::move(created);
+  }
+
+  py::dict Snapshot() const { return SnapshotDict(*registry_->snapshot()); }
+
+  py::dict Rescan() {
+    std::shared_ptr<const rayaccel::NodeSnapshot> s;
+    {
+      py::gil_scoped_release unlocked;
+      s = registry_->Rescan();
+    }
+    return SnapshotDict(*s);
+  }
+
+  py::dict WaitForNewer(uint64_t generation, double timeout_s) {
+    std::shared_ptr<const rayaccel::NodeSnapshot> s;
+    {
+      py::gil_scoped_release unlocked;
+      s = registry_->WaitForNewer(
+          generation, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+    }
+    return SnapshotDict(*s);
+  }
+
+  void ValidateQuantity(const std::string& resource, uint32_t quantity) const {
+    absl::Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = registry_->ValidateQuantity(resource, quantity);
+    }
+    if (!st.ok()) Throw(st);
+  }
+
+  py::dict PreferredAllocation(const std::vector<std::string>& available,
+                               const std::vector<std::string>& must_include, size_t size,
+                               const std::string& resource) const {
+    absl::StatusOr<rayaccel::Allocation> a;
+    {
+      py::gil_scoped_release unlocked;
+      a = registry_->PreferredAllocation(available, must_include, size, resource);
+    }
+    if (!a.ok()) Throw(a.status());
+    py::dict out;
+    out["device_ids"] = a->device_ids;
+    out["positions"] = a->devices;
+    out["generation"] = a->generation;
+    out["reason"] = a->reason;
+    out["link_score"] = a->link_score;
+    out["leftover_score"] = a->leftover_score;
+    return out;
+  }
+
+  std::map<std::string, std::string> PrepareAllocation(const std::vector<std::string>& ids,
+                                                       uint64_t generation) const {
+    absl::StatusOr<std::map<std::string, std::string>> env;
+    {
+      py::gil_scoped_release unlocked;
+      env = registry_->PrepareAllocation(ids, generation);
+    }
+    if (!env.ok()) Throw(env.status());
+    return *std::move(env);
+  }
+
+  void Close() {
+    py::gil_scoped_release unlocked;
+    registry_->Shutdown();
+  }
+
+ private:
+  std::unique_ptr<rayaccel::Registry> registry_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "librayaccel's Registry (use the rayaccel package, not this module)";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      py::object raise = py::module_::import("rayaccel.errors").attr("_from_status");
+      py::object error = raise(static_cast<int>(e.status.code()), std::string(e.status.message()));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    }
+  });
+  py::class_<PyRegistry>(m, "Registry")
+      .def(py::init<std::vector<std::string>,
+                    std::map<std::string, std::map<std::string, std::string>>, const std::string&,
+                    std::vector<std::string>, bool, bool, const std::string&, const std::string&,
+                    uint32_t>(),
+           py::arg("plugins"), py::arg("config"), py::arg("isolation"), py::arg("search_path"),
+           py::arg("use_environment"), py::arg("host_topology"), py::arg("hwloc_xml"),
+           py::arg("plugin_host"), py::arg("call_timeout_ms"))
+      .def("snapshot", &PyRegistry::Snapshot)
+      .def("rescan", &PyRegistry::Rescan)
+      .def("wait_for_newer", &PyRegistry::WaitForNewer)
+      .def("validate_quantity", &PyRegistry::ValidateQuantity)
+      .def("preferred_allocation", &PyRegistry::PreferredAllocation)
+      .def("prepare_allocation", &PyRegistry::PrepareAllocation)
+      .def("close", &PyRegistry::Close);
+}

@@ -1,0 +1,182 @@
+"""rayaccel.ray.accelerator_manager against Ray's own managers on the same facts.
+
+The expected values are what Ray's managers (python/ray/_private/accelerators/: nvidia_gpu.py,
+amd_gpu.py, tpu.py) return on the node each fixture describes: NVML's device count and device
+0's name through Ray's type pattern; the AMD PCI device-id table; the TPU environment and its
+extra resources and labels. Ray cannot be installed here, so its answers are written out from
+its source, and the interface check lists its AcceleratorManager's methods.
+"""
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import rayaccel.ray
+
+# Every static method of Ray's AcceleratorManager (accelerator.py, newest Ray).
+RAY_INTERFACE = [
+    "get_resource_name", "get_visible_accelerator_ids_env_var",
+    "get_current_node_num_accelerators", "get_current_node_accelerator_type",
+    "get_current_node_additional_resources", "validate_resource_request_quantity",
+    "get_current_process_visible_accelerator_ids", "set_current_process_visible_accelerator_ids",
+    "get_ec2_instance_num_accelerators", "get_ec2_instance_accelerator_type",
+    "get_current_node_accelerator_labels",
+]
+
+
+def answers(manager):
+    return {
+        "resource": manager.get_resource_name(),
+        "env": manager.get_visible_accelerator_ids_env_var(),
+        "count": manager.get_current_node_num_accelerators(),
+        "type": manager.get_current_node_accelerator_type(),
+        "additional": manager.get_current_node_additional_resources(),
+    }
+
+
+def test_the_interface_is_rays(sim_h100):
+    manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
+    for name in RAY_INTERFACE:
+        assert isinstance(inspect.getattr_static(manager, name), staticmethod), name
+        assert callable(getattr(manager, name)), name
+    assert manager.get_ec2_instance_num_accelerators("p5.48xlarge", {}) is None
+    assert manager.get_ec2_instance_accelerator_type("p5.48xlarge", {}) is None
+
+
+def test_nvidia_on_the_fake_nvml_as_ray_says(cuda_h100):
+    # nvmlDeviceGetCount = 8; "NVIDIA H100 80GB HBM3" through Ray's pattern is "H100".
+    manager = rayaccel.ray.accelerator_manager("GPU", cuda_h100)
+    assert answers(manager) == {"resource": "GPU", "env": "CUDA_VISIBLE_DEVICES", "count": 8,
+                                "type": "H100", "additional": None}
+    assert manager.validate_resource_request_quantity(3) == (True, None)
+    assert manager.validate_resource_request_quantity(0.5) == (True, None)
+
+
+def test_the_sim_h100_as_ray_says(sim_h100):
+    manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
+    assert answers(manager) == {"resource": "GPU", "env": "CUDA_VISIBLE_DEVICES", "count": 8,
+                                "type": "H100", "additional": None}
+
+
+def test_amd_from_the_kfd_capture_as_ray_says(rocm_mi210):
+    # Eight MI210s (PCI 0x740f): Ray's table says AMD-Instinct-MI210; HIP_VISIBLE_DEVICES.
+    manager = rayaccel.ray.accelerator_manager("GPU", rocm_mi210)
+    assert answers(manager) == {"resource": "GPU", "env": "HIP_VISIBLE_DEVICES", "count": 8,
+                                "type": "AMD-Instinct-MI210", "additional": None}
+
+
+def test_tpu_from_the_host_tree_as_ray_says(tpu_v5e, monkeypatch):
+    manager = rayaccel.ray.accelerator_manager("TPU", tpu_v5e)
+    # Ray's tpu.py: the slice name and, on worker 0, the pod type's head resource.
+    assert answers(manager) == {
+        "resource": "TPU", "env": "TPU_VISIBLE_CHIPS", "count": 8, "type": "TPU-V5LITEPOD",
+        "additional": {"ci-slice": 1.0, "TPU-v5litepod-8-head": 1.0}}
+    labels = manager.get_current_node_accelerator_labels()
+    assert labels["ray.io/tpu-slice-name"] == "ci-slice", labels
+    assert labels["ray.io/tpu-worker-id"] == "0" and labels["ray.io/tpu-topology"] == "2x4"
+    assert labels["ray.io/tpu-pod-type"] == "v5litepod-8", labels
+    # Ray's TPU_VALID_CHIP_OPTIONS: 1, 2, 4, 8, and never a fraction.
+    for n in (1, 2, 4, 8):
+        assert manager.validate_resource_request_quantity(n) == (True, None), n
+    for n in (3, 0.5, 16):
+        valid, message = manager.validate_resource_request_quantity(n)
+        assert not valid and message, (n, message)
+    # One chip: Ray sets the chip and host bounds with it.
+    manager.set_current_process_visible_accelerator_ids(["0"])
+    assert os.environ["TPU_VISIBLE_CHIPS"] == "0"
+    assert os.environ["TPU_CHIPS_PER_HOST_BOUNDS"] == "1,1,1"
+    assert os.environ["TPU_HOST_BOUNDS"] == "1,1,1"
+    for var in ("TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS"):
+        monkeypatch.delenv(var)
+
+
+def test_visible_ids_read_and_written_as_ray_does(sim_h100, monkeypatch):
+    manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
+    assert manager.get_current_process_visible_accelerator_ids() is None  # unset: all
+    for value, ids in [("", []), ("NoDevFiles", []), ("0,2", ["0", "2"]),
+                       ("GPU-5d1c8c3e", ["GPU-5d1c8c3e"])]:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+        assert manager.get_current_process_visible_accelerator_ids() == ids, value
+    manager.set_current_process_visible_accelerator_ids(["0", "3"])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,3"
+    manager.set_current_process_visible_accelerator_ids([])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "1")
+    manager.set_current_process_visible_accelerator_ids(["5"])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "", "NOSET keeps the variable as it was"
+
+
+def test_unhealthy_devices_are_not_given_to_ray(tmp_path):
+    import json
+    from conftest import plugin, source
+    data = json.load(open(source("examples", "dgx-h100.json")))
+    data["devices"][2]["health"] = "unhealthy"
+    spec = tmp_path / "node.json"
+    spec.write_text(json.dumps(data))
+    with rayaccel.Registry(plugins=[plugin("sim")], host_topology=False,
+                           config={"sim.spec": str(spec)}) as r:
+        # Ray would count 8 (it asks NVML); rayaccel withholds the broken one.
+        assert rayaccel.ray.accelerator_manager("GPU", r).get_current_node_num_accelerators() == 7
+
+
+def test_a_family_the_node_lacks_answers_as_ray_does_without_devices(sim_h100):
+    manager = rayaccel.ray.accelerator_manager("HPU", sim_h100)
+    assert manager.get_current_node_num_accelerators() == 0
+    assert manager.get_current_node_accelerator_type() is None
+    assert manager.get_visible_accelerator_ids_env_var() is None
+
+
+def test_install_puts_the_managers_in_rays_place(tmp_path):
+    """Against a stand-in for Ray's accelerators package with Ray's three entry points (Ray
+    itself cannot be installed here): after install(), Ray's lookups answer with rayaccel's
+    managers, which subclass Ray's AcceleratorManager."""
+    pkg = tmp_path / "ray" / "_private" / "accelerators"
+    pkg.mkdir(parents=True)
+    (tmp_path / "ray" / "__init__.py").write_text("")
+    (tmp_path / "ray" / "_private" / "__init__.py").write_text("")
+    (pkg / "accelerator.py").write_text("class AcceleratorManager:\n    pass\n")
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        from ray._private.accelerators.accelerator import AcceleratorManager
+        class NvidiaGPUAcceleratorManager(AcceleratorManager):
+            @staticmethod
+            def get_resource_name():
+                return "GPU"
+        class NeuronAcceleratorManager(AcceleratorManager):
+            @staticmethod
+            def get_resource_name():
+                return "neuron_cores"
+        def get_all_accelerator_managers():
+            return {NvidiaGPUAcceleratorManager, NeuronAcceleratorManager}
+        def get_accelerator_manager_for_resource(resource_name):
+            try:
+                return get_accelerator_manager_for_resource._resource_name_to_accelerator_manager.get(resource_name)
+            except AttributeError:
+                table = {m.get_resource_name(): m for m in get_all_accelerator_managers()}
+                get_accelerator_manager_for_resource._resource_name_to_accelerator_manager = table
+                return table.get(resource_name)
+    """))
+    from conftest import BUILD, plugin, source
+    script = textwrap.dedent(f"""
+        import rayaccel, rayaccel.ray
+        import ray._private.accelerators as acc
+        r = rayaccel.Registry(plugins=[{plugin("sim")!r}], host_topology=False,
+                              config={{"sim.spec": {source("examples", "dgx-h100.json")!r}}})
+        rayaccel.ray.install(r)
+        gpu = acc.get_accelerator_manager_for_resource("GPU")
+        print(gpu.__name__, issubclass(gpu, acc.AcceleratorManager))
+        print(sorted(m.__name__ for m in acc.get_all_accelerator_managers()))
+        print(gpu.get_current_node_num_accelerators(), gpu.get_current_node_accelerator_type())
+        r.close()
+    """)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.path.join(BUILD, 'python')}")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "RayaccelGPUAcceleratorManager True",
+        "['NeuronAcceleratorManager', 'RayaccelGPUAcceleratorManager']",
+        "8 H100"], out.stdout
