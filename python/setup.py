@@ -1,6 +1,7 @@
 """The native module, built against the installed librayaccel that pkg-config finds
 (PKG_CONFIG_PATH=<prefix>/lib/pkgconfig for a prefix of your own)."""
 
+import os
 import subprocess
 
 import pybind11
@@ -16,6 +17,18 @@ def pkg_config(*args):
                          f"PKG_CONFIG_PATH to <prefix>/lib/pkgconfig): {e}")
 
 
+def generate_messages():
+    """rayaccel.v1: the wire's messages for AgentClient, from the protos installed with
+    rayaccel (protoc --python_out; protoc is Debian's protobuf-compiler)."""
+    protos = os.path.join(pkg_config("--variable=prefix")[0], "share", "rayaccel", "proto")
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.check_call(["protoc", f"--python_out={here}", "-I", protos,
+                           os.path.join(protos, "rayaccel", "v1", "snapshot.proto"),
+                           os.path.join(protos, "rayaccel", "v1", "agent.proto")])
+    open(os.path.join(here, "rayaccel", "v1", "__init__.py"), "a").close()
+
+
+generate_messages()
 libdir = pkg_config("--variable=libdir")[0]
 native = Extension(
     "rayaccel._native", ["src/native.cc"],

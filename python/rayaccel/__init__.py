@@ -11,12 +11,21 @@ rayaccel.ray has Ray's AcceleratorManager for any family (docs/python.md).
 """
 
 from .errors import (Error, FailedPreconditionError, InvalidArgumentError, NotFoundError,
-                     UnavailableError)
+                     UnauthenticatedError, UnavailableError)
 from .registry import Registry
 from .types import Allocation, Device, Domain, Link, NodeSnapshot, PluginStatus
 
+
+def __getattr__(name):
+    # AgentClient needs grpcio: imported when first asked for, so that the local Registry
+    # works without it.
+    if name == "AgentClient":
+        from .agent import AgentClient
+        return AgentClient
+    raise AttributeError(f"module 'rayaccel' has no attribute {name!r}")
+
 __all__ = [
-    "Allocation", "Device", "Domain", "Error", "FailedPreconditionError",
+    "AgentClient", "Allocation", "Device", "Domain", "Error", "FailedPreconditionError",
     "InvalidArgumentError", "Link", "NodeSnapshot", "NotFoundError", "PluginStatus", "Registry",
-    "UnavailableError",
+    "UnauthenticatedError", "UnavailableError",
 ]

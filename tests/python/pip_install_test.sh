@@ -17,6 +17,7 @@ cd "$work"
 "$work/venv/bin/python" - "$src/examples/dgx-h100.json" "$work/prefix" <<'PY'
 import sys
 import rayaccel, rayaccel.ray
+from rayaccel.agent import AgentClient  # the wire's messages were generated at install
 assert rayaccel.__file__.startswith(sys.prefix), rayaccel.__file__
 with rayaccel.Registry(plugins=["sim"], config={"sim.spec": sys.argv[1]},
                        host_topology=False) as r:
