@@ -8,11 +8,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "rayaccel/registry.h"
+#include "rayaccel/transport.h"
 
 namespace py = pybind11;
 
@@ -220,6 +223,142 @@ class PyRegistry {
   std::unique_ptr<rayaccel::Registry> registry_;
 };
 
+// The bytes of any buffer-protocol object (NumPy arrays, bytearray, memoryview, a CPU tensor's
+// NumPy view), which must be C-contiguous: a region is one range of addresses.
+struct Span {
+  void* data = nullptr;
+  uint64_t size = 0;
+};
+
+Span Contiguous(const py::buffer& buffer, bool writable) {
+  py::buffer_info info = buffer.request(writable);
+  py::ssize_t expected = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != expected) {
+      Throw(absl::InvalidArgumentError("the buffer is not C-contiguous: copy it first "
+                                       "(numpy.ascontiguousarray)"));
+    }
+    expected *= info.shape[d];
+  }
+  return {info.ptr, static_cast<uint64_t>(info.size * info.itemsize)};
+}
+
+// A transfer in flight; holds its transport, which must outlive it.
+class PyRequest {
+ public:
+  PyRequest(std::shared_ptr<rayaccel::Transport> transport, rayaccel::Request request)
+      : transport_(std::move(transport)), request_(std::move(request)) {}
+
+  // Waits up to `timeout_s` (None: until it ends). True once it completed; False while still
+  // in flight; raises its error.
+  bool Wait(std::optional<double> timeout_s) {
+    absl::Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = request_.Wait(timeout_s.has_value() ? absl::Now() + absl::Seconds(*timeout_s)
+                                               : absl::InfiniteFuture());
+    }
+    if (absl::IsDeadlineExceeded(st) && !request_.done()) return false;
+    if (!st.ok()) Throw(st);
+    return true;
+  }
+
+ private:
+  std::shared_ptr<rayaccel::Transport> transport_;
+  rayaccel::Request request_;
+};
+
+class PyTransport {
+ public:
+  PyTransport(const std::string& plugin, std::map<std::string, std::string> config,
+              std::vector<std::string> search_path, double peer_timeout_s) {
+    rayaccel::TransportOptions options;
+    options.plugin = plugin;
+    options.config = std::move(config);
+    options.search_path = std::move(search_path);
+    options.peer_timeout = absl::Seconds(peer_timeout_s);
+    absl::StatusOr<std::unique_ptr<rayaccel::Transport>> opened;
+    {
+      py::gil_scoped_release unlocked;
+      opened = rayaccel::Transport::Open(options);
+    }
+    if (!opened.ok()) Throw(opened.status());
+    transport_ = std::shared_ptr<rayaccel::Transport>(std::move(*opened));
+  }
+
+  py::bytes Address() const { return py::bytes(transport_->address()); }
+  std::string PluginName() const { return transport_->plugin_name(); }
+
+  uint64_t Register(const py::buffer& buffer, bool writable) {
+    Span span = Contiguous(buffer, writable);
+    absl::StatusOr<uint64_t> region = transport_->Register(span.data, span.size);
+    if (!region.ok()) Throw(region.status());
+    return *region;
+  }
+
+  void Deregister(uint64_t region) {
+    absl::Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = transport_->Deregister(region);
+    }
+    if (!st.ok()) Throw(st);
+  }
+
+  py::bytes Describe(uint64_t region) const {
+    absl::StatusOr<std::string> d = transport_->Describe(region);
+    if (!d.ok()) Throw(d.status());
+    return py::bytes(*d);
+  }
+
+  uint64_t Connect(const py::bytes& peer) {
+    const std::string address = peer;
+    absl::StatusOr<uint64_t> connection;
+    {
+      py::gil_scoped_release unlocked;
+      connection = transport_->Connect(address);
+    }
+    if (!connection.ok()) Throw(connection.status());
+    return *connection;
+  }
+
+  void Close(uint64_t connection) {
+    absl::Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = transport_->Close(connection);
+    }
+    if (!st.ok()) Throw(st);
+  }
+
+  PyRequest Read(uint64_t connection, uint64_t local, uint64_t local_offset,
+                 const py::bytes& descriptor, uint64_t remote_offset, uint64_t length) {
+    const std::string d = descriptor;
+    absl::StatusOr<rayaccel::Request> r;
+    {
+      py::gil_scoped_release unlocked;
+      r = transport_->Read(connection, local, local_offset, d, remote_offset, length);
+    }
+    if (!r.ok()) Throw(r.status());
+    return PyRequest(transport_, *std::move(r));
+  }
+
+  static py::dict Inspect(const py::bytes& descriptor) {
+    absl::StatusOr<rayaccel::DescriptorInfo> info =
+        rayaccel::Transport::Inspect(std::string(descriptor));
+    if (!info.ok()) Throw(info.status());
+    py::dict out;
+    out["plugin"] = info->plugin;
+    out["endpoint"] = info->endpoint;
+    out["region"] = info->region;
+    out["length"] = info->length;
+    return out;
+  }
+
+ private:
+  std::shared_ptr<rayaccel::Transport> transport_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -248,4 +387,19 @@ PYBIND11_MODULE(_native, m) {
       .def("preferred_allocation", &PyRegistry::PreferredAllocation)
       .def("prepare_allocation", &PyRegistry::PrepareAllocation)
       .def("close", &PyRegistry::Close);
+  py::class_<PyRequest>(m, "Request").def("wait", &PyRequest::Wait, py::arg("timeout") = py::none());
+  py::class_<PyTransport>(m, "Transport")
+      .def(py::init<const std::string&, std::map<std::string, std::string>,
+                    std::vector<std::string>, double>(),
+           py::arg("plugin"), py::arg("config"), py::arg("search_path"),
+           py::arg("peer_timeout"))
+      .def_property_readonly("address", &PyTransport::Address)
+      .def_property_readonly("plugin_name", &PyTransport::PluginName)
+      .def("register", &PyTransport::Register, py::arg("buffer"), py::arg("writable"))
+      .def("deregister", &PyTransport::Deregister)
+      .def("describe", &PyTransport::Describe)
+      .def("connect", &PyTransport::Connect)
+      .def("close", &PyTransport::Close)
+      .def("read", &PyTransport::Read)
+      .def_static("inspect", &PyTransport::Inspect);
 }

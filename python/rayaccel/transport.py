@@ -1,0 +1,269 @@
+"""rayaccel's transport for Ray Direct Transport: Ray's TensorTransportManager, one-sided.
+
+The source registers the tensors' memory with a rayaccel plugin's transport and puts its
+endpoint address and one descriptor per tensor into the transport metadata, which travels
+with the object through Ray. The destination connects to that address, reads each tensor into
+`target_buffers` or new arrays, and returns them; the source does nothing during the transfer
+(as with NIXL). `garbage_collect` deregisters the source's memory: a read with its descriptors
+then fails as stale. `abort_transport` closes the destination's connection, which fails the
+reads in flight. A peer that dies fails the reads within the transport's peer timeout: an
+exception, never a hang.
+
+    import ray, rayaccel.transport
+    ray.experimental.register_tensor_transport("RAYACCEL", ["cpu"], rayaccel.transport.TensorTransport)
+
+Host memory: NumPy arrays, any C-contiguous buffer-protocol object (read back as uint8 arrays),
+and CPU tensors of PyTorch when it is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import _native
+from .errors import AbortedError, Error, InvalidArgumentError
+
+try:  # Ray's interface and metadata types, when Ray is installed
+    from ray.experimental import (CommunicatorMetadata, TensorTransportManager,
+                                  TensorTransportMetadata)
+except ImportError:  # pragma: no cover - Ray is optional
+    try:
+        from ray.experimental.rdt.tensor_transport_manager import (  # older layouts
+            CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata)
+    except ImportError:
+        TensorTransportManager = object
+
+        @dataclass
+        class CommunicatorMetadata:  # type: ignore[no-redef]
+            """Ray's CommunicatorMetadata (empty for a one-sided transport)."""
+
+        @dataclass
+        class TensorTransportMetadata:  # type: ignore[no-redef]
+            """Ray's TensorTransportMetadata: (shape, dtype) per tensor, and their device."""
+
+            tensor_meta: List[Tuple[Any, Any]]
+            tensor_device: Optional[str] = None
+
+try:
+    import torch
+except ImportError:  # PyTorch is optional
+    torch = None
+
+
+@dataclass
+class RayaccelTransportMetadata(TensorTransportMetadata):
+    """What the destination needs: the source endpoint's address, and per tensor its
+    descriptor (a checksummed reference to the registered memory) and size in bytes."""
+
+    address: bytes = b""
+    descriptors: List[bytes] = field(default_factory=list)
+    nbytes: List[int] = field(default_factory=list)
+
+
+def _bytes_of(tensor) -> Tuple[np.ndarray, Tuple[Any, Any], Any]:
+    """(a flat uint8 view of the tensor's memory, (shape, dtype), what keeps it alive)."""
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        if tensor.device.type != "cpu":
+            raise InvalidArgumentError(
+                f"a {tensor.device.type} tensor: this transport moves host memory")
+        t = tensor.detach().contiguous()
+        return t.reshape(-1).view(torch.uint8).numpy(), (t.shape, t.dtype), t
+    array = np.asarray(tensor)
+    if array.dtype == object:
+        raise InvalidArgumentError(f"{type(tensor).__name__} is not an array or buffer")
+    array = np.ascontiguousarray(array)  # a copy only when it was not contiguous
+    return array.reshape(-1).view(np.uint8), (array.shape, array.dtype), array
+
+
+def _target_bytes(out) -> np.ndarray:
+    """A flat uint8 view of a target buffer's own memory (never of a copy)."""
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.device.type != "cpu" or not out.is_contiguous():
+            raise InvalidArgumentError("a target tensor must be a contiguous CPU tensor")
+        return out.reshape(-1).view(torch.uint8).numpy()
+    array = np.asarray(out)
+    if not array.flags["C_CONTIGUOUS"] or not array.flags["WRITEABLE"]:
+        raise InvalidArgumentError("a target buffer must be writable and C-contiguous")
+    return array.reshape(-1).view(np.uint8)
+
+
+def _new_tensor(shape, dtype):
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return torch.empty(shape, dtype=dtype)
+    return np.empty(shape, dtype=dtype)
+
+
+class TensorTransport(TensorTransportManager):
+    """Ray's TensorTransportManager over rayaccel's transport (one per process, as Ray makes
+    it). plugin: whose transport to use (default: $RAYACCEL_TRANSPORT_PLUGIN, else "sim",
+    host memory over UCX like every in-tree plugin); config: its configuration; peer_timeout:
+    seconds a silent peer may take before its reads fail."""
+
+    def __init__(self, plugin: Optional[str] = None, config: Optional[Dict[str, str]] = None,
+                 search_path: Tuple[str, ...] = (), peer_timeout: float = 10.0):
+        self._plugin = plugin or os.environ.get("RAYACCEL_TRANSPORT_PLUGIN", "sim")
+        self._config = dict(config or {})
+        self._search_path = list(search_path)
+        self._peer_timeout = peer_timeout
+        self._lock = threading.Lock()
+        self._native: Optional[_native.Transport] = None
+        self._sources: Dict[str, List[Tuple[int, Any]]] = {}  # obj_id -> (region, keep-alive)
+        self._connections: Dict[bytes, int] = {}  # peer address -> connection
+        self._inflight: Dict[str, Tuple[bytes, int]] = {}  # obj_id -> (address, connection)
+        self._aborted: set = set()
+
+    def _transport(self) -> _native.Transport:
+        with self._lock:
+            if self._native is None:
+                self._native = _native.Transport(self._plugin, self._config, self._search_path,
+                                                 self._peer_timeout)
+            return self._native
+
+    # Ray's interface.
+
+    def tensor_transport_backend(self) -> str:
+        return "RAYACCEL"
+
+    @staticmethod
+    def is_one_sided() -> bool:
+        return True
+
+    @staticmethod
+    def can_abort_transport() -> bool:
+        return True
+
+    def actor_has_tensor_transport(self, actor) -> bool:
+        import ray
+        return ray.get(actor.__ray_call__.remote(_has_transport))
+
+    def get_communicator_metadata(self, src_actor, dst_actor, backend=None):
+        return CommunicatorMetadata()
+
+    def extract_tensor_transport_metadata(self, obj_id: str,
+                                          rdt_object: List[Any]) -> RayaccelTransportMetadata:
+        transport = self._transport()
+        meta, descriptors, sizes, held = [], [], [], []
+        try:
+            for tensor in rdt_object:
+                view, shape_dtype, keep = _bytes_of(tensor)
+                meta.append(shape_dtype)
+                sizes.append(view.nbytes)
+                if view.nbytes == 0:
+                    descriptors.append(b"")
+                    continue
+                region = transport.register(view, False)
+                held.append((region, keep))
+                descriptors.append(transport.describe(region))
+        except BaseException:
+            for region, _ in held:
+                transport.deregister(region)
+            raise
+        with self._lock:
+            self._sources.setdefault(obj_id, []).extend(held)
+        device = "cpu"
+        return RayaccelTransportMetadata(tensor_meta=meta, tensor_device=device,
+                                         address=transport.address, descriptors=descriptors,
+                                         nbytes=sizes)
+
+    def recv_multiple_tensors(self, obj_id: str, tensor_transport_metadata,
+                              communicator_metadata=None,
+                              target_buffers: Optional[List[Any]] = None) -> List[Any]:
+        meta = tensor_transport_metadata
+        transport = self._transport()
+        if target_buffers is not None and len(target_buffers) != len(meta.tensor_meta):
+            raise InvalidArgumentError(f"{len(target_buffers)} target buffers for "
+                                       f"{len(meta.tensor_meta)} tensors")
+        connection = self._connect(meta.address)
+        with self._lock:
+            if obj_id in self._aborted:
+                raise AbortedError(f"the transfer of {obj_id} was aborted")
+            self._inflight[obj_id] = (meta.address, connection)
+        outputs, regions, requests = [], [], []
+        try:
+            for i, ((shape, dtype), descriptor, nbytes) in enumerate(
+                    zip(meta.tensor_meta, meta.descriptors, meta.nbytes)):
+                out = target_buffers[i] if target_buffers is not None else \
+                    _new_tensor(shape, dtype)
+                view = _target_bytes(out)
+                if view.nbytes != nbytes:
+                    raise InvalidArgumentError(f"target buffer {i} holds {view.nbytes} bytes; "
+                                               f"the tensor is {nbytes}")
+                outputs.append(out)
+                if nbytes == 0:
+                    continue
+                region = transport.register(view, True)
+                regions.append(region)
+                requests.append(transport.read(connection, region, 0, descriptor, 0, nbytes))
+            for request in requests:
+                request.wait()  # the transport fails it when the peer goes silent
+        except Error:
+            with self._lock:
+                aborted = obj_id in self._aborted
+            if aborted:
+                raise AbortedError(f"the transfer of {obj_id} was aborted") from None
+            self._forget(meta.address, connection)
+            raise
+        finally:
+            for region in regions:
+                try:
+                    transport.deregister(region)
+                except Error:
+                    pass
+            with self._lock:
+                self._inflight.pop(obj_id, None)
+        return outputs
+
+    def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
+        raise NotImplementedError("one-sided: the destination reads; Ray does not call this")
+
+    def garbage_collect(self, obj_id: str, tensor_transport_meta=None, tensors=None) -> None:
+        with self._lock:
+            held = self._sources.pop(obj_id, [])
+            self._aborted.discard(obj_id)
+        for region, _ in held:
+            self._transport().deregister(region)
+
+    def abort_transport(self, obj_id: str, communicator_metadata=None) -> None:
+        """On the destination: the reads in flight for obj_id fail (their connection is
+        closed), and a later recv of it is refused. On the source: nothing is in flight."""
+        with self._lock:
+            self._aborted.add(obj_id)
+            inflight = self._inflight.get(obj_id)
+        if inflight is not None:
+            self._forget(*inflight)
+
+    # Connections, one per peer endpoint, made on first use.
+
+    def _connect(self, address: bytes) -> int:
+        with self._lock:
+            connection = self._connections.get(address)
+        if connection is not None:
+            return connection
+        connection = self._transport().connect(address)
+        with self._lock:
+            return self._connections.setdefault(address, connection)
+
+    def _forget(self, address: bytes, connection: int) -> None:
+        with self._lock:
+            if self._connections.get(address) == connection:
+                del self._connections[address]
+            else:
+                return
+        try:
+            self._transport().close(connection)
+        except Error:
+            pass
+
+
+def _has_transport(self_actor=None) -> bool:
+    """Run inside an actor by actor_has_tensor_transport: can this process open one?"""
+    try:
+        TensorTransport()._transport()
+        return True
+    except Exception:
+        return False

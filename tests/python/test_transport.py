@@ -1,0 +1,168 @@
+"""rayaccel.transport.TensorTransport between two processes: Ray's one-sided flow (the
+destination pulls), verified bytes from 1 KiB to 256 MiB, target buffers, stale descriptors,
+a peer killed before and during a read, and abort."""
+
+import base64
+import hashlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import rayaccel
+from rayaccel.transport import TensorTransport
+
+PEER = os.path.join(os.path.dirname(__file__), "transport_peer.py")
+
+
+class Peer:
+    def __init__(self, *sizes):
+        self.proc = subprocess.Popen([sys.executable, PEER, *map(str, sizes)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.meta = pickle.loads(base64.b64decode(self.proc.stdout.readline()))
+        self.digests = self.proc.stdout.readline().split()
+
+    def command(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def destination():
+    return TensorTransport(peer_timeout=2.0)
+
+
+def digest(a):
+    return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).hexdigest()
+
+
+def test_the_interface_is_rays():
+    assert TensorTransport.is_one_sided() and TensorTransport.can_abort_transport()
+    for name in ["tensor_transport_backend", "actor_has_tensor_transport",
+                 "extract_tensor_transport_metadata", "get_communicator_metadata",
+                 "recv_multiple_tensors", "send_multiple_tensors", "garbage_collect",
+                 "abort_transport"]:
+        assert callable(getattr(TensorTransport, name)), name
+    assert TensorTransport().tensor_transport_backend() == "RAYACCEL"
+    with pytest.raises(NotImplementedError):
+        TensorTransport().send_multiple_tensors([], None, None)
+
+
+def test_bytes_arrive_whole_from_1_KiB_to_256_MiB(destination):
+    sizes = [1024, 1 << 20, (64 << 20, "float32"), 256 << 20]
+    peer = Peer(*[f"{s[0]}:{s[1]}" if isinstance(s, tuple) else s for s in sizes])
+    try:
+        assert peer.meta.tensor_device == "cpu" and len(peer.meta.descriptors) == 4
+        out = destination.recv_multiple_tensors("obj-1", peer.meta, None)
+        assert [o.nbytes for o in out] == [1024, 1 << 20, 64 << 20, 256 << 20]
+        assert out[2].dtype == np.float32 and out[2].shape == ((64 << 20) // 4,)
+        assert [digest(o) for o in out] == peer.digests
+        # Into the caller's buffers: the same objects come back, filled.
+        targets = [np.zeros(o.shape, o.dtype) for o in out]
+        again = destination.recv_multiple_tensors("obj-1", peer.meta, None, targets)
+        assert all(a is t for a, t in zip(again, targets))
+        assert [digest(t) for t in targets] == peer.digests
+        with pytest.raises(rayaccel.InvalidArgumentError, match="holds"):
+            destination.recv_multiple_tensors("obj-1", peer.meta, None,
+                                              [np.zeros(1, np.uint8)] * 4)
+    finally:
+        peer.close()
+
+
+def test_a_collected_object_is_stale(destination):
+    peer = Peer(4096)
+    try:
+        assert peer.command("gc") == "gc done"
+        with pytest.raises(rayaccel.FailedPreconditionError, match="stale"):
+            destination.recv_multiple_tensors("obj-1", peer.meta, None)
+    finally:
+        peer.close()
+
+
+def test_a_dead_peer_is_an_exception_not_a_hang(destination):
+    peer = Peer(1 << 20)
+    peer.proc.kill()
+    peer.proc.wait()
+    began = time.monotonic()
+    with pytest.raises(rayaccel.Error) as e:
+        destination.recv_multiple_tensors("obj-1", peer.meta, None)
+    assert isinstance(e.value, (rayaccel.UnavailableError, rayaccel.errors.DeadlineExceededError)), e.value
+    print(f"dead peer: {type(e.value).__name__} after {time.monotonic() - began:.2f} s")
+
+
+def test_a_peer_killed_mid_read_ends_the_read(destination):
+    peer = Peer(256 << 20)
+    result = {}
+
+    def receive():
+        try:
+            result["out"] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
+        except rayaccel.Error as e:
+            result["error"] = e
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    time.sleep(0.005)
+    peer.proc.send_signal(signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the read hung after its peer died"
+    # Either the bytes were all there before the kill, or the read failed as lost.
+    if "out" in result:
+        assert digest(result["out"][0]) == peer.digests[0]
+    else:
+        assert isinstance(result["error"], (rayaccel.UnavailableError,
+                                            rayaccel.errors.DeadlineExceededError))
+    peer.close()
+
+
+def test_abort(destination):
+    peer = Peer(64 << 20)
+    try:
+        destination.abort_transport("obj-1", None)
+        with pytest.raises(rayaccel.errors.AbortedError):
+            destination.recv_multiple_tensors("obj-1", peer.meta, None)
+        destination.garbage_collect("obj-1")  # forgets the abort with the object
+        # Aborted mid-read: the read ends, failed as aborted or complete; never hangs.
+        result = {}
+
+        def receive():
+            try:
+                result["out"] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
+            except rayaccel.Error as e:
+                result["error"] = e
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        time.sleep(0.002)
+        destination.abort_transport("obj-1", None)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert "out" in result or isinstance(result["error"], rayaccel.errors.AbortedError)
+    finally:
+        peer.close()
+
+
+def test_buffers_of_any_kind(destination):
+    source = TensorTransport()
+    things = [bytearray(b"abc" * 100), np.arange(12, dtype=np.int64).reshape(3, 4)[:, 1:],
+              np.zeros((0, 4))]
+    meta = source.extract_tensor_transport_metadata("obj-2", things)
+    out = destination.recv_multiple_tensors("obj-2", meta, None)
+    assert bytes(out[0]) == b"abc" * 100
+    assert (out[1] == things[1]).all() and out[1].shape == (3, 3)  # copied to contiguous
+    assert out[2].shape == (0, 4)
+    with pytest.raises(rayaccel.InvalidArgumentError):
+        source.extract_tensor_transport_metadata("obj-3", [object()])
+    source.garbage_collect("obj-2")
