@@ -7,8 +7,9 @@ C++: `rayaccel transfer --own-memory --op read` (a server process registers its 
 client reads it into its own: the pull Ray's direct transport makes). Python: a source process
 registers a NumPy array with rayaccel.transport.TensorTransport and hands over the metadata; the
 destination calls recv_multiple_tensors into a target buffer, as Ray does with target_buffers.
-Both over the sim plugin's transport (UCX, host memory, same host). Prints each side's median
-bandwidth and the ratio.
+Both over the sim plugin's transport (UCX, host memory, same host). Python runs twice: on memory
+from malloc, as the C++ tool's (the transport path's own cost), and on arrays from NumPy's
+allocator (which advises large arrays as huge pages). Prints the medians and the ratios.
 """
 
 import base64
@@ -56,19 +57,23 @@ import numpy as np
 from rayaccel.transport import TensorTransport
 t = TensorTransport()
 a = np.random.default_rng(1).integers(0, 256, int(sys.argv[1]), dtype=np.uint8)
+if sys.argv[2] == "malloc":
+    a = np.frombuffer(bytearray(a.tobytes()), dtype=np.uint8)
 print(base64.b64encode(pickle.dumps(t.extract_tensor_transport_metadata("o", [a]))).decode(),
       flush=True)
 sys.stdin.read()
 """
 
 
-def python():
-    source = subprocess.Popen([sys.executable, "-c", SOURCE, str(size)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+def python(memory):
+    """memory: "numpy" (arrays from NumPy's allocator) or "malloc" (as the C++ tool's)."""
+    source = subprocess.Popen([sys.executable, "-c", SOURCE, str(size), memory],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         meta = pickle.loads(base64.b64decode(source.stdout.readline()))
         dest = TensorTransport()
-        target = [np.empty(size, np.uint8)]
+        target = [np.empty(size, np.uint8) if memory == "numpy" else
+                  np.frombuffer(bytearray(size), dtype=np.uint8)]
         times = []
         for i in range(5 + iters):
             began = time.perf_counter()
@@ -81,6 +86,7 @@ def python():
         source.wait()
 
 
-c, p = cpp(), python()
-print(f"{size >> 20} MiB read, median of {iters}: C++ {c / 1e9:.2f} GB/s, "
-      f"Python {p / 1e9:.2f} GB/s, Python/C++ {p / c:.2f}x")
+c, same, numpy = cpp(), python("malloc"), python("numpy")
+print(f"{size >> 20} MiB read, median of {iters}: C++ {c / 1e9:.2f} GB/s; Python on the same "
+      f"memory {same / 1e9:.2f} GB/s ({same / c:.2f}x), on NumPy's arrays {numpy / 1e9:.2f} GB/s "
+      f"({numpy / c:.2f}x)")
