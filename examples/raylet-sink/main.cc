@@ -1,7 +1,9 @@
 // What a raylet does to learn a node's accelerators from the rayaccel agent: register
 // rayaccel::rpc::RayletSink in its own gRPC server, next to its own services, and take each
-// applied update from the listener. This program prints them.
-//   raylet-sink-example ADDRESS [UPDATES]   stops after UPDATES applied updates (default: never)
+// applied update from the listener. This program prints them and, given an HTTP address, serves
+// the cluster's web view of the same sink (rayaccel::web).
+//   raylet-sink-example ADDRESS [UPDATES [HTTP]]
+// stops after UPDATES applied updates (default, or 0: never); HTTP is tcp://HOST:PORT.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -13,6 +15,8 @@
 #include <string>
 
 #include "rpc/raylet_sink.h"
+#include "web/cluster_view.h"
+#include "web/http_server.h"
 
 namespace {
 
@@ -56,7 +60,22 @@ int main(int argc, char** argv) {
   builder.RegisterService(&sink);  // a raylet registers its own services here too
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return 1;
+  // The cluster page, /api and /metrics of this sink, on threads of the view's own.
+  std::unique_ptr<rayaccel::web::HttpServer> view;
+  if (argc > 3) {
+    rayaccel::web::HttpOptions http;
+    http.listen = argv[3];
+    auto started = rayaccel::web::HttpServer::Start(http, rayaccel::web::SinkRoutes(&sink));
+    if (!started.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(started.status().message()).c_str());
+      return 1;
+    }
+    view = *std::move(started);
+    std::printf("web view on http://%s/\n", view->address().c_str());
+    std::fflush(stdout);
+  }
   printer.WaitFor(argc > 2 ? std::atol(argv[2]) : 0);
+  view.reset();  // before the sink it reads
   // Agents keep their streams open: give them a moment, then cancel (they reconnect later).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;

@@ -43,6 +43,7 @@ TEST(LibrarySymbols, OnlyTheApiIsExported) {
                                             "rayaccel::IsReservedRayResource(",
                                             "rayaccel::LogEnabled(",
                                             "rayaccel::LogLine(",
+                                            "rayaccel::BestLink(",
                                             "RAYACCEL_0"};
   std::vector<std::string> api;
   for (const std::string& mangled : *symbols) {
