@@ -235,8 +235,9 @@ Span Contiguous(const py::buffer& buffer, bool writable) {
   py::ssize_t expected = info.itemsize;
   for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
     if (info.shape[d] > 1 && info.strides[d] != expected) {
-      Throw(absl::InvalidArgumentError("the buffer is not C-contiguous: copy it first "
-                                       "(numpy.ascontiguousarray)"));
+      Throw(
+          absl::InvalidArgumentError("the buffer is not C-contiguous: copy it first "
+                                     "(numpy.ascontiguousarray)"));
     }
     expected *= info.shape[d];
   }
@@ -387,12 +388,12 @@ PYBIND11_MODULE(_native, m) {
       .def("preferred_allocation", &PyRegistry::PreferredAllocation)
       .def("prepare_allocation", &PyRegistry::PrepareAllocation)
       .def("close", &PyRegistry::Close);
-  py::class_<PyRequest>(m, "Request").def("wait", &PyRequest::Wait, py::arg("timeout") = py::none());
+  py::class_<PyRequest>(m, "Request")
+      .def("wait", &PyRequest::Wait, py::arg("timeout") = py::none());
   py::class_<PyTransport>(m, "Transport")
       .def(py::init<const std::string&, std::map<std::string, std::string>,
                     std::vector<std::string>, double>(),
-           py::arg("plugin"), py::arg("config"), py::arg("search_path"),
-           py::arg("peer_timeout"))
+           py::arg("plugin"), py::arg("config"), py::arg("search_path"), py::arg("peer_timeout"))
       .def_property_readonly("address", &PyTransport::Address)
       .def_property_readonly("plugin_name", &PyTransport::PluginName)
       .def("register", &PyTransport::Register, py::arg("buffer"), py::arg("writable"))
