@@ -73,15 +73,18 @@ class AgentClient:
     """A running agent's AcceleratorRegistry service.
 
     address: unix:PATH, an absolute path, or tcp://HOST:PORT. token: the agent's bearer token
-    (its --token-file), sent on every call. tls_ca: a PEM CA file for a TLS agent; tls_cert and
-    tls_key: a client certificate for one that requires them. timeout: seconds per call.
+    (its --token-file), sent on every call. tls_ca: a PEM CA file for a TLS agent (without it,
+    but with a client certificate, the system's roots); tls_cert and tls_key: a client
+    certificate for one that requires them. timeout: seconds per call.
     """
 
     def __init__(self, address: str, token: Optional[str] = None, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 10.0):
         target = _target(address)
-        if tls_ca is not None:
+        if tls_ca is not None or tls_cert is not None or tls_key is not None:
+            # Any TLS setting means TLS (the system's roots when no CA is given): a token is
+            # never sent in the clear because a CA was left out.
             read = lambda path: open(path, "rb").read() if path else None  # noqa: E731
             credentials = grpc.ssl_channel_credentials(read(tls_ca), read(tls_key),
                                                        read(tls_cert))

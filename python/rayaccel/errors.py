@@ -45,17 +45,47 @@ class InternalError(Error):
     code = "INTERNAL"
 
 
+class CancelledError(Error):
+    code = "CANCELLED"
+
+
+class AlreadyExistsError(Error):
+    code = "ALREADY_EXISTS"
+
+
+class ResourceExhaustedError(Error):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class OutOfRangeError(Error):
+    code = "OUT_OF_RANGE"
+
+
+class UnimplementedError(Error, NotImplementedError):
+    code = "UNIMPLEMENTED"
+
+
+class DataLossError(Error):
+    code = "DATA_LOSS"
+
+
 # absl::StatusCode values (absl/status/status.h), pinned.
 _BY_CODE = {
+    1: CancelledError,
     2: Error,
     3: InvalidArgumentError,
     4: DeadlineExceededError,
     5: NotFoundError,
+    6: AlreadyExistsError,
     7: PermissionDeniedError,
+    8: ResourceExhaustedError,
     9: FailedPreconditionError,
     10: AbortedError,
+    11: OutOfRangeError,
+    12: UnimplementedError,
     13: InternalError,
     14: UnavailableError,
+    15: DataLossError,
     16: UnauthenticatedError,
 }
 

@@ -180,23 +180,28 @@ def _validate(snapshot: SnapshotSource, resource: str, quantity: float,
     """Whole quantities go to the plugin's validate_quantity (TPU: 1, 2, 4, 8). A fraction is
     valid when the family accepts every whole count up to its devices (it does not restrict
     shapes: Ray then shares a device), and refused when it restricts them, as Ray's TPU
-    manager refuses 0.5."""
-    from .errors import Error
+    manager refuses 0.5. A plugin that cannot be asked (not on this node, not answering)
+    restricts nothing: Ray's default, (True, None)."""
+    from .errors import InvalidArgumentError
 
+    if not isinstance(quantity, (int, float)) or quantity != quantity or quantity <= 0 \
+            or quantity > 2**32 - 1:
+        return (False, f"The number of requested {resource!r} must be a number above 0 and "
+                       f"below 2**32, not {quantity!r}.")
     registry = source if hasattr(source, "validate_quantity") else _registry_for_validation()
-    if quantity <= 0:
-        return (False, f"The number of requested {resource!r} must be above 0, not {quantity}.")
     whole = float(quantity).is_integer()
     counts = [int(quantity)] if whole else \
         range(1, max(1, len(_family_devices(snapshot(), resource))) + 1)
     for n in counts:
         try:
             registry.validate_quantity(resource, n)
-        except Error as e:
+        except InvalidArgumentError as e:  # the plugin's refusal
             if whole:
                 return (False, str(e))
             return (False, f"The number of requested {resource!r} was set to {quantity}; "
                            f"this family takes whole counts only, and not every one ({e}).")
+        except Exception:  # cannot ask: no refusal
+            return (True, None)
     return (True, None)
 
 
@@ -232,23 +237,28 @@ def _environment_for(snapshot: SnapshotSource, resource: str, var: str, ids: Lis
 
 
 def install(source=None) -> List[type]:
-    """Puts rayaccel's managers in Ray's place for every family on this node: Ray's
-    get_all_accelerator_managers() and get_accelerator_manager_for_resource() then answer with
-    them (Ray's own managers stay for families rayaccel does not find). Returns the managers."""
+    """Puts rayaccel's managers in Ray's place, in this process, for every family on this
+    node: Ray's get_all_accelerator_managers() and get_accelerator_manager_for_resource() then
+    answer with them (Ray's own stay for families rayaccel does not find). Returns the
+    managers. Ray's workers are processes of their own: install there too, with
+    ray.init(runtime_env={"worker_process_setup_hook": "rayaccel.ray.install"}), so that a
+    worker's visible devices are set the plugin's way."""
     import ray._private.accelerators as accelerators
 
     snap = _source_of(source)()
     managers = [accelerator_manager(r, source) for r in _families(snap)]
-    theirs = accelerators.get_all_accelerator_managers
     ours = {m.get_resource_name(): m for m in managers}
+    theirs = accelerators.get_all_accelerator_managers
+    lookup = accelerators.get_accelerator_manager_for_resource
+    # Ray's own table first (its choice among the GPU vendors on this node), then ours over it.
+    lookup("GPU")
+    table = dict(getattr(lookup, "_resource_name_to_accelerator_manager", {}))
+    table.update(ours)
 
     def get_all_accelerator_managers():
         kept = {m for m in theirs() if m.get_resource_name() not in ours}
         return kept | set(managers)
 
     accelerators.get_all_accelerator_managers = get_all_accelerator_managers
-    lookup = accelerators.get_accelerator_manager_for_resource
-    table = {m.get_resource_name(): m for m in theirs()}
-    table.update(ours)
     lookup._resource_name_to_accelerator_manager = table
     return managers

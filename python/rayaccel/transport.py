@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _native
-from .errors import AbortedError, Error, InvalidArgumentError
+from .errors import AbortedError, Error, InvalidArgumentError, UnavailableError
 
 try:  # Ray's interface and metadata types, when Ray is installed
     from ray.experimental import (CommunicatorMetadata, TensorTransportManager,
@@ -73,7 +73,10 @@ def _bytes_of(tensor) -> Tuple[np.ndarray, Tuple[Any, Any], Any]:
                 f"a {tensor.device.type} tensor: this transport moves host memory")
         t = tensor.detach().contiguous()
         return t.reshape(-1).view(torch.uint8).numpy(), (t.shape, t.dtype), t
-    array = np.asarray(tensor)
+    if isinstance(tensor, (bytes, bytearray, memoryview)):
+        array = np.frombuffer(tensor, dtype=np.uint8)  # raw bytes, not a 0-d string array
+    else:
+        array = np.asarray(tensor)
     if array.dtype == object:
         raise InvalidArgumentError(f"{type(tensor).__name__} is not an array or buffer")
     array = np.ascontiguousarray(array)  # a copy only when it was not contiguous
@@ -120,6 +123,9 @@ class TensorTransport(TensorTransportManager):
         self._connections: Dict[bytes, int] = {}  # peer address -> connection
         self._inflight: Dict[str, Tuple[bytes, int]] = {}  # obj_id -> (address, connection)
         self._aborted: set = set()
+        # peer -> its shared connection was closed here (an abort, or a failed recv stopping
+        # its own reads): other objects' reads that failed with it are tried again.
+        self._closed_here: Dict[bytes, bool] = {}
 
     def _transport(self) -> _native.Transport:
         with self._lock:
@@ -178,16 +184,30 @@ class TensorTransport(TensorTransportManager):
                               communicator_metadata=None,
                               target_buffers: Optional[List[Any]] = None) -> List[Any]:
         meta = tensor_transport_metadata
-        transport = self._transport()
         if target_buffers is not None and len(target_buffers) != len(meta.tensor_meta):
             raise InvalidArgumentError(f"{len(target_buffers)} target buffers for "
                                        f"{len(meta.tensor_meta)} tensors")
+        try:
+            return self._receive(obj_id, meta, target_buffers)
+        except UnavailableError:
+            # Connections are shared per peer: another object's abort (or failure) may have
+            # closed this one's under it. Not this object's failure: once more, on a new one.
+            with self._lock:
+                closed_here = self._closed_here.pop(meta.address, False)
+            if not closed_here:
+                raise
+            return self._receive(obj_id, meta, target_buffers)
+
+    def _receive(self, obj_id, meta, target_buffers):
+        transport = self._transport()
         connection = self._connect(meta.address)
         with self._lock:
             if obj_id in self._aborted:
+                self._aborted.discard(obj_id)  # refused once: the abort is spent
                 raise AbortedError(f"the transfer of {obj_id} was aborted")
             self._inflight[obj_id] = (meta.address, connection)
         outputs, regions, requests = [], [], []
+        finished = False
         try:
             for i, ((shape, dtype), descriptor, nbytes) in enumerate(
                     zip(meta.tensor_meta, meta.descriptors, meta.nbytes)):
@@ -205,14 +225,26 @@ class TensorTransport(TensorTransportManager):
                 requests.append(transport.read(connection, region, 0, descriptor, 0, nbytes))
             for request in requests:
                 request.wait()  # the transport fails it when the peer goes silent
+            finished = True
         except Error:
             with self._lock:
                 aborted = obj_id in self._aborted
+                self._aborted.discard(obj_id)
             if aborted:
                 raise AbortedError(f"the transfer of {obj_id} was aborted") from None
-            self._forget(meta.address, connection)
             raise
         finally:
+            if not finished and requests:
+                # Reads may still be landing in these buffers (an error, an interrupt):
+                # closing the connection ends them; wait for that before the memory goes.
+                with self._lock:
+                    self._closed_here[meta.address] = True
+                self._forget(meta.address, connection)
+                for request in requests:
+                    try:
+                        request.wait(self._peer_timeout + 1.0)
+                    except Error:
+                        pass
             for region in regions:
                 try:
                     transport.deregister(region)
@@ -229,15 +261,27 @@ class TensorTransport(TensorTransportManager):
         with self._lock:
             held = self._sources.pop(obj_id, [])
             self._aborted.discard(obj_id)
-        for region, _ in held:
-            self._transport().deregister(region)
+        kept, first_error = [], None
+        for region, keep in held:
+            try:
+                self._transport().deregister(region)
+            except Error as e:  # still registered: its memory must stay alive
+                kept.append((region, keep))
+                first_error = first_error or e
+        if kept:
+            with self._lock:
+                self._sources.setdefault(obj_id, []).extend(kept)
+            raise first_error
 
     def abort_transport(self, obj_id: str, communicator_metadata=None) -> None:
-        """On the destination: the reads in flight for obj_id fail (their connection is
-        closed), and a later recv of it is refused. On the source: nothing is in flight."""
+        """On the destination: the recv of obj_id in flight, or else the next one, fails as
+        aborted (its connection is closed; other objects' reads on it are retried on a new
+        one). On the source: nothing is in flight."""
         with self._lock:
             self._aborted.add(obj_id)
             inflight = self._inflight.get(obj_id)
+            if inflight is not None:
+                self._closed_here[inflight[0]] = True
         if inflight is not None:
             self._forget(*inflight)
 

@@ -175,20 +175,21 @@ Routes SinkRoutes(const rpc::RayletSink* sink) {
                     ClusterJson(state->Nodes(), version, *query, std::chrono::system_clock::now())};
   };
   // An event whenever any node changed (the version), at most every kClusterEventInterval.
-  routes.events["/api/events"] = [state](const Request&) -> EventSource {
+  routes.events["/api/events"] = [state](const Request&) -> std::optional<EventSource> {
     auto seen = std::make_shared<std::optional<uint64_t>>();
     auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-    return [state, seen, last](std::chrono::milliseconds wait) -> std::optional<std::string> {
-      if (seen->has_value()) {
-        std::this_thread::sleep_until(*last + kClusterEventInterval);
-        const uint64_t now = state->WaitForChange(**seen, wait);
-        if (now == **seen) return std::string();
-        std::this_thread::sleep_for(kClusterEventSettle);
-      }
-      *seen = state->version();
-      *last = std::chrono::steady_clock::now();
-      return absl::StrCat("{\"version\":", **seen, "}");
-    };
+    return EventSource(
+        [state, seen, last](std::chrono::milliseconds wait) -> std::optional<std::string> {
+          if (seen->has_value()) {
+            std::this_thread::sleep_until(*last + kClusterEventInterval);
+            const uint64_t now = state->WaitForChange(**seen, wait);
+            if (now == **seen) return std::string();
+            std::this_thread::sleep_for(kClusterEventSettle);
+          }
+          *seen = state->version();
+          *last = std::chrono::steady_clock::now();
+          return absl::StrCat("{\"version\":", **seen, "}");
+        });
   };
   AddNodeView(
       &routes, "/node/([0-9a-f]{56})", "/api/node/([0-9a-f]{56})", [state](const Request& request) {

@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -11,15 +14,47 @@
 namespace rayaccel::web {
 namespace {
 
-constexpr char kTokenCookie[] = "rayaccel_token";
+// Browsers scope cookies by host, not port: the cookie is named after the port, so that an
+// agent's and a sink's tokens on one host neither overwrite each other nor go to the other.
+std::string TokenCookie(int port) { return absl::StrCat("rayaccel_token_", port); }
+
+// A token a cookie can carry as it is (RFC 6265 cookie-octets, without '%' and '+', which URLs
+// would change on the way).
+bool CookieSafe(absl::string_view token) {
+  return !token.empty() && std::all_of(token.begin(), token.end(), [](char c) {
+    return c > 0x20 && c < 0x7F && c != '"' && c != ',' && c != ';' && c != '\\' && c != '%' &&
+           c != '+';
+  });
+}
+
+// Where to send a browser after ?token=: the same path when it is one of this server's (a
+// single leading slash), else the root: never another site.
+std::string SamePath(const std::string& path) {
+  if (path.empty() || path[0] != '/' || (path.size() > 1 && (path[1] == '/' || path[1] == '\\'))) {
+    return "/";
+  }
+  return path;
+}
+
+// Without a token, a loopback listener answers only requests addressed to a loopback name: a
+// web page elsewhere cannot rebind its own name to 127.0.0.1 and read the view (DNS rebinding).
+bool LoopbackHost(const std::string& host_header) {
+  std::string host = host_header;
+  if (!host.empty() && host[0] == '[') {
+    host = host.substr(1, host.find(']') == std::string::npos ? 0 : host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
 constexpr auto kEventWait = std::chrono::milliseconds(500);
 constexpr int kKeepAliveEvery = 30;  // waits (15 s) without an event, then a comment is sent
 
 // The token a browser sent in its cookie, as an Authorization header's value; empty if none.
-std::string CookieToken(const httplib::Request& req) {
+std::string CookieToken(const httplib::Request& req, const std::string& cookie) {
   for (absl::string_view part : absl::StrSplit(req.get_header_value("Cookie"), ';')) {
     part = absl::StripAsciiWhitespace(part);
-    if (absl::ConsumePrefix(&part, kTokenCookie) && absl::ConsumePrefix(&part, "=")) {
+    if (absl::ConsumePrefix(&part, cookie) && absl::ConsumePrefix(&part, "=")) {
       return absl::StrCat("Bearer ", part);
     }
   }
@@ -39,7 +74,7 @@ void SetCommonHeaders(httplib::Response& res) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
-                                                              Routes routes) {
+                                                              const Routes& routes) {
   absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(options.listen);
   if (!address.ok()) return address.status();
   if (!address->unix_path.empty()) {
@@ -84,30 +119,42 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
 
   const rpc::BearerToken* token = options.token;
   const bool secure_cookie = tls;
-  server.set_pre_routing_handler([token, secure_cookie](const httplib::Request& req,
-                                                        httplib::Response& res) {
+  const bool check_host = token == nullptr && address->loopback;
+  auto cookie = std::make_shared<std::string>();  // named once the port is known
+  server.set_pre_routing_handler([token, secure_cookie, check_host, cookie](
+                                     const httplib::Request& req, httplib::Response& res) {
     SetCommonHeaders(res);
+    auto refuse = [&res](int status, const std::string& why) {
+      res.status = status;
+      res.set_content(why + "\n", "text/plain; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (check_host && !LoopbackHost(req.get_header_value("Host"))) {
+      return refuse(421, "this view answers requests for localhost or 127.0.0.1 only");
+    }
     if (token == nullptr) return httplib::Server::HandlerResponse::Unhandled;
     // A page opened with ?token=: the token becomes a cookie, and the address loses it.
     if (req.has_param("token")) {
       const std::string given = req.get_param_value("token");
-      std::string why = token->Refusal(absl::StrCat("Bearer ", given));
-      if (why.empty()) {
+      if (token->Refusal(absl::StrCat("Bearer ", given)).empty()) {
+        if (!CookieSafe(given)) {
+          return refuse(400,
+                        "this token has characters a cookie cannot carry: send it as "
+                        "\"Authorization: Bearer TOKEN\"");
+        }
         res.set_header("Set-Cookie",
-                       absl::StrCat(kTokenCookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
+                       absl::StrCat(*cookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
                                     secure_cookie ? "; Secure" : ""));
-        res.set_redirect(req.path, 303);
+        res.set_redirect(SamePath(req.path), 303);
         return httplib::Server::HandlerResponse::Handled;
       }
     }
     std::string authorization = req.get_header_value("Authorization");
-    if (authorization.empty()) authorization = CookieToken(req);
+    if (authorization.empty()) authorization = CookieToken(req, *cookie);
     std::string why = token->Refusal(authorization);
     if (why.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    res.status = 401;
-    res.set_content(why + " (a browser: open the page once with ?token=TOKEN)\n",
-                    "text/plain; charset=utf-8");
-    return httplib::Server::HandlerResponse::Handled;
+    res.set_header("WWW-Authenticate", "Bearer realm=\"rayaccel\"");
+    return refuse(401, why + " (a browser: open the page once with ?token=TOKEN)");
   });
 
   auto to_request = [](const httplib::Request& req) {
@@ -116,9 +163,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
     for (const auto& [name, value] : req.params) r.query[name] = value;
     return r;
   };
-  for (auto& [pattern, page] : routes.pages) {
-    server.Get(pattern, [page = std::move(page), to_request](const httplib::Request& req,
-                                                             httplib::Response& res) {
+  for (const auto& route : routes.pages) {
+    server.Get(route.first, [page = route.second, to_request](const httplib::Request& req,
+                                                              httplib::Response& res) {
       Response r = page(to_request(req));
       res.status = r.status;
       res.set_content(r.body, r.content_type);
@@ -126,9 +173,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   }
   std::shared_ptr<Streams> streams = out->streams_;
   const size_t max_streams = options.max_event_streams;
-  for (auto& [pattern, open] : routes.events) {
-    server.Get(pattern, [open = std::move(open), to_request, streams, max_streams](
-                            const httplib::Request& req, httplib::Response& res) {
+  for (const auto& route : routes.events) {
+    server.Get(route.first, [open = route.second, to_request, streams, max_streams](
+                                const httplib::Request& req, httplib::Response& res) {
       if (streams->open.fetch_add(1) >= max_streams) {
         streams->open.fetch_sub(1);
         res.status = 503;
@@ -136,7 +183,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
                         "text/plain; charset=utf-8");
         return;
       }
-      auto source = std::make_shared<EventSource>(open(to_request(req)));
+      std::optional<EventSource> opened = open(to_request(req));
+      if (!opened.has_value()) {
+        streams->open.fetch_sub(1);
+        res.status = 404;
+        res.set_content("no such stream\n", "text/plain; charset=utf-8");
+        return;
+      }
+      auto source = std::make_shared<EventSource>(*std::move(opened));
       auto idle = std::make_shared<int>(0);
       res.set_chunked_content_provider(
           "text/event-stream",
@@ -172,7 +226,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   }
   out->address_ =
       absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]", ":", bound);
-  out->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  *cookie = TokenCookie(bound);
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  out->thread_ = std::thread([&server, ended] {
+    server.listen_after_bind();
+    *ended = true;
+  });
+  // stop() does nothing until the server runs: wait for that, so that a server destroyed at
+  // once (a signal right after start) still stops.
+  while (!server.is_running() && !*ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
 }
 

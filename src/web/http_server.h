@@ -4,7 +4,9 @@
 // certificates when a client CA is given), plain TCP only on loopback unless the operator allows
 // it, and the bearer token, when there is one, on every route. A browser cannot add an
 // Authorization header to a page load: it opens any page once with `?token=TOKEN`, gets the
-// token back as an HttpOnly, SameSite=Strict cookie, and is sent to the same page without it.
+// token back as an HttpOnly, SameSite=Strict cookie named after the port, and is sent to the
+// same page without it. Without a token, a loopback listener answers only requests addressed
+// to a loopback name (no DNS rebinding).
 #ifndef RAYACCEL_WEB_HTTP_SERVER_H_
 #define RAYACCEL_WEB_HTTP_SERVER_H_
 
@@ -47,8 +49,9 @@ struct Routes {
   // Keys are cpp-httplib patterns: a literal path, or a regular expression such as
   // "/api/node/([0-9a-f]{56})".
   std::map<std::string, std::function<Response(const Request&)>> pages;
-  // Server-sent events (text/event-stream); the function makes a connection's source.
-  std::map<std::string, std::function<EventSource(const Request&)>> events;
+  // Server-sent events (text/event-stream); the function makes a connection's source, or
+  // says there is no such stream (404).
+  std::map<std::string, std::function<std::optional<EventSource>(const Request&)>> events;
 };
 
 struct HttpOptions {
@@ -64,7 +67,7 @@ class HttpServer {
  public:
   // Returns once it listens.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpOptions& options,
-                                                           Routes routes);
+                                                           const Routes& routes);
   ~HttpServer();  // stops listening, ends event streams, waits for requests in progress
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

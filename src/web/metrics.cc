@@ -145,8 +145,8 @@ std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::
            "Snapshots acknowledged but not applied (older than the node's current one).");
   w.Sample("rayaccel_sink_stale_updates_total", {},
            static_cast<double>(sink.state().stale_updates()));
-  w.Family("rayaccel_sink_streams", "gauge", "Agents' publishing streams open.");
-  w.Sample("rayaccel_sink_streams", {}, static_cast<double>(sink.streams_open()));
+  w.Family("rayaccel_sink_streams_open", "gauge", "Agents' publishing streams open.");
+  w.Sample("rayaccel_sink_streams_open", {}, static_cast<double>(sink.streams_open()));
   w.Family("rayaccel_sink_streams_total", "counter", "Agents' streams accepted (after hello).");
   w.Sample("rayaccel_sink_streams_total", {}, static_cast<double>(sink.streams_accepted()));
   w.Family("rayaccel_sink_refusals_total", "counter",

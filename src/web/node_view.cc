@@ -43,17 +43,18 @@ void AddNodeView(Routes* routes, const std::string& page, const std::string& api
   routes->pages[api + "/topology"] = Rendered(feed, "application/json", cli::TopoJson);
   routes->pages[api + "/topology.svg"] = Rendered(feed, "image/svg+xml", cli::TopoSvg);
   // Each event is the generation now shown; the first comes at once, the next on a change.
-  routes->events[api + "/events"] = [feed](const Request& request) -> EventSource {
+  routes->events[api + "/events"] = [feed](const Request& request) -> std::optional<EventSource> {
     NodeFeed node = feed(request);
+    if (node.current() == nullptr) return std::nullopt;  // no such node: 404
     auto shown = std::make_shared<std::shared_ptr<const NodeSnapshot>>();
-    return [node, shown](std::chrono::milliseconds wait) -> std::optional<std::string> {
+    return EventSource([node, shown](std::chrono::milliseconds wait) -> std::optional<std::string> {
       std::shared_ptr<const NodeSnapshot> now =
           *shown == nullptr ? node.current() : node.wait(shown->get(), wait);
       if (now == nullptr) return std::nullopt;  // the node is gone
       if (now == *shown) return std::string();
       *shown = now;
       return absl::StrCat("{\"generation\":", now->generation, "}");
-    };
+    });
   };
 }
 

@@ -128,6 +128,15 @@ def test_a_family_the_node_lacks_answers_as_ray_does_without_devices(sim_h100):
     assert manager.get_current_node_num_accelerators() == 0
     assert manager.get_current_node_accelerator_type() is None
     assert manager.get_visible_accelerator_ids_env_var() is None
+    # No plugin to ask: nothing is refused, as Ray's default manager answers.
+    assert manager.validate_resource_request_quantity(1) == (True, None)
+
+
+def test_quantities_that_are_not_quantities(sim_h100):
+    manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
+    for bad in (float("nan"), 0, -1, 2 ** 40, "2"):
+        valid, message = manager.validate_resource_request_quantity(bad)
+        assert not valid and message, bad
 
 
 def test_install_puts_the_managers_in_rays_place(tmp_path):

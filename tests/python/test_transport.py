@@ -157,12 +157,42 @@ def test_abort(destination):
 def test_buffers_of_any_kind(destination):
     source = TensorTransport()
     things = [bytearray(b"abc" * 100), np.arange(12, dtype=np.int64).reshape(3, 4)[:, 1:],
-              np.zeros((0, 4))]
+              np.zeros((0, 4)), b"raw bytes", memoryview(b"0123456789")[2:6]]
     meta = source.extract_tensor_transport_metadata("obj-2", things)
     out = destination.recv_multiple_tensors("obj-2", meta, None)
     assert bytes(out[0]) == b"abc" * 100
     assert (out[1] == things[1]).all() and out[1].shape == (3, 3)  # copied to contiguous
     assert out[2].shape == (0, 4)
+    assert out[3].dtype == np.uint8 and bytes(out[3]) == b"raw bytes"
+    assert bytes(out[4]) == b"2345"
     with pytest.raises(rayaccel.InvalidArgumentError):
         source.extract_tensor_transport_metadata("obj-3", [object()])
     source.garbage_collect("obj-2")
+
+
+def test_aborting_one_object_leaves_the_others_from_that_peer(destination):
+    """Connections are shared per peer; an abort closes one: the other object's reads that
+    were on it are tried again on a new one, and arrive whole."""
+    peer = Peer(256 << 20)
+    try:
+        results = {}
+
+        def receive(name):
+            try:
+                results[name] = destination.recv_multiple_tensors(name, peer.meta, None)
+            except rayaccel.Error as e:
+                results[name] = e
+
+        threads = [threading.Thread(target=receive, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        time.sleep(0.005)
+        destination.abort_transport("a", None)
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+        assert not isinstance(results["b"], Exception), results["b"]
+        assert digest(results["b"][0]) == peer.digests[0]
+        assert isinstance(results["a"], (list, rayaccel.errors.AbortedError)), results["a"]
+    finally:
+        peer.close()

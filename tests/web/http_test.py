@@ -110,7 +110,7 @@ def check_sink(tmp):
     assert m[("rayaccel_sink_devices", (("health", "healthy"), ("resource", "GPU")))] == 8, m
     assert m[("rayaccel_sink_devices", (("health", "healthy"), ("resource", "TPU")))] == 4, m
     assert m[("rayaccel_sink_updates_total", ())] == 2, m
-    assert m[("rayaccel_sink_streams", ())] == 2, m
+    assert m[("rayaccel_sink_streams_open", ())] == 2, m
     assert m[("rayaccel_sink_streams_total", ())] == 2, m
     for node_id in ids:
         age = m[("rayaccel_sink_node_last_update_age_seconds", (("node_id", node_id),))]
@@ -131,6 +131,11 @@ def check_sink(tmp):
     assert len(snap["devices"]) == 8 and snap["ray"]["resources"]["GPU"] == 8, snap
     assert get(base + f"/api/node/{'d' * 56}/snapshot")[0] == 404
     assert get(base + f"/node/{'d' * 56}")[0] == 404
+    assert get(base + f"/api/node/{'d' * 56}/events")[0] == 404
+    # No token, loopback: a request for another name (DNS rebinding) is refused.
+    status, _, body = get(base + "/api/nodes", {"Host": "evil.example:80"})
+    assert status == 421 and "localhost or 127.0.0.1 only" in body, (status, body)
+    assert get(base + "/api/nodes", {"Host": "localhost"})[0] == 200
     assert get(base + f"/node/{ids[0]}")[2].startswith("<!doctype html>")
 
     events = http.client.HTTPConnection(base[len("http://"):], timeout=10)
@@ -163,17 +168,22 @@ def check_agent_tls_and_token(tmp):
     except (urllib.error.URLError, ssl.SSLError, ConnectionError):
         pass
     trusted.load_cert_chain(os.path.join(TLS, "client.pem"), os.path.join(TLS, "client.key"))
-    status, _, body = get(base + "/", context=trusted)
+    status, headers, body = get(base + "/", context=trusted)
     assert status == 401 and "?token=" in body, (status, body)
+    assert headers["WWW-Authenticate"].startswith("Bearer"), dict(headers)
     status, headers, _ = get(base + "/api/snapshot?token=the-http-token-42", context=trusted)
     assert status == 303 and headers["Location"] == "/api/snapshot", (status, dict(headers))
     cookie = headers["Set-Cookie"]
-    assert cookie == ("rayaccel_token=the-http-token-42; Path=/; HttpOnly; SameSite=Strict; "
-                      "Secure"), cookie
+    port = address.rsplit(":", 1)[1]
+    assert cookie == (f"rayaccel_token_{port}=the-http-token-42; Path=/; HttpOnly; "
+                      "SameSite=Strict; Secure"), cookie
+    # Never sent to another site after the token: a path like //evil.example goes to /.
+    status, headers, _ = get(base + "//evil.example/x?token=the-http-token-42", context=trusted)
+    assert status == 303 and headers["Location"] == "/", (status, dict(headers))
     jar = {"Cookie": cookie.split(";")[0]}
     status, _, body = get(base + "/api/snapshot", jar, context=trusted)
     assert status == 200 and json.loads(body)["generation"] == 1, (status, body)
-    status, _, _ = get(base + "/api/snapshot", {"Cookie": "rayaccel_token=guess"},
+    status, _, _ = get(base + "/api/snapshot", {"Cookie": f"rayaccel_token_{port}=guess"},
                        context=trusted)
     assert status == 401
     status, _, _ = get(base + "/?token=guess", context=trusted)
