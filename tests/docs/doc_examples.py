@@ -25,6 +25,8 @@ HTML comment right before a block says more, one directive per line:
                             only when it fails (the files the block expects)
   exit: N                   the exit status of the block's last command (default 0, all)
   stderr: shown             the output shown is stdout and stderr together
+  needs: python-module      skipped, saying so, when the build has no Python module (a
+                            sanitizer build does not make one)
   -->
 
 Relative links in every document must name files that exist, and so must the repository paths
@@ -63,6 +65,7 @@ class Block:
         self.exit = 0
         self.stderr_shown = False
         self.file = None
+        self.needs_python = False
         self.text = ""
 
 
@@ -86,6 +89,8 @@ def parse_directives(comment, block, problems):
             block.stderr_shown = True
         elif key == "file" and value and "/" not in value:
             block.file = value
+        elif key == "needs" and value == "python-module":
+            block.needs_python = True
         else:
             problems.append(f"{block.doc}:{block.line}: unknown doc-test directive: {text}")
 
@@ -326,6 +331,9 @@ def main(argv):
                     with open(os.path.join(tmp, block.file), "w", encoding="utf-8") as f:
                         f.write(block.text)
                     continue
+                if block.needs_python and not glob.glob(
+                        os.path.join(build, "python", "rayaccel", "_native*.so")):
+                    block.skip = "this build has no Python module (a sanitizer build)"
                 if block.skip is not None:
                     skipped += len(block.examples)
                     print(f"skip {doc}:{block.line} ({len(block.examples)} commands): "
