@@ -21,6 +21,18 @@ from rayaccel.transport import TensorTransport
 PEER = os.path.join(os.path.dirname(__file__), "transport_peer.py")
 
 
+def receive_in_thread(destination, obj_id, meta, results):
+    """Starts recv_multiple_tensors on a thread; its list or its error lands in results."""
+    def receive():
+        try:
+            results[obj_id] = destination.recv_multiple_tensors(obj_id, meta, None)
+        except rayaccel.Error as e:
+            results[obj_id] = e
+    thread = threading.Thread(target=receive)
+    thread.start()
+    return thread
+
+
 class Peer:
     def __init__(self, *sizes):
         self.proc = subprocess.Popen([sys.executable, PEER, *map(str, sizes)],
@@ -105,24 +117,16 @@ def test_a_dead_peer_is_an_exception_not_a_hang(destination):
 def test_a_peer_killed_mid_read_ends_the_read(destination):
     peer = Peer(256 << 20)
     result = {}
-
-    def receive():
-        try:
-            result["out"] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
-        except rayaccel.Error as e:
-            result["error"] = e
-
-    thread = threading.Thread(target=receive)
-    thread.start()
+    thread = receive_in_thread(destination, "obj-1", peer.meta, result)
     time.sleep(0.005)
     peer.proc.send_signal(signal.SIGKILL)
     thread.join(timeout=60)
     assert not thread.is_alive(), "the read hung after its peer died"
     # Either the bytes were all there before the kill, or the read failed as lost.
-    if "out" in result:
-        assert digest(result["out"][0]) == peer.digests[0]
+    if isinstance(result["obj-1"], list):
+        assert digest(result["obj-1"][0]) == peer.digests[0]
     else:
-        assert isinstance(result["error"], (rayaccel.UnavailableError,
+        assert isinstance(result["obj-1"], (rayaccel.UnavailableError,
                                             rayaccel.errors.DeadlineExceededError))
     peer.close()
 
@@ -136,20 +140,12 @@ def test_abort(destination):
         destination.garbage_collect("obj-1")  # forgets the abort with the object
         # Aborted mid-read: the read ends, failed as aborted or complete; never hangs.
         result = {}
-
-        def receive():
-            try:
-                result["out"] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
-            except rayaccel.Error as e:
-                result["error"] = e
-
-        thread = threading.Thread(target=receive)
-        thread.start()
+        thread = receive_in_thread(destination, "obj-1", peer.meta, result)
         time.sleep(0.002)
         destination.abort_transport("obj-1", None)
         thread.join(timeout=60)
         assert not thread.is_alive()
-        assert "out" in result or isinstance(result["error"], rayaccel.errors.AbortedError)
+        assert isinstance(result["obj-1"], (list, rayaccel.errors.AbortedError)), result
     finally:
         peer.close()
 
@@ -176,16 +172,7 @@ def test_aborting_one_object_leaves_the_others_from_that_peer(destination):
     peer = Peer(256 << 20)
     try:
         results = {}
-
-        def receive(name):
-            try:
-                results[name] = destination.recv_multiple_tensors(name, peer.meta, None)
-            except rayaccel.Error as e:
-                results[name] = e
-
-        threads = [threading.Thread(target=receive, args=(n,)) for n in ("a", "b")]
-        for t in threads:
-            t.start()
+        threads = [receive_in_thread(destination, n, peer.meta, results) for n in ("a", "b")]
         time.sleep(0.005)
         destination.abort_transport("a", None)
         for t in threads:

@@ -56,20 +56,8 @@
     document.body.dataset.version = data.version;
   }
 
-  let busy = false;
-  let again = false;
-  async function refresh() {
-    if (busy) { again = true; return; }
-    busy = true;
-    try {
-      draw(await view.json(query()));
-    } catch (e) {
-      $("summary").textContent = String(e.message || e);
-    } finally {
-      busy = false;
-      if (again) { again = false; refresh(); }
-    }
-  }
+  const refresh = view.coalesced(async () => draw(await view.json(query())),
+                                  (message) => { $("summary").textContent = message; });
 
   for (const kind of ["input", "change"]) {
     $("filters").addEventListener(kind, () => { offset = 0; refresh(); });

@@ -98,32 +98,21 @@
 
   let shown = "";  // the snapshot drawn, as text: a redraw only when something changed
   let pictures = 0;
-  let busy = false;
-  let again = false;
-  async function refresh() {
-    if (busy) { again = true; return; }
-    busy = true;
-    try {
-      const [snap, topo] = await Promise.all([view.json(api + "/snapshot"),
-                                              view.json(api + "/topology")]);
-      const key = JSON.stringify(snap);
-      if (key === shown) return;
-      const labels = topo.devices.map((d) => d.label);
-      drawDevices(snap, labels);
-      drawLinks(snap, topo);
-      drawNuma(snap, labels);
-      drawRest(snap, labels);
-      $("picture").data = api + "/topology.svg?drawing=" + ++pictures;
-      shown = key;
-      $("generation").textContent = "generation " + snap.generation;
-      document.body.dataset.generation = snap.generation;
-    } catch (e) {
-      $("generation").textContent = String(e.message || e);
-    } finally {
-      busy = false;
-      if (again) { again = false; refresh(); }
-    }
-  }
+  const refresh = view.coalesced(async () => {
+    const [snap, topo] = await Promise.all([view.json(api + "/snapshot"),
+                                            view.json(api + "/topology")]);
+    const key = JSON.stringify(snap);
+    if (key === shown) return;
+    const labels = topo.devices.map((d) => d.label);
+    drawDevices(snap, labels);
+    drawLinks(snap, topo);
+    drawNuma(snap, labels);
+    drawRest(snap, labels);
+    $("picture").data = api + "/topology.svg?drawing=" + ++pictures;
+    shown = key;
+    $("generation").textContent = "generation " + snap.generation;
+    document.body.dataset.generation = snap.generation;
+  }, (message) => { $("generation").textContent = message; });
   refresh();
   view.follow(api + "/events", refresh);
 })();

@@ -28,6 +28,26 @@ const view = {
     body.replaceChildren(...rows);
   },
 
+  // One run of `work` at a time: a call while one runs asks for one more run after it, so a
+  // burst of events costs at most two fetches. `onError` shows what went wrong.
+  coalesced(work, onError) {
+    let busy = false;
+    let again = false;
+    const run = async () => {
+      if (busy) { again = true; return; }
+      busy = true;
+      try {
+        await work();
+      } catch (e) {
+        onError(String(e.message || e));
+      } finally {
+        busy = false;
+        if (again) { again = false; run(); }
+      }
+    };
+    return run;
+  },
+
   async json(url) {
     const r = await fetch(url, {cache: "no-store", credentials: "same-origin"});
     if (!r.ok) throw new Error(url + ": " + r.status + " " + (await r.text()));
