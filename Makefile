@@ -5,7 +5,8 @@
 #               libpciaccess component is left out there: it leaks at exit, not ours)
 #   make tsan   the suite under ThreadSanitizer (without the fault zoo: TSan takes over the
 #               signals and allocator that those tests provoke on purpose; nor UCX's
-#               transport tests: UCX's memory hooks crash under TSan)
+#               transport tests, nor the doc examples, which run transfers: UCX's memory
+#               hooks crash under TSan)
 #   make fuzz   every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (300) each, with clang
 BUILD_DIR ?= build
 CMAKE_ARGS ?=

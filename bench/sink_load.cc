@@ -44,11 +44,16 @@ constexpr int kThreads = 16;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// utime + stime of a process, in seconds.
+// utime + stime of a process, in seconds; exits when the process is gone (the sink died).
 double CpuSeconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 > text.size()) {
+    std::fprintf(stderr, "the sink (pid %d) is gone\n", static_cast<int>(pid));
+    std::exit(1);
+  }
+  std::istringstream fields(text.substr(name_end + 2));
   std::string f;
   long long utime = 0, stime = 0;
   for (int i = 3; i <= 15 && fields >> f; ++i) {

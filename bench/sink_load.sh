@@ -28,4 +28,5 @@ done
 grpc=$(sed -n 's/.*sink: listening on \([0-9.:]*\).*/\1/p' "$dir/sink.log" | head -n 1)
 http=$(sed -n 's|.*web view on http://\([0-9.:]*\)/.*|\1|p' "$dir/sink.log" | head -n 1)
 echo "sink $grpc (web view $http), pid $sink; idle peak RSS $(awk '$1 == "VmHWM:" { print $2 }' /proc/$sink/status) KiB"
-"$build/bin/rayaccel_bench_sink_load" "$grpc" "$http" "$sink" "$agents" "$seconds" "$churn"
+"$build/bin/rayaccel_bench_sink_load" "$grpc" "$http" "$sink" "$agents" "$seconds" "$churn" ||
+  { echo "the load run failed; the sink's log:"; cat "$dir/sink.log"; exit 1; }
