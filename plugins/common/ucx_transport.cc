@@ -663,16 +663,41 @@ void ProgressThread(Ep* ep) {
     if (Lib().ucp_worker_get_efd(ep->worker, &data_fd) != UCS_OK) data_fd = -1;
     if (Lib().ucp_worker_get_efd(ep->control, &control_fd) != UCS_OK) control_fd = -1;
   }
+  // While UCX is busy: passes back to back for 100 us after one that moved something (a peer
+  // draining a queue frees room within microseconds), then pauses doubling from 50 us (about
+  // the kernel's timer slack) to 1 ms, so that a stalled peer costs little CPU.
+  using std::chrono::microseconds;
+  Clock::time_point last_moved = Clock::now();
+  microseconds pause(0);
   while (true) {
-    bool armed = false;
+    bool armed = false, busy = false;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
-      Progress(ep);
-      armed = data_fd >= 0 && control_fd >= 0 && Lib().ucp_worker_arm(ep->worker) == UCS_OK &&
-              Lib().ucp_worker_arm(ep->control) == UCS_OK;
+      if (Progress(ep)) last_moved = Clock::now();
+      if (data_fd >= 0 && control_fd >= 0) {
+        // BUSY: work is pending that no event will announce, such as replies to a peer's reads
+        // waiting for room in a shared-memory queue when UCX emulates one-sided reads. This
+        // thread is then what serves the peer, so it comes back soon.
+        const ucs_status_t data = Lib().ucp_worker_arm(ep->worker);
+        const ucs_status_t control = data == UCS_OK ? Lib().ucp_worker_arm(ep->control) : data;
+        armed = data == UCS_OK && control == UCS_OK;
+        busy = data == UCS_ERR_BUSY || control == UCS_ERR_BUSY;
+      }
     }
     pollfd fds[3] = {{ep->stop_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
-    // Without armed event fds (UCX busy, or no wakeup support), look again in 1 ms.
+    if (busy) {
+      if (poll(fds, 1, 0) > 0) return;
+      if (Clock::now() - last_moved < microseconds(100)) {
+        pause = microseconds(0);
+        std::this_thread::yield();  // the application's calls get the lock too
+      } else {
+        pause = std::min(microseconds(1000), std::max(microseconds(50), pause * 2));
+        std::this_thread::sleep_for(pause);
+      }
+      continue;
+    }
+    pause = microseconds(0);
+    // Without armed event fds (no wakeup support), look again in 1 ms.
     int n = poll(fds, armed ? 3 : 1, armed ? 1000 : 1);
     if (n > 0 && (fds[0].revents & POLLIN) != 0) return;
   }

@@ -99,7 +99,7 @@ def _new_tensor(shape, dtype):
     if torch is not None and isinstance(dtype, torch.dtype):
         return torch.empty(shape, dtype=dtype)
     # Memory from malloc, not NumPy's allocator: UCX's cross-process copy (CMA) into NumPy's
-    # own large arrays measured a quarter slower here (docs/performance.md, "Python").
+    # own large arrays measured a quarter slower on one machine (docs/performance.md, "Python").
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     return np.frombuffer(bytearray(count * dtype.itemsize), dtype=dtype).reshape(shape)
