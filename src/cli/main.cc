@@ -154,7 +154,7 @@ struct Args {
   bool json = false;
   bool dot = false;
   bool svg = false;
-  std::string http;  // serve --http, sink --http
+  std::string http;     // serve --http, sink --http
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N

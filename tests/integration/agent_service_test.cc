@@ -762,15 +762,14 @@ TEST(ServeCommand, ServesPrometheusMetricsOverHttp) {
       "print(samples[('rayaccel_scans_total', ())] >= 1)\n"
       "print(samples[('rayaccel_scan_duration_seconds_count', ())] >= 1)\n"
       "print('\"generation\": 1' in get('/api/snapshot'))\n";
-  testing::CommandResult r =
-      testing::Run({"/usr/bin/python3", "-c", script, std::to_string(port)});
+  testing::CommandResult r = testing::Run({"/usr/bin/python3", "-c", script, std::to_string(port)});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "no token: 401\n1.0\n8.0\n8.0\nTrue\nTrue\nTrue\n") << r.err;
   EXPECT_EQ(Stop(agent), 0);
 
-  testing::CommandResult open = testing::Run(
-      {RAYACCEL_CLI, "serve", "--listen", "unix:" + dir + "/other.sock", "--http",
-       "tcp://0.0.0.0:0", "--plugin", kSimPlugin});
+  testing::CommandResult open =
+      testing::Run({RAYACCEL_CLI, "serve", "--listen", "unix:" + dir + "/other.sock", "--http",
+                    "tcp://0.0.0.0:0", "--plugin", kSimPlugin});
   EXPECT_EQ(open.exit_code, 2) << open.err;
   EXPECT_NE(open.err.find("plain TCP on 0.0.0.0:0 is refused"), std::string::npos) << open.err;
   std::system(("rm -rf " + dir).c_str());
