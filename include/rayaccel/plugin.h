@@ -52,7 +52,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 2
+#define RAYACCEL_ABI_VERSION_MINOR 3
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -102,7 +102,9 @@ typedef enum rayaccel_status RAYACCEL_ENUM_BASE {
   RAYACCEL_STATUS_INTERNAL = 9,            /* a bug or an unexpected vendor error */
   RAYACCEL_STATUS_ABORTED = 10,            /* the sink asked the plugin to stop */
   RAYACCEL_STATUS_PEER_LOST = 11,          /* transport: the peer went away (since 1.1) */
-  RAYACCEL_STATUS_STALE = 12               /* transport: the peer invalidated it (since 1.1) */
+  RAYACCEL_STATUS_STALE = 12,              /* transport: the peer invalidated it (since 1.1) */
+  RAYACCEL_STATUS_UNAUTHENTICATED = 13     /* transport: the peer did not prove the shared key,
+                                            * or refused ours (since 1.3) */
 } rayaccel_status;
 
 /* Where a failing hook explains itself. Provided by the caller (always the host); the plugin
@@ -403,6 +405,8 @@ typedef enum rayaccel_transfer_op RAYACCEL_ENUM_BASE {
  * notification larger than this is refused. */
 #define RAYACCEL_TRANSPORT_MAX_BLOB ((size_t)4096)
 #define RAYACCEL_TRANSPORT_MAX_NOTIFICATION ((size_t)1024)
+/* The shortest shared key a transport accepts (128 bits). Since 1.3. */
+#define RAYACCEL_TRANSPORT_MIN_KEY ((size_t)16)
 
 typedef struct rayaccel_endpoint_args {
   size_t struct_size;
@@ -414,6 +418,13 @@ typedef struct rayaccel_endpoint_args {
    * fail with RAYACCEL_STATUS_PEER_LOST. Also bounds `connect`. 0 = the plugin's default. */
   uint32_t peer_timeout_ms;
   rayaccel_transport_endpoint *endpoint; /* out */
+  /* The shared secret (RAYACCEL_TRANSPORT_MIN_KEY to RAYACCEL_TRANSPORT_MAX_BLOB bytes; valid
+   * for the call, copy it). Two endpoints exchange nothing that names a region, and serve no
+   * transfer, until each has proven to the other that it holds the same key; a peer that
+   * cannot is refused, and `connect` to it fails with RAYACCEL_STATUS_UNAUTHENTICATED. A
+   * transport refuses to open without a key (INVALID_ARGUMENT). Since 1.3: a 1.3 host always
+   * passes one, and uses a transport only when the negotiated minor version is at least 3. */
+  rayaccel_blob key;
 } rayaccel_endpoint_args;
 
 /* Flags of rayaccel_register_args. Pinned values. */
@@ -649,6 +660,9 @@ static_assert(offsetof(rayaccel_link, type_name) == 56, "rayaccel_link: 1.2 fiel
 static_assert(offsetof(rayaccel_sink, last_refusal) == 72, "rayaccel_sink: 1.2 field moved");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, key) == sizeof(rayaccel_endpoint_args),
+              "rayaccel_endpoint_args: append fields only, and update this check");
+static_assert(offsetof(rayaccel_endpoint_args, key) == 40, "rayaccel_endpoint_args: 1.3 field moved");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==
                   sizeof(rayaccel_transfer_args),
               "rayaccel_transfer_args: append fields only, and update this check");

@@ -8,7 +8,8 @@
 // Notify() tells the other side that what was issued before it has landed.
 //
 // Errors say whose fault it was:
-//   Unavailable         the peer went away (IsPeerLost)
+//   Unavailable         the peer went away, stopped or was cut off (IsPeerLost)
+//   Unauthenticated     the peer does not hold this endpoint's key (IsUnauthenticated)
 //   FailedPrecondition  the descriptor names a region that was deregistered (IsStale)
 //   InvalidArgument     a malformed request, or a descriptor or address that is not valid
 //   DataLoss            a descriptor whose checksum does not match (corrupted in transit)
@@ -48,6 +49,12 @@ struct TransportOptions {
   bool check_permissions = true;              // refuse plugin files others can write
   // How long a silent peer may stay silent before it counts as lost; bounds Connect too.
   absl::Duration peer_timeout = absl::Seconds(10);
+  // The secret both ends of a connection prove before any region is named (16 to 4096
+  // bytes). Empty: the file `key_file`, else the file RAYACCEL_TRANSPORT_KEY_FILE names, else
+  // this host's default key for this user (created on first use; another host cannot know
+  // it, so a peer on another host is refused until the operator gives both the same key).
+  std::string key;
+  std::string key_file;
 };
 
 // What a descriptor says about the region it names, read without trusting it: Inspect()
@@ -170,6 +177,7 @@ class Transport {
 // Status helpers for callers that react to the cause.
 inline bool IsPeerLost(const absl::Status& s) { return absl::IsUnavailable(s); }
 inline bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
+inline bool IsUnauthenticated(const absl::Status& s) { return absl::IsUnauthenticated(s); }
 
 }  // namespace rayaccel
 

@@ -1,6 +1,9 @@
 #include "ucx_transport.h"
 
 #include <dlfcn.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
@@ -8,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,23 +37,23 @@ namespace rayaccel::plugin::ucx {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                               \
-  X(ucp_config_read)                                                                            \
-  X(ucp_config_modify)                                                                          \
-  X(ucp_config_release)                                                                         \
-  X(ucp_init_version)                                                                           \
-  X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy)                \
-      X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)            \
-          X(ucp_worker_fence) X(ucp_worker_set_am_recv_handler) X(ucp_ep_create)                \
-              X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap)           \
-                  X(ucp_rkey_pack) X(ucp_rkey_buffer_release) X(ucp_ep_rkey_unpack)             \
-                      X(ucp_rkey_destroy) X(ucp_put_nbx) X(ucp_get_nbx) X(ucp_am_send_nbx)      \
-                          X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) \
-                              X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
+  X(ucp_config_read)                                                                          \
+  X(ucp_config_modify)                                                                        \
+  X(ucp_config_release)                                                                       \
+  X(ucp_init_version)                                                                         \
+  X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy)              \
+      X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)          \
+          X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)              \
+              X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx)          \
+                  X(ucp_am_recv_data_nbx) X(ucp_am_data_release) X(ucp_request_check_status) \
+                      X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm)             \
+                          X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -114,7 +117,7 @@ rayaccel_status FailUcs(rayaccel_error* error, const char* what, ucs_status_t s)
 }
 
 // ---------------------------------------------------------------------------------------
-// Little-endian wire encoding of the address, descriptor and control messages.
+// Little-endian wire encoding of the address, descriptor and messages.
 
 class Writer {
  public:
@@ -138,7 +141,9 @@ class Writer {
 // Reads fields in order; any read past the end makes ok() false and returns zeros.
 class Reader {
  public:
-  Reader(const void* data, size_t size) : p_(static_cast<const uint8_t*>(data)), left_(size) {}
+  Reader(const void* data, size_t size) : p_(static_cast<const uint8_t*>(data)), left_(size) {
+    if (data == nullptr && size > 0) ok_ = false;
+  }
   uint16_t U16() { return static_cast<uint16_t>(Int(2)); }
   uint32_t U32() { return static_cast<uint32_t>(Int(4)); }
   uint64_t U64() { return Int(8); }
@@ -147,6 +152,12 @@ class Reader {
     const uint8_t* at = p_;
     p_ += n, left_ -= n;
     return at;
+  }
+  template <size_t N>
+  std::array<uint8_t, N> Array() {
+    std::array<uint8_t, N> a{};
+    if (const uint8_t* at = Bytes(N)) std::memcpy(a.data(), at, N);
+    return a;
   }
   bool ok() const { return ok_; }
   bool at_end() const { return ok_ && left_ == 0; }
@@ -165,17 +176,63 @@ class Reader {
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;
+constexpr size_t kDescriptorBytes = 32;
 
-// Active-message ids of the helper's control protocol (docs/transport.md).
+// Active-message ids (docs/transport.md). Control messages ride the control worker, transfers
+// and notifications the data worker.
 enum AmId : unsigned {
-  kHello = 1,        // reader -> owner: who I am, how to reach me
-  kWelcome = 2,      // owner -> reader: which of my regions are live
-  kInvalidate = 3,   // owner -> reader: a region is gone
-  kNotify = 4,       // either way: an application notification
-  kBye = 5,          // reader -> owner: the connection is closing
-  kInvalidated = 6,  // reader -> owner: an invalidation is applied
+  kHello = 1,      // reader -> owner: who I am, a nonce, how to reach me
+  kChallenge = 2,  // owner -> reader: the owner's nonce and its proof of the key
+  kProof = 3,      // reader -> owner: the reader's proof of the key
+  kWelcome = 4,    // owner -> reader: admitted
+  kRefused = 5,    // owner -> reader: not admitted
+  kPing = 6,       // reader -> owner: still here
+  kPong = 7,       // owner -> reader: still here
+  kBye = 8,        // reader -> owner: the connection is closing
+  kGoodbye = 14,   // either way (control): this endpoint drops the link
+  kNotify = 9,     // reader -> owner (data): an application notification
+  kGet = 10,       // reader -> owner (data): send me these bytes of a region
+  kGetReply = 11,  // owner -> reader (data): the bytes, or why not
+  kPut = 12,       // reader -> owner (data): store these bytes in a region
+  kPutAck = 13,    // owner -> reader (data): stored, or why not
+  kFirstAm = kHello,
+  kLastAm = kGoodbye,
 };
+
+// Why an owner refused a reader, as kRefused says.
+enum RefusedReason : uint32_t {
+  kWrongKey = 1,
+  kTooMany = 2,
+};
+
+// Why an endpoint drops a link, as kGoodbye says.
+enum GoodbyeReason : uint32_t {
+  kClosing = 1,       // the endpoint is closing
+  kDeclaredLost = 2,  // it did not hear from the other within its peer timeout
+};
+
+// UCX_TLS as this helper uses it: the operator's choice without CMA. UCX 1.13 aborts the
+// whole process when process_vm_readv finds its peer gone on an endpoint without error
+// handling (cma_ep.c, "No such process"), so with CMA a peer that dies mid-transfer would
+// take the reader with it; shared memory (posix, sysv) moves the same bytes without that.
+// Empty when nothing is left.
+std::string TransportsWithoutCma(const char* configured) {
+  std::string tls = configured != nullptr ? configured : "";
+  if (tls.empty() || tls == "all") return "^cma";
+  if (tls[0] == '^') {
+    std::vector<std::string> excluded = SplitList(tls.substr(1));
+    if (std::find(excluded.begin(), excluded.end(), "cma") == excluded.end()) tls += ",cma";
+    return tls;
+  }
+  std::string out;
+  for (std::string t : SplitList(tls)) {
+    if (t == "cma") continue;
+    if (t == "sm" || t == "shm") t = "posix,sysv";
+    out += (out.empty() ? "" : ",") + t;
+  }
+  return out;
+}
 
 uint64_t RandomId() {
   uint64_t v = 0;
@@ -188,63 +245,66 @@ uint64_t RandomId() {
   return v;
 }
 
+// ---------------------------------------------------------------------------------------
+// The handshake: each side proves the shared key with an HMAC-SHA-256 over both nonces, both
+// endpoint ids and the connection's token, labelled by its role so that neither proof can be
+// replayed as the other.
+
+using Nonce = std::array<uint8_t, 16>;
+using Mac = std::array<uint8_t, 32>;
+
+Nonce RandomNonce() {
+  Nonce n{};
+  size_t got = 0;
+  while (got < n.size()) {
+    ssize_t r = getrandom(n.data() + got, n.size() - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return n;
+}
+
+Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t reader,
+          uint64_t owner, const Nonce& reader_nonce, const Nonce& owner_nonce) {
+  Writer w;
+  w.Bytes(role, std::strlen(role) + 1).U64(token).U64(reader).U64(owner);
+  w.Bytes(reader_nonce.data(), reader_nonce.size()).Bytes(owner_nonce.data(), owner_nonce.size());
+  Mac mac{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(w.str().data()), w.str().size(), mac.data(), &length);
+  return mac;
+}
+
+bool SameMac(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+
+constexpr char kOwnerRole[] = "rayaccel ucx transport v2: owner";
+constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
+
 }  // namespace
+}  // namespace rayaccel::plugin::ucx
 
 // ---------------------------------------------------------------------------------------
 // The handles.
 
-// What a reader knows about an owner's regions: those below the watermark that were live at
-// connect time, and those at or above it that were invalidated since. Both sets shrink as the
-// owner's lowest live region id moves up.
-// Dead ids above the watermark are kept as ranges [first, last], so the common pattern of
-// regions freed in about the order they were made costs one entry.
-struct PeerRegions {
-  uint64_t watermark = 0;
-  std::set<uint64_t> live_below;
-  std::map<uint64_t, uint64_t> dead_above;  // first -> last
-
-  bool Stale(uint64_t id) const {
-    if (id < watermark) return live_below.count(id) == 0;
-    auto it = dead_above.upper_bound(id);
-    return it != dead_above.begin() && std::prev(it)->second >= id;
-  }
-  void Invalidate(uint64_t id, uint64_t lowest_live) {
-    if (id < watermark) {
-      live_below.erase(id);
-    } else if (!Stale(id)) {
-      uint64_t first = id, last = id;
-      auto next = dead_above.find(id + 1);
-      if (next != dead_above.end()) last = next->second, dead_above.erase(next);
-      auto it = dead_above.lower_bound(id);
-      if (it != dead_above.begin() && std::prev(it)->second + 1 == id) {
-        first = std::prev(it)->first;
-      }
-      dead_above[first] = last;
-    }
-    if (lowest_live > watermark) {
-      live_below.erase(live_below.begin(), live_below.lower_bound(lowest_live));
-      while (!dead_above.empty() && dead_above.begin()->first < lowest_live) {
-        auto [first, last] = *dead_above.begin();
-        dead_above.erase(dead_above.begin());
-        if (last >= lowest_live) dead_above[lowest_live] = last;
-      }
-      watermark = lowest_live;
-    }
-  }
-};
-
-}  // namespace rayaccel::plugin::ucx
-
 struct rayaccel_request {
+  enum class Kind { kRead, kWrite, kFlush, kNotify };
   rayaccel_transport_endpoint* endpoint = nullptr;
   rayaccel_connection* connection = nullptr;  // null once the connection is closed
+  Kind kind = Kind::kRead;
+  uint64_t id = 0;    // a transfer's number on its connection
+  uint64_t mark = 0;  // a flush or notification: waits for every transfer numbered below
+  void* local = nullptr;  // a read: where the bytes go
+  uint64_t length = 0;
+  ucp_mem_h memh = nullptr;
+  bool replied = false;  // a read: the owner's reply arrived; a write: its acknowledgement
+  rayaccel_status reply = RAYACCEL_STATUS_OK;
+  int ucx = 0;  // UCX operations that still hold this request
   bool done = false;
-  bool abandoned = false;    // nobody will poll it: freed when UCX calls back
-  bool detached = false;     // failed for its connection's sake while UCX still holds it
-  bool ucx_done = true;      // UCX will not call back any more (false while it holds it)
-  uint64_t rkey_region = 0;  // a transfer: the remote region whose key it uses
-  ucs_status_t status = UCS_OK;
-  std::string payload;  // a notification's bytes, alive until UCX is done with them
+  bool abandoned = false;  // nobody will poll it: freed once UCX lets go of it
+  rayaccel_status status = RAYACCEL_STATUS_OK;
+  std::string why;
+  std::string header;   // the wire header, alive until UCX is done with it
+  std::string payload;  // a notification's bytes, likewise
 };
 
 struct rayaccel_memory_region {
@@ -256,72 +316,115 @@ struct rayaccel_memory_region {
   std::string descriptor;
 };
 
-// Two UCX endpoints per connection. Data moves on one without error handling, because UCX
-// (1.13) offers peer-failure handling only on transports that are slower than shared memory
-// and CMA; control messages use one with it, so a lost peer is still noticed. When the control
-// endpoint fails, the data endpoint is closed and what was in flight on it fails.
-struct rayaccel_connection {
+namespace rayaccel::plugin::ucx {
+
+// This endpoint's UCX endpoints to one remote endpoint, shared by every connection between
+// the two in either direction. One pair per pair of endpoints, because UCX pairs the
+// endpoints two workers create to each other in the order each side created them: endpoints
+// per connection would be paired across connections, and closing one would close another's.
+// Data moves on one without error handling, because UCX (1.13) offers peer-failure handling
+// only on transports slower than shared memory; control messages use one with it.
+// Heartbeats on the control endpoint tell a stopped peer from a live one, which UCX's
+// keepalive does not (a stopped process's kernel still answers for it).
+struct Link {
   rayaccel_transport_endpoint* endpoint = nullptr;
-  ucp_ep_h data = nullptr;     // transfers and notifications, in order
-  ucp_ep_h control = nullptr;  // hello and bye; its failure is the peer's loss
-  uint64_t token = 0;          // names this connection in the owner's bookkeeping
-  uint64_t peer_uuid = 0;
-  bool welcomed = false;
-  ucs_status_t failure = UCS_OK;  // set by UCX's error callback
-  rayaccel::plugin::ucx::PeerRegions regions;
-  // Unpacked remote keys by region id. A key is destroyed once its region is invalidated and
-  // no transfer uses it; the invalidation is confirmed to the owner only then.
-  struct RemoteKey {
-    ucp_rkey_h rkey = nullptr;
-    uint32_t in_flight = 0;
-    bool stale = false;
-    uint64_t confirm_token = 0;  // the owner's reader token to confirm to, once drained
-  };
-  std::map<uint64_t, RemoteKey> rkeys;
+  uint64_t uuid = 0;  // the remote endpoint's id
+  ucp_ep_h control = nullptr;
+  ucp_ep_h data = nullptr;
+  int users = 0;         // connections and peer records on it
+  bool trusted = false;  // a handshake over it succeeded: kept while unused
+  bool failed = false;   // lost or closed: every user fails, then its endpoints go
+  bool ucx_failed = false;
+  bool say_goodbye = false;     // tell the remote endpoint before closing (we declared it lost)
+  std::string why;              // why it failed
+};
+
+}  // namespace rayaccel::plugin::ucx
+
+struct rayaccel_connection {
+  enum class State { kHello, kProven, kWelcomed };
+  rayaccel_transport_endpoint* endpoint = nullptr;
+  rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
+  uint64_t token = 0;      // names this connection in the owner's bookkeeping
+  uint64_t peer_uuid = 0;  // the owner's endpoint id, as its address says
+  rayaccel::plugin::ucx::Nonce nonce{}, peer_nonce{};
+  State state = State::kHello;
+  rayaccel_status failure = RAYACCEL_STATUS_OK;  // once set, the connection is dead for good
+  std::string failure_text;
+  std::chrono::steady_clock::time_point last_heard;
+  uint64_t next_id = 1;
+  std::map<uint64_t, rayaccel_request*> transfers;  // in flight, by number
+  std::vector<rayaccel_request*> barriers;          // flushes and notifications waiting
 };
 
 struct rayaccel_transport_endpoint {
   std::mutex mu;  // held around every UCX call, so UCX callbacks run with it held
   rayaccel::plugin::ucx::EndpointOptions options;
+  std::string key;  // the shared secret both sides of a connection prove
   ucp_context_h context = nullptr;
   // Two workers: UCX (1.13) refuses endpoints of mixed error handling between one pair of
   // workers, so data endpoints (none, for shared memory and CMA) and control endpoints (peer
   // failure detection) live on workers of their own.
   ucp_worker_h worker = nullptr;   // data: transfers and notifications
-  ucp_worker_h control = nullptr;  // hello, welcome, invalidate, bye
+  ucp_worker_h control = nullptr;  // handshake, heartbeats, bye
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t next_region_id = 1;
   std::map<uint64_t, rayaccel_memory_region*> regions;
-  std::set<rayaccel_connection*> connections;
-  std::set<rayaccel_request*> requests;
+  std::map<uint64_t, uint32_t> serving;  // region id -> owner operations using its memory
+  std::map<uint64_t, rayaccel_connection*> connections;  // by token
+  std::map<rayaccel_request*, bool> requests;            // every live request
+  std::map<uint64_t, std::unique_ptr<rayaccel::plugin::ucx::Link>> links;  // by remote uuid
 
-  // The owner's side: one reverse endpoint per connected reader, for control messages.
-  struct Reader {
-    ucp_ep_h ep = nullptr;
-    uint64_t uuid = 0;
-    uint64_t token = 0;
-    bool failed = false;
-    uint64_t awaiting = 0;  // the region whose invalidation it has not confirmed yet
+  // The owner's side: one record per reader that said hello, by the reader's token.
+  struct Peer {
+    rayaccel_transport_endpoint* endpoint = nullptr;
+    uint64_t token = 0, uuid = 0;
+    rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
+    std::string data_address;  // the reader's data worker, reached once it proved the key
+    rayaccel::plugin::ucx::Nonce reader_nonce{}, owner_nonce{};
+    bool authenticated = false;
+    bool failed = false;  // to be closed
+    uint32_t refuse = 0;  // a RefusedReason to send before closing
+    std::chrono::steady_clock::time_point deadline;  // for the handshake, then the heartbeat
+    uint32_t serving = 0;     // operations in flight for it
   };
-  std::vector<std::unique_ptr<Reader>> readers;
-  // The reader's side: confirmations to send once progress returns (connection token, region).
-  std::vector<std::pair<uint64_t, uint64_t>> confirmations;
+  std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {
     uint64_t uuid, token;
-    std::string address;
+    rayaccel::plugin::ucx::Nonce nonce;
+    std::string control, data;
   };
   std::vector<Hello> hellos;  // queued by the handler, answered after progress returns
 
+  // Messages queued inside UCX callbacks, sent after progress returns. `to_peer`: the owner's
+  // record of a reader (by token); otherwise a connection of ours.
+  struct Outgoing {
+    bool to_peer;
+    uint64_t token;
+    unsigned id;
+    std::string bytes;
+  };
+  std::vector<Outgoing> outbox;
+  // Reads to serve: validated in the handler, sent after progress returns.
+  struct GetServe {
+    uint64_t token, id, region, offset, length;
+    rayaccel_status status;
+  };
+  std::vector<GetServe> gets;
+  std::vector<rayaccel_request*> ready_notifications;  // their barrier passed: send them
+
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
-  std::vector<rayaccel_request*> flushed_notifications;  // ready to send (see Notify)
-  rayaccel_request* spare_request = nullptr;  // reused by transfers that complete in the call
+  uint64_t refused = 0;  // peers refused, for the log
+  std::chrono::steady_clock::time_point refused_logged;
+  uint64_t dropped_strays = 0;  // data messages from no admitted peer
+  std::chrono::steady_clock::time_point next_heartbeat;
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
 
-  // Answers peers while the application is not calling in (hellos, invalidations,
-  // notifications): asleep on UCX's event fd until something arrives.
+  // Answers peers while the application is not calling in: handshakes, heartbeats, reads and
+  // writes to serve, notifications. Asleep on UCX's event fds until something arrives.
   std::thread progress;
   int stop_fd = -1;  // eventfd that ends the progress thread
 };
@@ -333,117 +436,204 @@ using Ep = rayaccel_transport_endpoint;
 using Conn = rayaccel_connection;
 using Region = rayaccel_memory_region;
 using Request = rayaccel_request;
+using Peer = Ep::Peer;
 
 constexpr size_t kMaxQueuedNotifications = 65536;
-constexpr size_t kMaxReaders = 4096;
+constexpr size_t kMaxPeers = 4096;       // admitted readers per endpoint
+constexpr size_t kMaxHandshakes = 64;    // readers between hello and proof
+constexpr size_t kTransferHeader = 40;   // token, id, region, offset, length
+constexpr size_t kReplyHeader = 20;      // token, id, status
 
 void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "ucx transport: " + text);
 }
 
-// Requests whose only owner is UCX (control messages): freed when they complete.
-struct ControlSend {
-  std::string bytes;
+milliseconds PeerTimeout(const Ep* ep) { return milliseconds(ep->peer_timeout_ms); }
+Clock::time_point PeerDeadline(const Ep* ep) { return Clock::now() + PeerTimeout(ep); }
+// Heartbeats go four times per peer timeout (at most every second, at least every 10 ms).
+milliseconds HeartbeatInterval(const Ep* ep) {
+  return std::clamp(PeerTimeout(ep) / 4, milliseconds(10), milliseconds(1000));
+}
+
+// --- Sending
+
+// Bytes UCX may still read: freed when the send completes.
+struct Send {
+  std::string header, bytes;
 };
 
-void ControlDone(void* request, ucs_status_t /*status*/, void* user_data) {
-  delete static_cast<ControlSend*>(user_data);
+void SendDone(void* request, ucs_status_t /*status*/, void* user_data) {
+  delete static_cast<Send*>(user_data);
   Lib().ucp_request_free(request);
 }
 
-// Sends a control message; the bytes live until UCX is done with them. Caller holds mu.
-void SendControl(ucp_ep_h ep, unsigned id, std::string bytes) {
-  auto* send = new ControlSend{std::move(bytes)};
+// Sends a message that nobody waits for; its bytes live until UCX is done with them. Caller
+// holds mu, outside UCX callbacks.
+void SendMessage(ucp_ep_h uep, unsigned id, std::string header, std::string bytes) {
+  if (uep == nullptr) return;
+  auto* send = new Send{std::move(header), std::move(bytes)};
   ucp_request_param_t p{};
   p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = ControlDone;
+  p.cb.send = SendDone;
   p.user_data = send;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
   ucs_status_ptr_t r =
-      Lib().ucp_am_send_nbx(ep, id, nullptr, 0, send->bytes.data(), send->bytes.size(), &p);
+      Lib().ucp_am_send_nbx(uep, id, send->header.empty() ? nullptr : send->header.data(),
+                            send->header.size(), send->bytes.data(), send->bytes.size(), &p);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) delete send;
 }
 
-void ReleaseRkey(Request* r);
+// --- Requests
 
-void RequestDone(void* ucx_request, ucs_status_t status, void* user_data) {
-  auto* r = static_cast<Request*>(user_data);
-  Lib().ucp_request_free(ucx_request);
-  r->endpoint->activity++;
-  r->ucx_done = true;
-  ReleaseRkey(r);
-  if (!r->detached) {
-    r->status = status;
-    r->done = true;
-  }
-  if (r->abandoned) {
+// Frees a request once it is done, nobody will poll it, and UCX holds it no more.
+void MaybeFree(Request* r) {
+  if (r->done && r->abandoned && r->ucx == 0) {
     r->endpoint->requests.erase(r);
     delete r;
   }
 }
 
-// Starts tracking the outcome of a UCX operation: `started` is what the nbx call returned.
-// A notification whose flush completed: the message goes now. Caller holds mu, outside UCX
-// callbacks.
-void SendNotification(Request* r);
-void SendNotificationOn(Conn* c, Request* r);
+void CheckBarriers(Conn* c);
 
-// The flush before a notification completed (a UCX callback): queue the send.
-void NotifyFlushed(void* ucx_request, ucs_status_t status, void* user_data) {
+// The request's outcome; later outcomes are ignored. Caller holds mu.
+void Complete(Request* r, rayaccel_status status, std::string why = {}) {
+  if (r->done) return;
+  r->done = true;
+  r->status = status;
+  r->why = std::move(why);
+  r->endpoint->activity++;
+  Conn* c = r->connection;
+  if (c != nullptr && (r->kind == Request::Kind::kRead || r->kind == Request::Kind::kWrite)) {
+    c->transfers.erase(r->id);
+    CheckBarriers(c);
+  }
+}
+
+// A write lands when the owner acknowledged it and UCX has let go of the local bytes.
+void MaybeCompleteWrite(Request* r) {
+  if (r->kind != Request::Kind::kWrite || !r->replied || r->ucx != 0) return;
+  Complete(r, r->reply,
+           r->reply == RAYACCEL_STATUS_OK      ? ""
+           : r->reply == RAYACCEL_STATUS_STALE ? "the peer has deregistered the region"
+           : r->reply == RAYACCEL_STATUS_INVALID_ARGUMENT
+               ? "the peer refused the range (not inside a region it holds)"
+               : "the peer could not store the bytes");
+}
+
+// Flushes pass, and notifications are queued to go, once every transfer numbered below their
+// mark has completed.
+void CheckBarriers(Conn* c) {
+  const uint64_t oldest = c->transfers.empty() ? UINT64_MAX : c->transfers.begin()->first;
+  auto& waiting = c->barriers;
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    Request* r = *it;
+    if (r->mark > oldest && c->failure == RAYACCEL_STATUS_OK) {
+      ++it;
+      continue;
+    }
+    it = waiting.erase(it);
+    if (c->failure != RAYACCEL_STATUS_OK) {
+      Complete(r, c->failure, c->failure_text);
+    } else if (r->kind == Request::Kind::kFlush) {
+      Complete(r, RAYACCEL_STATUS_OK);
+    } else {
+      c->endpoint->ready_notifications.push_back(r);
+    }
+    MaybeFree(r);
+  }
+}
+
+void TransferSent(void* ucx_request, ucs_status_t status, void* user_data) {
   auto* r = static_cast<Request*>(user_data);
   Lib().ucp_request_free(ucx_request);
   r->endpoint->activity++;
-  r->ucx_done = true;
-  if (r->abandoned && r->detached) {
-    r->endpoint->requests.erase(r);
-    delete r;
-  } else if (r->detached) {
-    // failed with its connection: nothing to send
-  } else if (status != UCS_OK) {
-    r->status = status;
-    r->done = true;
+  r->ucx--;
+  if (status != UCS_OK) {
+    Complete(r, FromUcs(status), "the transfer did not go out: " + StatusText(status));
   } else {
-    r->endpoint->flushed_notifications.push_back(r);
+    MaybeCompleteWrite(r);
+  }
+  MaybeFree(r);
+}
+
+void ReadReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  auto* r = static_cast<Request*>(user_data);
+  Lib().ucp_request_free(ucx_request);
+  r->ucx--;
+  if (status == UCS_OK) {
+    Complete(r, RAYACCEL_STATUS_OK);
+  } else {
+    Complete(r, FromUcs(status), "the read's bytes did not arrive: " + StatusText(status));
+  }
+  MaybeFree(r);
+}
+
+void NotificationSent(void* ucx_request, ucs_status_t status, void* user_data) {
+  auto* r = static_cast<Request*>(user_data);
+  Lib().ucp_request_free(ucx_request);
+  r->ucx--;
+  Complete(r, FromUcs(status), status == UCS_OK ? "" : "notify: " + StatusText(status));
+  MaybeFree(r);
+}
+
+// Tracks a UCX operation `started` on behalf of `r`. Returns false when it failed to start
+// (r is then completed with the reason).
+bool Started(Request* r, ucs_status_ptr_t started, const char* what) {
+  if (started == nullptr) return true;
+  if (UCS_PTR_IS_ERR(started)) {
+    Complete(r, FromUcs(UCS_PTR_STATUS(started)),
+             std::string(what) + ": " + StatusText(UCS_PTR_STATUS(started)));
+    return false;
+  }
+  r->ucx++;
+  return true;
+}
+
+// --- Connections (the reader's side)
+
+// The connection is dead for good: every request on it fails with `status`. Safe inside UCX
+// callbacks. Caller holds mu.
+void FailConnection(Conn* c, rayaccel_status status, std::string why) {
+  if (c->failure != RAYACCEL_STATUS_OK) return;
+  c->failure = status;
+  c->failure_text = std::move(why);
+  c->endpoint->activity++;
+  std::map<uint64_t, Request*> transfers;
+  transfers.swap(c->transfers);
+  for (auto& [id, r] : transfers) {
+    Complete(r, status, c->failure_text);
+    MaybeFree(r);
+  }
+  CheckBarriers(c);
+}
+
+// The remote endpoint is gone (or no longer trusted): every connection to it fails and every
+// record of its readers is dropped; the link's UCX endpoints close after progress returns.
+// Safe inside UCX callbacks. Caller holds mu.
+void FailLink(Link* link, std::string why) {
+  if (link->failed) return;
+  Ep* ep = link->endpoint;
+  link->failed = true;
+  link->why = why;
+  ep->activity++;
+  for (auto& [token, c] : ep->connections) {
+    if (c->link == link) FailConnection(c, RAYACCEL_STATUS_PEER_LOST, why);
+  }
+  for (auto& [token, p] : ep->peers) {
+    if (p->link == link) p->failed = true;
   }
 }
 
-Request* Track(Ep* ep, Conn* conn, Request* r, ucs_status_ptr_t started) {
-  r->endpoint = ep;
-  r->connection = conn;
-  if (started == nullptr) {
-    r->done = true;
-  } else if (UCS_PTR_IS_ERR(started)) {
-    r->done = true;
-    r->status = UCS_PTR_STATUS(started);
-  } else {
-    r->ucx_done = false;
-  }
-  if (r->ucx_done) ReleaseRkey(r);
-  ep->requests.insert(r);
-  return r;
-}
-
-ucp_request_param_t RequestParams(Request* r) {
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.cb.send = RequestDone;
-  p.user_data = r;
-  return p;
-}
-
-void ConnectionFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* conn = static_cast<Conn*>(arg);
-  if (conn->failure == UCS_OK) conn->failure = status;
-  conn->endpoint->activity++;
-}
-
-void ReaderFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {
-  static_cast<Ep::Reader*>(arg)->failed = true;
+void LinkFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* link = static_cast<Link*>(arg);
+  link->ucx_failed = true;
+  FailLink(link, "the peer went away: " + StatusText(status));
 }
 
 // A UCX endpoint to `worker_address`: with peer-failure handling when `on_error` is given,
-// and then, where UCX_TLS leaves no transport that can handle it, without (logged once).
+// and then, where UCX_TLS leaves no transport that can handle it, without (logged once); the
+// heartbeats still find a lost peer.
 ucs_status_t CreateEp(Ep* ep, ucp_worker_h worker, const void* worker_address,
                       ucp_err_handler_cb_t on_error, void* arg, ucp_ep_h* out) {
   ucp_ep_params_t p{};
@@ -460,9 +650,9 @@ ucs_status_t CreateEp(Ep* ep, ucp_worker_h worker, const void* worker_address,
       CreateEp(ep, worker, worker_address, nullptr, nullptr, out) == UCS_OK) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
-      LogTo(ep, RAYACCEL_LOG_WARN,
-            "no transport in UCX_TLS can detect a lost peer (UCX offers it over tcp); a peer "
-            "that dies will not be noticed");
+      LogTo(ep, RAYACCEL_LOG_INFO,
+            "no transport in UCX_TLS reports a lost peer (UCX offers it over tcp); heartbeats "
+            "alone will find one");
     });
     return UCS_OK;
   }
@@ -474,7 +664,7 @@ unsigned ProgressWorkers(Ep* ep) {
 }
 
 // Waits, making progress, until `request` (from an nbx call) completes or the deadline
-// passes; frees it either way. Caller holds mu.
+// passes; frees it either way. Caller holds mu, outside UCX callbacks.
 ucs_status_t WaitUcx(Ep* ep, ucs_status_ptr_t request, Clock::time_point deadline) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
@@ -487,163 +677,676 @@ ucs_status_t WaitUcx(Ep* ep, ucs_status_ptr_t request, Clock::time_point deadlin
   return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
 }
 
-void DropRkeys(Conn* c);
-
-Clock::time_point PeerDeadline(const Ep* ep) {
-  return Clock::now() + std::chrono::milliseconds(ep->peer_timeout_ms);
-}
-
-// Closes a UCX endpoint, within the peer timeout. `force` skips the goodbye with the peer:
-// only for a peer that is gone, since UCX leaves a forced close on a live peer undefined
-// unless both sides handle errors. Caller holds mu.
-void CloseEp(Ep* ep, ucp_ep_h uep, bool force) {
+// Closes a UCX endpoint, within `limit`. `force` skips the goodbye with the peer: for a peer
+// that is gone or no longer trusted; UCX then cancels what is in flight on it.
+void CloseEp(Ep* ep, ucp_ep_h uep, bool force, milliseconds limit) {
+  if (uep == nullptr) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  WaitUcx(ep, Lib().ucp_ep_close_nbx(uep, &p), PeerDeadline(ep));
+  WaitUcx(ep, Lib().ucp_ep_close_nbx(uep, &p), Clock::now() + limit);
 }
 
-// Fails what is in flight on `c` with `status` (UCX completes nothing in flight on an
-// endpoint without error handling, not even when it closes); UCX's late callback, if any,
-// then frees the request.
-void DetachRequests(Ep* ep, Conn* c, ucs_status_t status) {
-  auto& queued = ep->flushed_notifications;
-  queued.erase(
-      std::remove_if(queued.begin(), queued.end(), [c](Request* r) { return r->connection == c; }),
-      queued.end());
-  for (auto it = ep->requests.begin(); it != ep->requests.end();) {
-    Request* r = *it;
-    if (r->connection != c) {
+Link* LinkTo(Ep* ep, uint64_t uuid) {
+  auto it = ep->links.find(uuid);
+  return it == ep->links.end() || it->second->failed ? nullptr : it->second.get();
+}
+
+// A new link to the endpoint `uuid`, with its control endpoint; its data endpoint comes when
+// needed (EnsureData). Null when UCX cannot reach the address. Caller holds mu, outside UCX
+// callbacks.
+Link* OpenLink(Ep* ep, uint64_t uuid, const void* control_address, ucs_status_t* status) {
+  auto link = std::make_unique<Link>();
+  link->endpoint = ep;
+  link->uuid = uuid;
+  *status = CreateEp(ep, ep->control, control_address, LinkFailed, link.get(), &link->control);
+  if (*status != UCS_OK) return nullptr;
+  // A failed link of the same remote endpoint still closing is replaced: its users have failed.
+  auto& slot = ep->links[uuid];
+  if (slot != nullptr) {
+    CloseEp(ep, slot->data, /*force=*/true, PeerTimeout(ep));
+    CloseEp(ep, slot->control, /*force=*/true, PeerTimeout(ep));
+    for (auto& [token, c] : ep->connections) {
+      if (c->link == slot.get()) c->link = nullptr;
+    }
+    for (auto& [token, p] : ep->peers) {
+      if (p->link == slot.get()) p->link = nullptr;
+    }
+  }
+  slot = std::move(link);
+  return slot.get();
+}
+
+ucs_status_t EnsureData(Ep* ep, Link* link, const void* data_address) {
+  if (link->data != nullptr) return UCS_OK;
+  return CreateEp(ep, ep->worker, data_address, nullptr, nullptr, &link->data);
+}
+
+// Closes links that failed (forcibly: UCX cancels what is in flight on them) and links no
+// handshake succeeded over that nobody uses (with UCX's goodbye, bounded). Caller holds mu,
+// outside UCX callbacks.
+void CloseLinks(Ep* ep) {
+  for (auto it = ep->links.begin(); it != ep->links.end();) {
+    Link* link = it->second.get();
+    if (!link->failed && (link->trusted || link->users > 0)) {
       ++it;
       continue;
     }
-    r->rkey_region = 0;  // DropRkeys takes the keys
-    if (!r->done) {
-      r->done = r->detached = true;
-      r->status = status;
+    if (link->say_goodbye && !link->ucx_failed) {
+      Writer w;
+      w.U64(ep->uuid).U32(kDeclaredLost);
+      SendMessage(link->control, kGoodbye, {}, std::move(w.str()));
     }
-    if (r->abandoned && r->ucx_done) {  // nobody waits for it, and UCX no longer holds it
-      it = ep->requests.erase(it);
-      delete r;
-    } else {
-      ++it;
+    const bool force = link->failed && !link->say_goodbye;
+    const milliseconds limit = std::min(PeerTimeout(ep), milliseconds(200));
+    CloseEp(ep, link->data, force, limit);
+    CloseEp(ep, link->control, force, limit);
+    for (auto& [token, c] : ep->connections) {
+      if (c->link == link) c->link = nullptr;
     }
+    for (auto& [token, p] : ep->peers) {
+      if (p->link == link) p->link = nullptr;
+    }
+    it = ep->links.erase(it);
   }
 }
 
-// Ends a connection: what is in flight may finish (within the peer timeout), the rest fails
-// with "closed", then the keys and both endpoints go.
-void EndConnection(Ep* ep, Conn* c) {
-  bool gone = c->failure != UCS_OK;
-  if (!gone && c->data != nullptr) {
-    ucp_request_param_t p{};
-    WaitUcx(ep, Lib().ucp_ep_flush_nbx(c->data, &p), PeerDeadline(ep));
-  }
-  DetachRequests(ep, c, UCS_ERR_CANCELED);
-  for (Request* r : ep->requests) {
-    if (r->connection == c) r->connection = nullptr;
-  }
-  DropRkeys(c);
-  if (c->data != nullptr) CloseEp(ep, c->data, gone);
-  CloseEp(ep, c->control, gone);
+ucp_ep_h ControlOf(const Link* link) {
+  return link != nullptr && !link->failed ? link->control : nullptr;
 }
-
-uint64_t LowestLiveRegion(const Ep* ep) {
-  return ep->regions.empty() ? ep->next_region_id : ep->regions.begin()->first;
+ucp_ep_h DataOf(const Link* link) {
+  return link != nullptr && !link->failed ? link->data : nullptr;
 }
 
 Conn* ConnectionByToken(Ep* ep, uint64_t token) {
-  for (Conn* c : ep->connections) {
-    if (c->token == token) return c;
+  auto it = ep->connections.find(token);
+  return it == ep->connections.end() ? nullptr : it->second;
+}
+
+Peer* PeerByToken(Ep* ep, uint64_t token) {
+  auto it = ep->peers.find(token);
+  return it == ep->peers.end() ? nullptr : it->second.get();
+}
+
+// An admitted reader, or null (with the stray counted and logged once).
+Peer* AdmittedPeer(Ep* ep, uint64_t token) {
+  Peer* p = PeerByToken(ep, token);
+  if (p != nullptr && p->authenticated && !p->failed) return p;
+  if (ep->dropped_strays++ == 0) {
+    LogTo(ep, RAYACCEL_LOG_WARN,
+          "dropped a transfer from a peer that is not admitted (no handshake, or declared lost)");
   }
   return nullptr;
 }
 
-// Answers queued hellos and drops readers that went away. Runs after ucp_worker_progress
-// returns, because UCX endpoints may not be created from inside its callbacks.
-void ServeControl(Ep* ep) {
-  for (const auto& [token, region] : ep->confirmations) {
-    Conn* c = ConnectionByToken(ep, token);
-    if (c == nullptr || c->failure != UCS_OK) continue;
-    Writer w;
-    w.U64(ep->uuid).U64(token).U64(region);
-    SendControl(c->control, kInvalidated, std::move(w.str()));
+void NoteRefused(Ep* ep, const std::string& why) {
+  ep->refused++;
+  Clock::time_point now = Clock::now();
+  if (ep->refused == 1 || now - ep->refused_logged > std::chrono::minutes(1)) {
+    ep->refused_logged = now;
+    LogTo(ep, RAYACCEL_LOG_WARN,
+          "refused a connecting peer: " + why + " (" + std::to_string(ep->refused) +
+              " refused so far)");
   }
-  ep->confirmations.clear();
-  std::vector<Ep::Hello> hellos;
-  hellos.swap(ep->hellos);
-  for (Ep::Hello& h : hellos) {
-    auto reader = std::make_unique<Ep::Reader>();
-    reader->uuid = h.uuid;
-    reader->token = h.token;
-    ucs_status_t s =
-        CreateEp(ep, ep->control, h.address.data(), ReaderFailed, reader.get(), &reader->ep);
-    if (s != UCS_OK) {
-      LogTo(ep, RAYACCEL_LOG_WARN, "cannot reach a connecting peer back: " + StatusText(s));
+}
+
+// --- The owner's side
+
+rayaccel_status CheckRange(Ep* ep, uint64_t region, uint64_t offset, uint64_t length,
+                           Region** out) {
+  auto it = ep->regions.find(region);
+  if (it == ep->regions.end()) {
+    return region != 0 && region < ep->next_region_id ? RAYACCEL_STATUS_STALE
+                                                      : RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
+  if (length == 0 || offset > it->second->length || length > it->second->length - offset) {
+    return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
+  *out = it->second;
+  return RAYACCEL_STATUS_OK;
+}
+
+std::string ReplyHeader(uint64_t token, uint64_t id, rayaccel_status status) {
+  Writer w;
+  w.U64(token).U64(id).U32(static_cast<uint32_t>(status));
+  return std::move(w.str());
+}
+
+// An operation the owner runs for a reader: a read's reply, a write's receive. Holds the
+// region (Deregister waits for it) and the reader.
+struct Serve {
+  Ep* ep;
+  uint64_t token, id, region;
+  bool write;
+  std::string header;
+};
+
+void EndServe(Serve* s, ucs_status_t status) {
+  Ep* ep = s->ep;
+  ep->activity++;
+  if (auto it = ep->serving.find(s->region); it != ep->serving.end() && --it->second == 0) {
+    ep->serving.erase(it);
+  }
+  Peer* p = PeerByToken(ep, s->token);
+  if (p != nullptr && p->serving > 0) p->serving--;
+  if (s->write && p != nullptr && !p->failed) {
+    rayaccel_status st = status == UCS_OK ? RAYACCEL_STATUS_OK : RAYACCEL_STATUS_INTERNAL;
+    ep->outbox.push_back({true, s->token, kPutAck, ReplyHeader(s->token, s->id, st)});
+  }
+  delete s;
+}
+
+void ServeSent(void* request, ucs_status_t status, void* user_data) {
+  Lib().ucp_request_free(request);
+  EndServe(static_cast<Serve*>(user_data), status);
+}
+
+void ServeReceived(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  Lib().ucp_request_free(request);
+  EndServe(static_cast<Serve*>(user_data), status);
+}
+
+Serve* StartServe(Ep* ep, Peer* p, uint64_t token, uint64_t id, uint64_t region, bool write) {
+  ep->serving[region]++;
+  p->serving++;
+  return new Serve{ep, token, id, region, write, {}};
+}
+
+// Sends the reads validated in the handler: the region's bytes, or the status alone.
+void ServeGets(Ep* ep) {
+  std::vector<Ep::GetServe> gets;
+  gets.swap(ep->gets);
+  for (const Ep::GetServe& g : gets) {
+    Peer* p = PeerByToken(ep, g.token);
+    ucp_ep_h data = p != nullptr && !p->failed ? DataOf(p->link) : nullptr;
+    if (data == nullptr) continue;
+    Region* region = nullptr;
+    rayaccel_status status = g.status;
+    if (status == RAYACCEL_STATUS_OK) status = CheckRange(ep, g.region, g.offset, g.length, &region);
+    if (status != RAYACCEL_STATUS_OK) {
+      SendMessage(data, kGetReply, ReplyHeader(g.token, g.id, status), {});
       continue;
     }
-    Writer w;
-    w.U64(h.token)
-        .U64(ep->uuid)
-        .U64(ep->next_region_id)
-        .U32(static_cast<uint32_t>(ep->regions.size()));
-    for (const auto& [id, region] : ep->regions) w.U64(id);
-    SendControl(reader->ep, kWelcome, std::move(w.str()));
-    ep->readers.push_back(std::move(reader));
-  }
-  for (Conn* c : ep->connections) {
-    if (c->failure != UCS_OK && c->data != nullptr) {
-      DetachRequests(ep, c, c->failure);
-      DropRkeys(c);
-      CloseEp(ep, c->data, /*force=*/true);
-      c->data = nullptr;
+    Serve* s = StartServe(ep, p, g.token, g.id, g.region, /*write=*/false);
+    s->header = ReplyHeader(g.token, g.id, RAYACCEL_STATUS_OK);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.send = ServeSent;
+    param.user_data = s;
+    param.memh = region->memh;
+    ucs_status_ptr_t r =
+        Lib().ucp_am_send_nbx(data, kGetReply, s->header.data(), s->header.size(),
+                              static_cast<char*>(region->base) + g.offset, g.length, &param);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+      EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
     }
   }
-  for (auto it = ep->readers.begin(); it != ep->readers.end();) {
-    if ((*it)->failed) {
-      CloseEp(ep, (*it)->ep, /*force=*/true);
-      it = ep->readers.erase(it);
+}
+
+// A reader's write: checked against the owner's live regions before a byte lands. Inside a
+// UCX callback.
+void OnPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region,
+           uint64_t offset, uint64_t length, void* data, size_t data_length, bool rndv) {
+  Peer* p = AdmittedPeer(ep, token);
+  Region* target = nullptr;
+  rayaccel_status status = p == nullptr ? RAYACCEL_STATUS_INVALID_ARGUMENT
+                                        : CheckRange(ep, region, offset, length, &target);
+  if (status == RAYACCEL_STATUS_OK && data_length != length) {
+    status = RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
+  if (status != RAYACCEL_STATUS_OK) {
+    if (rndv) Lib().ucp_am_data_release(ep->worker, data);
+    if (p != nullptr) ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, status)});
+    return;
+  }
+  void* at = static_cast<char*>(target->base) + offset;
+  if (!rndv) {
+    std::memcpy(at, data, length);
+    ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, RAYACCEL_STATUS_OK)});
+    return;
+  }
+  Serve* s = StartServe(ep, p, token, id, region, /*write=*/true);
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+  param.cb.recv_am = ServeReceived;
+  param.user_data = s;
+  param.memh = target->memh;
+  ucs_status_ptr_t r = Lib().ucp_am_recv_data_nbx(ep->worker, data, at, length, &param);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
+}
+
+// --- Messages
+
+// One handler for every message: checks its shape and applies it. A malformed message from a
+// peer is dropped with a log line; a large one a peer pushed at us is released unread. Runs
+// inside progress, mu held.
+ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_length, void* data,
+                       size_t length, const ucp_am_recv_param_t* param) {
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  ep->activity++;
+  Reader h(header, header_length);
+  Reader in(rndv ? nullptr : data, rndv ? 0 : length);
+  auto drop = [&] {
+    if (rndv) Lib().ucp_am_data_release(ep->worker, data);
+  };
+  if (rndv && id != kPut && id != kGetReply) {
+    drop();
+    return UCS_OK;
+  }
+  switch (id) {
+    case kHello: {
+      uint64_t uuid = in.U64(), token = in.U64();
+      Nonce nonce = in.Array<16>();
+      uint32_t n = in.U32();
+      const uint8_t* control = in.Bytes(n);
+      uint32_t m = in.U32();
+      const uint8_t* data_address = in.Bytes(m);
+      if (!in.at_end() || header_length != 0 || n == 0 || m == 0 ||
+          n > RAYACCEL_TRANSPORT_MAX_BLOB || m > RAYACCEL_TRANSPORT_MAX_BLOB) {
+        break;
+      }
+      size_t handshakes = ep->hellos.size();
+      for (const auto& [t, p] : ep->peers) handshakes += p->authenticated ? 0 : 1;
+      if (ep->peers.size() + ep->hellos.size() >= kMaxPeers || handshakes >= kMaxHandshakes) {
+        NoteRefused(ep, "too many connected or connecting peers");
+        return UCS_OK;
+      }
+      if (ep->peers.count(token) != 0) return UCS_OK;  // a duplicate
+      ep->hellos.push_back({uuid, token, nonce,
+                            std::string(reinterpret_cast<const char*>(control), n),
+                            std::string(reinterpret_cast<const char*>(data_address), m)});
+      return UCS_OK;
+    }
+    case kChallenge: {
+      uint64_t token = in.U64(), owner = in.U64();
+      Nonce owner_nonce = in.Array<16>();
+      Mac mac = in.Array<32>();
+      if (!in.at_end()) break;
+      Conn* c = ConnectionByToken(ep, token);
+      if (c == nullptr || c->state != Conn::State::kHello || c->failure != RAYACCEL_STATUS_OK) {
+        return UCS_OK;
+      }
+      if (owner != c->peer_uuid) {
+        FailConnection(c, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                       "the peer answered as another endpoint than the address names");
+        return UCS_OK;
+      }
+      if (!SameMac(mac, Prove(ep->key, kOwnerRole, token, ep->uuid, owner, c->nonce,
+                              owner_nonce))) {
+        FailConnection(c, RAYACCEL_STATUS_UNAUTHENTICATED,
+                       "the peer could not prove the shared transport key (its key differs)");
+        return UCS_OK;
+      }
+      c->peer_nonce = owner_nonce;
+      c->state = Conn::State::kProven;
+      c->last_heard = Clock::now();
+      Mac proof = Prove(ep->key, kReaderRole, token, ep->uuid, owner, c->nonce, owner_nonce);
+      Writer w;
+      w.U64(ep->uuid).U64(token).Bytes(proof.data(), proof.size());
+      ep->outbox.push_back({false, token, kProof, std::move(w.str())});
+      return UCS_OK;
+    }
+    case kProof: {
+      uint64_t uuid = in.U64(), token = in.U64();
+      Mac mac = in.Array<32>();
+      if (!in.at_end()) break;
+      Peer* p = PeerByToken(ep, token);
+      if (p == nullptr || p->authenticated || p->failed || p->uuid != uuid) return UCS_OK;
+      if (!SameMac(mac, Prove(ep->key, kReaderRole, token, uuid, ep->uuid, p->reader_nonce,
+                              p->owner_nonce))) {
+        NoteRefused(ep, "it could not prove the shared transport key");
+        p->failed = true;
+        p->refuse = kWrongKey;
+        return UCS_OK;
+      }
+      p->authenticated = true;  // its data endpoint and welcome follow, after progress
+      p->deadline = PeerDeadline(ep);
+      return UCS_OK;
+    }
+    case kWelcome: {
+      uint64_t token = in.U64(), owner = in.U64();
+      if (!in.at_end()) break;
+      Conn* c = ConnectionByToken(ep, token);
+      if (c == nullptr || c->state != Conn::State::kProven || owner != c->peer_uuid) {
+        return UCS_OK;
+      }
+      c->state = Conn::State::kWelcomed;
+      c->last_heard = Clock::now();
+      return UCS_OK;
+    }
+    case kRefused: {
+      uint64_t token = in.U64(), owner = in.U64();
+      uint32_t reason = in.U32();
+      if (!in.at_end()) break;
+      Conn* c = ConnectionByToken(ep, token);
+      if (c == nullptr || owner != c->peer_uuid) return UCS_OK;
+      if (reason == kTooMany) {
+        FailConnection(c, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,
+                       "the peer has too many connections");
+      } else {
+        FailConnection(c, RAYACCEL_STATUS_UNAUTHENTICATED,
+                       "the peer refused our transport key (the two keys differ)");
+      }
+      return UCS_OK;
+    }
+    case kPing: {
+      uint64_t uuid = in.U64(), token = in.U64();
+      if (!in.at_end()) break;
+      Peer* p = PeerByToken(ep, token);
+      if (p != nullptr && p->authenticated && p->uuid == uuid) p->deadline = PeerDeadline(ep);
+      return UCS_OK;
+    }
+    case kPong: {
+      uint64_t owner = in.U64(), token = in.U64();
+      if (!in.at_end()) break;
+      Conn* c = ConnectionByToken(ep, token);
+      if (c != nullptr && c->peer_uuid == owner) c->last_heard = Clock::now();
+      return UCS_OK;
+    }
+    case kBye: {
+      uint64_t uuid = in.U64(), token = in.U64();
+      if (!in.at_end()) break;
+      Peer* p = PeerByToken(ep, token);
+      if (p != nullptr && p->uuid == uuid) p->failed = true;
+      return UCS_OK;
+    }
+    case kGoodbye: {
+      uint64_t uuid = in.U64();
+      uint32_t reason = in.U32();
+      if (!in.at_end()) break;
+      if (Link* link = LinkTo(ep, uuid)) {
+        FailLink(link, reason == kDeclaredLost
+                           ? "the peer declared us lost (it did not hear from us within its peer "
+                             "timeout)"
+                           : "the peer closed its endpoint");
+      }
+      return UCS_OK;
+    }
+    case kNotify: {
+      uint64_t token = h.U64();
+      if (!h.at_end() || length == 0 || length > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) break;
+      if (AdmittedPeer(ep, token) == nullptr) return UCS_OK;
+      if (ep->notifications.size() >= kMaxQueuedNotifications) {
+        if (ep->dropped_notifications++ == 0) {
+          LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new notifications");
+        }
+        return UCS_OK;
+      }
+      ep->notifications.emplace_back(static_cast<const char*>(data), length);
+      return UCS_OK;
+    }
+    case kGet: {
+      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(),
+               size = h.U64();
+      if (!h.at_end() || length != 0) break;
+      Peer* p = AdmittedPeer(ep, token);
+      if (p == nullptr) return UCS_OK;
+      p->deadline = PeerDeadline(ep);
+      Region* unused = nullptr;
+      ep->gets.push_back({token, req, region, offset, size,
+                          CheckRange(ep, region, offset, size, &unused)});
+      return UCS_OK;
+    }
+    case kPut: {
+      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(),
+               size = h.U64();
+      if (!h.at_end()) {
+        drop();
+        break;
+      }
+      if (Peer* p = PeerByToken(ep, token); p != nullptr && p->authenticated) {
+        p->deadline = PeerDeadline(ep);
+      }
+      OnPut(ep, token, req, region, offset, size, data, length, rndv);
+      return UCS_OK;
+    }
+    case kGetReply:
+    case kPutAck: {
+      uint64_t token = h.U64(), req = h.U64();
+      auto status = static_cast<rayaccel_status>(h.U32());
+      Conn* c = h.at_end() ? ConnectionByToken(ep, token) : nullptr;
+      auto it = c != nullptr ? c->transfers.find(req) : decltype(c->transfers)::iterator();
+      const Request::Kind kind = id == kGetReply ? Request::Kind::kRead : Request::Kind::kWrite;
+      if (c == nullptr || it == c->transfers.end() || it->second->kind != kind ||
+          it->second->replied || c->failure != RAYACCEL_STATUS_OK) {
+        drop();  // late (failed or closed), or not ours
+        if (!h.at_end()) break;
+        return UCS_OK;
+      }
+      Request* r = it->second;
+      c->last_heard = Clock::now();
+      r->replied = true;
+      // Only the statuses an owner gives; anything else is the owner's bug.
+      if (status != RAYACCEL_STATUS_OK && status != RAYACCEL_STATUS_STALE &&
+          status != RAYACCEL_STATUS_INVALID_ARGUMENT) {
+        status = RAYACCEL_STATUS_INTERNAL;
+      }
+      if (kind == Request::Kind::kWrite) {
+        if (length != 0) break;
+        r->reply = status;
+        MaybeCompleteWrite(r);  // or once UCX lets go of the local bytes
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      if (status != RAYACCEL_STATUS_OK || length != r->length) {
+        drop();
+        Complete(r, status != RAYACCEL_STATUS_OK ? status : RAYACCEL_STATUS_INTERNAL,
+                 status == RAYACCEL_STATUS_STALE ? "the peer has deregistered the region"
+                 : status == RAYACCEL_STATUS_INVALID_ARGUMENT
+                     ? "the peer refused the range (not inside a region it holds)"
+                     : "the peer answered a read with another length or status");
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      if (!rndv) {
+        std::memcpy(r->local, data, length);
+        Complete(r, RAYACCEL_STATUS_OK);
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      ucp_request_param_t p{};
+      p.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+      p.cb.recv_am = ReadReceived;
+      p.user_data = r;
+      p.memh = r->memh;
+      ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(ep->worker, data, r->local, length, &p);
+      if (got == nullptr) {
+        Complete(r, RAYACCEL_STATUS_OK);
+      } else if (UCS_PTR_IS_ERR(got)) {
+        Complete(r, FromUcs(UCS_PTR_STATUS(got)),
+                 "the read's bytes did not arrive: " + StatusText(UCS_PTR_STATUS(got)));
+      } else {
+        r->ucx++;
+      }
+      MaybeFree(r);
+      return UCS_OK;
+    }
+    default:
+      drop();
+      break;
+  }
+  LogTo(ep, RAYACCEL_LOG_WARN,
+        "dropped a malformed message (id " + std::to_string(id) + ", " +
+            std::to_string(header_length) + "+" + std::to_string(length) + " bytes)");
+  return UCS_OK;
+}
+
+template <unsigned kId>
+ucs_status_t Handler(void* arg, const void* header, size_t header_length, void* data,
+                     size_t length, const ucp_am_recv_param_t* param) {
+  return OnMessage(static_cast<Ep*>(arg), kId, header, header_length, data, length, param);
+}
+
+// --- Progress
+
+void SendOutbox(Ep* ep) {
+  std::vector<Ep::Outgoing> out;
+  out.swap(ep->outbox);
+  for (Ep::Outgoing& o : out) {
+    ucp_ep_h uep = nullptr;
+    if (o.to_peer) {
+      Peer* p = PeerByToken(ep, o.token);
+      if (p != nullptr && !p->failed) uep = o.id == kPutAck ? DataOf(p->link) : ControlOf(p->link);
     } else {
-      ++it;
+      Conn* c = ConnectionByToken(ep, o.token);
+      if (c != nullptr && c->failure == RAYACCEL_STATUS_OK) uep = ControlOf(c->link);
+    }
+    if (o.id == kPutAck) {
+      SendMessage(uep, o.id, std::move(o.bytes), {});
+    } else {
+      SendMessage(uep, o.id, {}, std::move(o.bytes));
     }
   }
 }
 
-// Caller holds mu. Returns whether UCX did anything.
-void SendNotification(Request* r) {
+void SendNotification(Ep* ep, Request* r) {
   Conn* c = r->connection;
-  if (c == nullptr || c->data == nullptr || c->failure != UCS_OK) {
-    r->done = true;
-    r->status = c == nullptr ? UCS_ERR_CANCELED : c->failure;
-  } else {
-    SendNotificationOn(c, r);
+  if (c == nullptr || c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
+    Complete(r, c == nullptr ? RAYACCEL_STATUS_PEER_LOST : c->failure,
+             c == nullptr ? "the connection was closed" : c->failure_text);
+    return;
   }
-  if (r->abandoned && r->done && r->ucx_done) {
-    r->endpoint->requests.erase(r);
-    delete r;
-  }
-}
-
-void SendNotificationOn(Conn* c, Request* r) {
-  ucp_request_param_t p = RequestParams(r);
-  p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  Writer w;
+  w.U64(c->token);
+  r->header = std::move(w.str());
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = NotificationSent;
+  p.user_data = r;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t sent =
-      Lib().ucp_am_send_nbx(c->data, kNotify, nullptr, 0, r->payload.data(), r->payload.size(), &p);
-  if (sent == nullptr) {
-    r->done = true;
-  } else if (UCS_PTR_IS_ERR(sent)) {
-    r->done = true;
-    r->status = UCS_PTR_STATUS(sent);
-  } else {
-    r->ucx_done = false;
+  ucs_status_ptr_t sent = Lib().ucp_am_send_nbx(DataOf(c->link), kNotify, r->header.data(),
+                                                r->header.size(), r->payload.data(),
+                                                r->payload.size(), &p);
+  if (Started(r, sent, "notify") && sent == nullptr) Complete(r, RAYACCEL_STATUS_OK);
+  (void)ep;
+}
+
+void SendReadyNotifications(Ep* ep) {
+  std::vector<Request*> ready;
+  ready.swap(ep->ready_notifications);
+  for (Request* r : ready) {
+    SendNotification(ep, r);
+    MaybeFree(r);
   }
 }
 
-void SendFlushedNotifications(Ep* ep) {
-  std::vector<Request*> ready;
-  ready.swap(ep->flushed_notifications);
-  for (Request* r : ready) SendNotification(r);
+// Drops an owner's record of a reader; a refusal is said first. The link stays.
+void ClosePeer(Ep* ep, Peer* p) {
+  if (p->refuse != 0) {
+    Writer w;
+    w.U64(p->token).U64(ep->uuid).U32(p->refuse);
+    SendMessage(ControlOf(p->link), kRefused, {}, std::move(w.str()));
+  }
+  if (p->link != nullptr) p->link->users--;
+  p->link = nullptr;
+}
+
+// Declares the remote endpoint of `link` lost: it was silent for the peer timeout.
+void DeclareLost(Ep* ep, Link* link) {
+  LogTo(ep, RAYACCEL_LOG_INFO,
+        "a peer was silent for " + std::to_string(ep->peer_timeout_ms) +
+            " ms: declared lost (stopped, frozen or cut off)");
+  link->say_goodbye = true;
+  FailLink(link, "the peer was silent for " + std::to_string(ep->peer_timeout_ms) +
+                     " ms (stopped, frozen or cut off)");
+}
+
+// Answers queued hellos, admits readers that proved the key, sends heartbeats and declares
+// silent peers lost, and closes what failed. Runs after ucp_worker_progress returns, because
+// UCX endpoints may not be created or closed inside its callbacks.
+void ServeControl(Ep* ep) {
+  Clock::time_point now = Clock::now();
+  std::vector<Ep::Hello> hellos;
+  hellos.swap(ep->hellos);
+  for (Ep::Hello& hello : hellos) {
+    if (ep->peers.count(hello.token) != 0) continue;
+    Link* link = LinkTo(ep, hello.uuid);
+    ucs_status_t s = UCS_OK;
+    if (link == nullptr) link = OpenLink(ep, hello.uuid, hello.control.data(), &s);
+    if (link == nullptr) {
+      NoteRefused(ep, "cannot reach it back: " + StatusText(s));
+      continue;
+    }
+    auto p = std::make_unique<Peer>();
+    p->endpoint = ep;
+    p->uuid = hello.uuid;
+    p->token = hello.token;
+    p->link = link;
+    link->users++;
+    p->reader_nonce = hello.nonce;
+    p->owner_nonce = RandomNonce();
+    p->data_address = std::move(hello.data);
+    p->deadline = PeerDeadline(ep);
+    Mac mac =
+        Prove(ep->key, kOwnerRole, p->token, p->uuid, ep->uuid, p->reader_nonce, p->owner_nonce);
+    Writer w;
+    w.U64(p->token).U64(ep->uuid).Bytes(p->owner_nonce.data(), p->owner_nonce.size());
+    w.Bytes(mac.data(), mac.size());
+    SendMessage(link->control, kChallenge, {}, std::move(w.str()));
+    ep->peers[p->token] = std::move(p);
+  }
+  const bool beat = now >= ep->next_heartbeat;
+  if (beat) ep->next_heartbeat = now + HeartbeatInterval(ep);
+  for (auto& [token, p] : ep->peers) {
+    if (p->failed || p->link == nullptr || p->link->failed) {
+      p->failed = true;
+      continue;
+    }
+    if (p->authenticated && !p->link->trusted) {
+      p->link->trusted = true;
+    }
+    if (p->authenticated && !p->data_address.empty()) {
+      ucs_status_t s = EnsureData(ep, p->link, p->data_address.data());
+      p->data_address.clear();
+      if (s != UCS_OK) {
+        LogTo(ep, RAYACCEL_LOG_WARN,
+              "cannot reach an admitted reader's data worker: " + StatusText(s));
+        p->failed = true;
+        continue;
+      }
+      Writer w;
+      w.U64(token).U64(ep->uuid);
+      SendMessage(p->link->control, kWelcome, {}, std::move(w.str()));
+    }
+    if (now > p->deadline) {
+      if (p->authenticated) {
+        DeclareLost(ep, p->link);
+      } else {
+        NoteRefused(ep, "it did not finish the handshake within the peer timeout");
+        p->failed = true;
+      }
+    } else if (beat && p->authenticated) {
+      Writer w;
+      w.U64(ep->uuid).U64(token);
+      SendMessage(p->link->control, kPong, {}, std::move(w.str()));
+    }
+  }
+  for (auto& [token, c] : ep->connections) {
+    if (c->failure != RAYACCEL_STATUS_OK || c->state != Conn::State::kWelcomed ||
+        ControlOf(c->link) == nullptr) {
+      continue;
+    }
+    if (now - c->last_heard > PeerTimeout(ep)) {
+      DeclareLost(ep, c->link);
+    } else if (beat) {
+      Writer w;
+      w.U64(ep->uuid).U64(token);
+      SendMessage(c->link->control, kPing, {}, std::move(w.str()));
+    }
+  }
+  for (auto it = ep->peers.begin(); it != ep->peers.end();) {
+    if (!it->second->failed) {
+      ++it;
+      continue;
+    }
+    ClosePeer(ep, it->second.get());
+    it = ep->peers.erase(it);
+  }
+  CloseLinks(ep);
 }
 
 // Caller holds mu. Returns whether UCX did anything. Bounded, so that a flood of messages
@@ -651,8 +1354,11 @@ void SendFlushedNotifications(Ep* ep) {
 bool Progress(Ep* ep) {
   bool any = false;
   for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) any = true;
-  SendFlushedNotifications(ep);
+  SendOutbox(ep);
+  ServeGets(ep);
+  SendReadyNotifications(ep);
   ServeControl(ep);
+  SendOutbox(ep);
   return any;
 }
 
@@ -669,15 +1375,16 @@ void ProgressThread(Ep* ep) {
   using std::chrono::microseconds;
   Clock::time_point last_moved = Clock::now();
   microseconds pause(0);
+  const int heartbeat_ms = static_cast<int>(HeartbeatInterval(ep).count());
   while (true) {
     bool armed = false, busy = false;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       if (Progress(ep)) last_moved = Clock::now();
       if (data_fd >= 0 && control_fd >= 0) {
-        // BUSY: work is pending that no event will announce, such as replies to a peer's reads
-        // waiting for room in a shared-memory queue when UCX emulates one-sided reads. This
-        // thread is then what serves the peer, so it comes back soon.
+        // BUSY: work is pending that no event will announce, such as a large reply waiting
+        // for room in a shared-memory queue. This thread is then what serves the peer, so it
+        // comes back soon.
         const ucs_status_t data = Lib().ucp_worker_arm(ep->worker);
         const ucs_status_t control = data == UCS_OK ? Lib().ucp_worker_arm(ep->control) : data;
         armed = data == UCS_OK && control == UCS_OK;
@@ -697,130 +1404,36 @@ void ProgressThread(Ep* ep) {
       continue;
     }
     pause = microseconds(0);
-    // Without armed event fds (no wakeup support), look again in 1 ms.
-    int n = poll(fds, armed ? 3 : 1, armed ? 1000 : 1);
+    // Back at least once per heartbeat; without armed event fds, in 1 ms.
+    int n = poll(fds, armed ? 3 : 1, armed ? heartbeat_ms : 1);
     if (n > 0 && (fds[0].revents & POLLIN) != 0) return;
   }
 }
 
-// The invalidation of `region` by `c`'s owner: the key goes once no transfer uses it, and
-// the owner hears so then (through ep->confirmations), not before.
-void RetireRkey(Ep* ep, Conn* c, uint64_t region, uint64_t token) {
-  auto it = c->rkeys.find(region);
-  if (it == c->rkeys.end() || it->second.in_flight == 0) {
-    if (it != c->rkeys.end()) {
-      Lib().ucp_rkey_destroy(it->second.rkey);
-      c->rkeys.erase(it);
-    }
-    ep->confirmations.emplace_back(token, region);
-    return;
-  }
-  it->second.stale = true;
-  it->second.confirm_token = token;
-}
-
-void ReleaseRkey(Request* r) {
-  if (r->rkey_region == 0 || r->connection == nullptr) return;
-  Conn* c = r->connection;
-  auto it = c->rkeys.find(r->rkey_region);
-  r->rkey_region = 0;
-  if (it == c->rkeys.end() || --it->second.in_flight > 0 || !it->second.stale) return;
-  Lib().ucp_rkey_destroy(it->second.rkey);
-  c->endpoint->confirmations.emplace_back(it->second.confirm_token, it->first);
-  c->rkeys.erase(it);
-}
-
-// Destroys every key of a connection whose transfers are over or detached; before its data
-// endpoint closes, as UCX requires.
-void DropRkeys(Conn* c) {
-  for (auto& [id, key] : c->rkeys) Lib().ucp_rkey_destroy(key.rkey);
-  c->rkeys.clear();
-}
-
-// One handler for every control message: checks its shape and applies it. A malformed
-// message from a peer is dropped with a log line. Runs inside progress, mu held.
-ucs_status_t OnMessage(Ep* ep, unsigned id, const void* data, size_t length,
-                       const ucp_am_recv_param_t* param) {
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;  // never sent
-  ep->activity++;
-  Reader in(data, length);
-  switch (id) {
-    case kHello: {
-      uint64_t uuid = in.U64(), token = in.U64();
-      uint32_t n = in.U32();
-      const uint8_t* address = in.Bytes(n);
-      if (!in.at_end() || n == 0 || n > RAYACCEL_TRANSPORT_MAX_BLOB) break;
-      if (ep->readers.size() + ep->hellos.size() >= kMaxReaders) {
-        LogTo(ep, RAYACCEL_LOG_WARN, "too many connected peers: a hello was refused");
-        return UCS_OK;
-      }
-      ep->hellos.push_back({uuid, token, std::string(reinterpret_cast<const char*>(address), n)});
-      return UCS_OK;
-    }
-    case kWelcome: {
-      uint64_t token = in.U64(), owner = in.U64(), watermark = in.U64();
-      uint32_t n = in.U32();
-      if (!in.ok() || static_cast<uint64_t>(n) * 8 != length - 28) break;
-      Conn* c = ConnectionByToken(ep, token);
-      if (c == nullptr || c->welcomed) return UCS_OK;
-      c->peer_uuid = owner;
-      c->regions.watermark = watermark;
-      for (uint32_t i = 0; i < n; ++i) c->regions.live_below.insert(in.U64());
-      c->welcomed = true;
-      return UCS_OK;
-    }
-    case kInvalidate: {
-      uint64_t owner = in.U64(), token = in.U64(), region = in.U64(), lowest = in.U64();
-      if (!in.at_end()) break;
-      Conn* c = ConnectionByToken(ep, token);
-      if (c == nullptr || c->peer_uuid != owner) return UCS_OK;  // closed, or not from its owner
-      c->regions.Invalidate(region, lowest);
-      RetireRkey(ep, c, region, token);
-      return UCS_OK;
-    }
-    case kInvalidated: {
-      uint64_t uuid = in.U64(), token = in.U64(), region = in.U64();
-      if (!in.at_end()) break;
-      for (auto& r : ep->readers) {
-        if (r->uuid == uuid && r->token == token && r->awaiting == region) r->awaiting = 0;
-      }
-      return UCS_OK;
-    }
-    case kNotify:
-      if (length == 0 || length > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) break;
-      if (ep->notifications.size() >= kMaxQueuedNotifications) {
-        if (ep->dropped_notifications++ == 0) {
-          LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new notifications");
-        }
-        return UCS_OK;
-      }
-      ep->notifications.emplace_back(static_cast<const char*>(data), length);
-      return UCS_OK;
-    case kBye: {
-      uint64_t uuid = in.U64(), token = in.U64();
-      if (!in.at_end()) break;
-      for (auto& r : ep->readers) {
-        if (r->uuid == uuid && r->token == token) r->failed = true;
-      }
-      return UCS_OK;
-    }
-    default:
-      break;
-  }
-  LogTo(ep, RAYACCEL_LOG_WARN,
-        "dropped a malformed control message (id " + std::to_string(id) + ", " +
-            std::to_string(length) + " bytes)");
-  return UCS_OK;
-}
-
-template <unsigned kId>
-ucs_status_t Handler(void* arg, const void* /*header*/, size_t /*header_length*/, void* data,
-                     size_t length, const ucp_am_recv_param_t* param) {
-  return OnMessage(static_cast<Ep*>(arg), kId, data, length, param);
-}
-
 // ---------------------------------------------------------------------------------------
 // The hooks.
+
+// Ends a connection of ours: what is in flight may finish (within the peer timeout), the rest
+// fails, then both endpoints go. Caller holds mu.
+void EndConnection(Ep* ep, Conn* c, bool say_bye) {
+  if (c->failure == RAYACCEL_STATUS_OK) {
+    Clock::time_point deadline = PeerDeadline(ep);
+    while (!c->transfers.empty() && c->failure == RAYACCEL_STATUS_OK && Clock::now() < deadline) {
+      if (!Progress(ep)) std::this_thread::yield();
+    }
+    if (say_bye && c->failure == RAYACCEL_STATUS_OK) {
+      Writer w;
+      w.U64(ep->uuid).U64(c->token);
+      SendMessage(ControlOf(c->link), kBye, {}, std::move(w.str()));
+    }
+    FailConnection(c, RAYACCEL_STATUS_PEER_LOST, "the connection was closed");
+  }
+  for (auto& [r, unused] : ep->requests) {
+    if (r->connection == c) r->connection = nullptr;
+  }
+  if (c->link != nullptr) c->link->users--;
+  c->link = nullptr;
+}
 
 void DestroyEndpoint(Ep* ep) {
   if (ep->progress.joinable()) {
@@ -831,20 +1444,30 @@ void DestroyEndpoint(Ep* ep) {
   if (ep->stop_fd >= 0) close(ep->stop_fd);
   std::lock_guard<std::mutex> lock(ep->mu);
   if (ep->worker != nullptr && ep->control != nullptr) {
-    for (Conn* c : ep->connections) EndConnection(ep, c);
-    for (auto& r : ep->readers) CloseEp(ep, r->ep, r->failed);
+    for (auto& [token, c] : ep->connections) EndConnection(ep, c, /*say_bye=*/false);
+    for (auto& [token, p] : ep->peers) ClosePeer(ep, p.get());
+    ep->peers.clear();
+    // Every remote endpoint hears that this one is gone, so its connections fail at once.
+    for (auto& [uuid, link] : ep->links) {
+      if (link->failed) continue;
+      Writer w;
+      w.U64(ep->uuid).U32(kClosing);
+      SendMessage(link->control, kGoodbye, {}, std::move(w.str()));
+      link->failed = true;
+    }
+    CloseLinks(ep);
     for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) {
     }
   }
+  ep->peers.clear();
   for (auto& [id, region] : ep->regions) {
     Lib().ucp_mem_unmap(ep->context, region->memh);
     delete region;
   }
   if (ep->worker != nullptr) Lib().ucp_worker_destroy(ep->worker);
   if (ep->control != nullptr) Lib().ucp_worker_destroy(ep->control);
-  for (Conn* c : ep->connections) delete c;
-  for (Request* r : ep->requests) delete r;
-  delete ep->spare_request;
+  for (auto& [token, c] : ep->connections) delete c;
+  for (auto& [r, unused] : ep->requests) delete r;
   if (ep->context != nullptr) Lib().ucp_cleanup(ep->context);
 }
 
@@ -921,24 +1544,17 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
       }
       args->address = attr.address;
     }
-    void* rkey = nullptr;
-    size_t rkey_size = 0;
-    s = Lib().ucp_rkey_pack(ep->context, memh, &rkey, &rkey_size);
-    if (s != UCS_OK) {
-      Lib().ucp_mem_unmap(ep->context, memh);
-      return FailUcs(error, "ucp_rkey_pack", s);
-    }
     auto* region = new Region();
     region->endpoint = ep;
     region->id = ep->next_region_id++;
     region->base = args->address;
     region->length = args->length;
     region->memh = memh;
+    // Names the region, nothing more: the owner checks every transfer against its own record
+    // of the region, so the bytes grant nothing a forger could widen.
     Writer w;
-    w.U32(kDescriptorMagic).U16(kWireVersion).U16(static_cast<uint16_t>(rkey_size));
-    w.U64(ep->uuid).U64(region->id).U64(reinterpret_cast<uintptr_t>(args->address));
-    w.U64(args->length).Bytes(rkey, rkey_size);
-    Lib().ucp_rkey_buffer_release(rkey);
+    w.U32(kDescriptorMagic).U16(kWireVersion).U16(0);
+    w.U64(ep->uuid).U64(region->id).U64(args->length);
     region->descriptor = std::move(w.str());
     ep->regions[region->id] = region;
     args->region = region;
@@ -951,32 +1567,25 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
   return Guard(error, [&] {
     Ep* ep = region->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
+    // From here every new transfer naming the region is refused as stale; the ones the owner
+    // is serving finish first (a reader that does not let them finish within the peer timeout
+    // is dropped, which cancels them).
     ep->regions.erase(region->id);
-    // Every connected reader applies the invalidation and confirms it before the memory goes;
-    // a reader that does not confirm within the peer timeout is lost (and fails with PEER_LOST).
-    for (auto& r : ep->readers) {
-      if (r->failed) continue;
-      Writer w;
-      w.U64(ep->uuid).U64(r->token).U64(region->id).U64(LowestLiveRegion(ep));
-      SendControl(r->ep, kInvalidate, std::move(w.str()));
-      r->awaiting = region->id;
-    }
+    const uint64_t id = region->id;
     Clock::time_point deadline = PeerDeadline(ep);
-    auto pending = [&] {
-      for (auto& r : ep->readers) {
-        if (!r->failed && r->awaiting != 0) return true;
-      }
-      return false;
-    };
-    while (pending() && Clock::now() < deadline) {
+    while (ep->serving.count(id) != 0 && Clock::now() < deadline) {
       if (!Progress(ep)) std::this_thread::yield();
     }
-    for (auto& r : ep->readers) {
-      if (r->awaiting == 0) continue;
-      if (!r->failed) {
-        LogTo(ep, RAYACCEL_LOG_WARN, "a reader did not confirm an invalidation in time; dropped");
+    if (ep->serving.count(id) != 0) {
+      LogTo(ep, RAYACCEL_LOG_WARN,
+            "a reader held a transfer of a region being deregistered past the peer timeout; "
+            "dropped");
+      for (auto& [token, p] : ep->peers) {
+        if (p->serving > 0 && p->link != nullptr) DeclareLost(ep, p->link);
       }
-      r->failed = true;  // ServeControl closes it
+      ServeControl(ep);
+      for (int i = 0; i < 64 && ep->serving.count(id) != 0 && ProgressWorkers(ep) != 0; ++i) {
+      }
     }
     Lib().ucp_mem_unmap(ep->context, region->memh);
     delete region;
@@ -992,10 +1601,6 @@ rayaccel_status PackDescriptor(rayaccel_memory_region* region, const rayaccel_bl
   }
   return Guard(error, [&] {
     const std::string& d = region->descriptor;
-    if (d.size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
-      return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,
-                  "UCX's remote key is larger than a descriptor may be");
-    }
     return sink->put(sink->host_context, {reinterpret_cast<const uint8_t*>(d.data()), d.size()});
   });
 }
@@ -1015,93 +1620,100 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     const uint8_t* data_address = in.Bytes(n);
     uint32_t m = in.U32();
     const uint8_t* control_address = in.Bytes(m);
-    if (peer.data == nullptr || !in.at_end() || magic != kAddressMagic || n == 0 || m == 0 ||
-        peer.size > RAYACCEL_TRANSPORT_MAX_BLOB) {
+    if (peer.data == nullptr || magic != kAddressMagic || peer.size > RAYACCEL_TRANSPORT_MAX_BLOB ||
+        (version == kWireVersion && (!in.at_end() || n == 0 || m == 0))) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "not a UCX transport address (truncated, corrupted or from another transport)");
     }
     if (version != kWireVersion) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "UCX transport address version " + std::to_string(version) +
-                      "; this plugin reads version 1");
+                      "; this plugin reads version 2");
     }
     std::unique_lock<std::mutex> lock(ep->mu);
     auto conn = std::make_unique<Conn>();
-    conn->endpoint = ep;
-    conn->token = RandomId();
-    ucs_status_t s =
-        CreateEp(ep, ep->control, control_address, ConnectionFailed, conn.get(), &conn->control);
-    if (s == UCS_OK) {
-      s = CreateEp(ep, ep->worker, data_address, nullptr, nullptr, &conn->data);
-      if (s != UCS_OK) CloseEp(ep, conn->control, /*force=*/false);
-    }
+    Conn* c = conn.get();
+    c->endpoint = ep;
+    c->peer_uuid = uuid;
+    c->nonce = RandomNonce();
+    do c->token = RandomId();
+    while (ep->connections.count(c->token) != 0);
+    ucs_status_t s = UCS_OK;
+    Link* link = LinkTo(ep, uuid);
+    if (link == nullptr) link = OpenLink(ep, uuid, control_address, &s);
+    if (link != nullptr) s = EnsureData(ep, link, data_address);
     if (s != UCS_OK) {
+      if (link != nullptr && link->users == 0 && !link->trusted) link->failed = true;
+      CloseLinks(ep);
       return Fail(error, RAYACCEL_STATUS_PEER_LOST, "cannot reach the peer: " + StatusText(s));
     }
-    Conn* c = conn.get();
-    ep->connections.insert(conn.release());
-    // Hello carries our worker address, so the peer can send us invalidations.
-    ucp_address_t* own = nullptr;
-    size_t own_size = 0;
-    s = Lib().ucp_worker_get_address(ep->control, &own, &own_size);
-    if (s == UCS_OK) {
-      Writer w;
-      w.U64(ep->uuid).U64(c->token).U32(static_cast<uint32_t>(own_size)).Bytes(own, own_size);
-      Lib().ucp_worker_release_address(ep->control, own);
-      SendControl(c->control, kHello, std::move(w.str()));
+    c->link = link;
+    link->users++;
+    ep->connections[c->token] = conn.release();
+    // Hello carries both our worker addresses: the owner answers on the control one and, once
+    // we proved the key, serves transfers to the data one.
+    Writer w;
+    w.U64(ep->uuid).U64(c->token).Bytes(c->nonce.data(), c->nonce.size());
+    for (ucp_worker_h worker : {ep->control, ep->worker}) {
+      ucp_address_t* own = nullptr;
+      size_t own_size = 0;
+      s = Lib().ucp_worker_get_address(worker, &own, &own_size);
+      if (s != UCS_OK) break;
+      w.U32(static_cast<uint32_t>(own_size)).Bytes(own, own_size);
+      Lib().ucp_worker_release_address(worker, own);
     }
+    if (s == UCS_OK) SendMessage(link->control, kHello, {}, std::move(w.str()));
     Clock::time_point deadline = PeerDeadline(ep);
-    while (s == UCS_OK && !c->welcomed && c->failure == UCS_OK && Clock::now() < deadline) {
+    while (s == UCS_OK && c->state != Conn::State::kWelcomed &&
+           c->failure == RAYACCEL_STATUS_OK && Clock::now() < deadline) {
       if (!Progress(ep)) {
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::microseconds(50));
         lock.lock();
       }
     }
-    if (c->welcomed && c->peer_uuid != uuid) s = UCS_ERR_INVALID_PARAM;
-    if (s == UCS_OK && !c->welcomed) s = c->failure != UCS_OK ? c->failure : UCS_ERR_TIMED_OUT;
-    if (s != UCS_OK) {
-      ep->connections.erase(c);
-      DropRkeys(c);
-      bool gone = c->failure != UCS_OK || s == UCS_ERR_TIMED_OUT;
-      if (c->data != nullptr) CloseEp(ep, c->data, gone);
-      CloseEp(ep, c->control, gone);
-      delete c;
-      if (s == UCS_ERR_TIMED_OUT) {
-        return Fail(
-            error, RAYACCEL_STATUS_PEER_LOST,
-            "the peer did not answer within " + std::to_string(ep->peer_timeout_ms) + " ms");
-      }
-      if (s == UCS_ERR_INVALID_PARAM) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                    "the peer answered as another endpoint than the address names");
-      }
-      return Fail(error, RAYACCEL_STATUS_PEER_LOST, "connect: " + StatusText(s));
+    if (s == UCS_OK && c->state == Conn::State::kWelcomed && c->failure == RAYACCEL_STATUS_OK) {
+      c->last_heard = Clock::now();
+      if (c->link != nullptr) c->link->trusted = true;
+      *out = c;
+      return RAYACCEL_STATUS_OK;
     }
-    *out = c;
-    return RAYACCEL_STATUS_OK;
+    rayaccel_status code = RAYACCEL_STATUS_PEER_LOST;
+    std::string why;
+    if (s != UCS_OK) {
+      why = "connect: " + StatusText(s);
+    } else if (c->failure != RAYACCEL_STATUS_OK) {
+      code = c->failure;
+      why = c->failure_text;
+    } else {
+      why = "the peer did not answer within " + std::to_string(ep->peer_timeout_ms) + " ms";
+      // Whatever the link's UCX endpoints reach does not answer: the next try starts afresh.
+      if (c->link != nullptr) FailLink(c->link, why);
+    }
+    FailConnection(c, code, why);
+    if (c->link != nullptr) c->link->users--;
+    ep->connections.erase(c->token);
+    delete c;
+    CloseLinks(ep);
+    return Fail(error, code, why);
   });
 }
 
 struct RemoteRegion {
-  uint64_t owner = 0, id = 0, base = 0, length = 0;
-  const uint8_t* rkey = nullptr;
-  size_t rkey_size = 0;
+  uint64_t owner = 0, id = 0, length = 0;
 };
 
 // The descriptor's fields, or false when it is not one of ours.
 bool ParseDescriptor(rayaccel_blob d, RemoteRegion* r) {
-  if (d.data == nullptr || d.size > RAYACCEL_TRANSPORT_MAX_BLOB) return false;
+  if (d.data == nullptr || d.size != kDescriptorBytes) return false;
   Reader in(d.data, d.size);
   uint32_t magic = in.U32();
   uint16_t version = in.U16();
-  r->rkey_size = in.U16();
+  uint16_t reserved = in.U16();
   r->owner = in.U64();
   r->id = in.U64();
-  r->base = in.U64();
   r->length = in.U64();
-  r->rkey = in.Bytes(r->rkey_size);
-  return in.at_end() && magic == kDescriptorMagic && version == kWireVersion && r->rkey_size > 0;
+  return in.at_end() && magic == kDescriptorMagic && version == kWireVersion && reserved == 0;
 }
 
 rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
@@ -1122,60 +1734,70 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "the local region belongs to another endpoint");
     }
+    // The reader's own checks catch mistakes early; the owner's decide.
     if (a->local_offset > a->local->length || a->length > a->local->length - a->local_offset ||
         a->remote_offset > remote.length || a->length > remote.length - a->remote_offset) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
     std::lock_guard<std::mutex> lock(ep->mu);
-    // No progress here: invalidations were applied before their deregistration returned
-    // (the owner waits for each reader's confirmation), by whichever thread progressed.
-    if (c->failure != UCS_OK) return FailUcs(error, "the peer went away", c->failure);
+    if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
     if (remote.owner != c->peer_uuid) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "the descriptor belongs to another peer than this connection's");
     }
-    if (c->regions.Stale(remote.id)) {
-      return Fail(error, RAYACCEL_STATUS_STALE,
-                  "the peer has deregistered region " + std::to_string(remote.id));
+    auto* r = new Request();
+    r->endpoint = ep;
+    r->connection = c;
+    r->kind = a->op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
+    r->id = c->next_id++;
+    r->local = static_cast<char*>(a->local->base) + a->local_offset;
+    r->length = a->length;
+    r->memh = a->local->memh;
+    Writer w;
+    w.U64(c->token).U64(r->id).U64(remote.id).U64(a->remote_offset).U64(a->length);
+    r->header = std::move(w.str());
+    ep->requests[r] = true;
+    c->transfers[r->id] = r;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = TransferSent;
+    p.user_data = r;
+    ucs_status_ptr_t started;
+    if (r->kind == Request::Kind::kRead) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_EAGER;
+      started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(), nullptr,
+                                      0, &p);
+    } else {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = a->local->memh;
+      started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
+                                      r->local, r->length, &p);
     }
-    auto it = c->rkeys.find(remote.id);
-    if (it != c->rkeys.end() && it->second.stale) {
-      return Fail(error, RAYACCEL_STATUS_STALE,
-                  "the peer has deregistered region " + std::to_string(remote.id));
+    if (!Started(r, started, "transfer")) {
+      rayaccel_status s = r->status;
+      std::string why = r->why;
+      ep->requests.erase(r);
+      delete r;
+      return Fail(error, s, why);
     }
-    if (it == c->rkeys.end()) {
-      ucp_rkey_h rkey = nullptr;
-      ucs_status_t s = Lib().ucp_ep_rkey_unpack(c->data, remote.rkey, &rkey);
-      if (s != UCS_OK) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                    "the descriptor's remote key does not unpack: " + StatusText(s));
-      }
-      it = c->rkeys.emplace(remote.id, Conn::RemoteKey{rkey, 0, false, 0}).first;
-    }
-    // The request object is recycled: most small transfers complete within the call, and then
-    // no request reaches the host at all.
-    Request* r =
-        ep->spare_request != nullptr ? std::exchange(ep->spare_request, nullptr) : new Request();
-    ucp_request_param_t p = RequestParams(r);
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = a->local->memh;
-    void* local = static_cast<char*>(a->local->base) + a->local_offset;
-    uint64_t target = remote.base + a->remote_offset;
-    ucs_status_ptr_t started =
-        a->op == RAYACCEL_TRANSFER_READ
-            ? Lib().ucp_get_nbx(c->data, local, a->length, target, it->second.rkey, &p)
-            : Lib().ucp_put_nbx(c->data, local, a->length, target, it->second.rkey, &p);
-    if (started == nullptr || UCS_PTR_IS_ERR(started)) {
-      ep->spare_request = r;
-      a->request = nullptr;
-      return started == nullptr ? RAYACCEL_STATUS_OK
-                                : FailUcs(error, "transfer", UCS_PTR_STATUS(started));
-    }
-    it->second.in_flight++;
-    r->rkey_region = remote.id;
-    a->request = Track(ep, c, r, started);
+    if (started == nullptr) MaybeCompleteWrite(r);
+    a->request = r;
     return RAYACCEL_STATUS_OK;
   });
+}
+
+// A flush or a notification: waits for the connection's transfers issued before it.
+Request* Barrier(Ep* ep, Conn* c, Request::Kind kind) {
+  auto* r = new Request();
+  r->endpoint = ep;
+  r->connection = c;
+  r->kind = kind;
+  r->mark = c->next_id;
+  ep->requests[r] = true;
+  c->barriers.push_back(r);
+  CheckBarriers(c);
+  return r;
 }
 
 rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
@@ -1190,21 +1812,12 @@ rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
     Conn* c = a->connection;
     Ep* ep = c->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (c->failure != UCS_OK) return FailUcs(error, "the peer went away", c->failure);
-    // A flush first, the message once it completes: a fence would not order an active message
-    // after RMA that UCX runs on another lane (CMA, cuda_ipc, RDMA).
-    auto* r = new Request();
+    if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
+    // The message goes once every transfer issued before it has completed: the owner
+    // acknowledged each write after it landed, and each read's bytes are here.
+    Request* r = Barrier(ep, c, Request::Kind::kNotify);
     r->payload.assign(reinterpret_cast<const char*>(a->message.data), a->message.size);
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = NotifyFlushed;
-    p.user_data = r;
-    ucs_status_ptr_t flushed = Lib().ucp_ep_flush_nbx(c->data, &p);
-    Track(ep, c, r, flushed);
-    if (flushed == nullptr) {
-      r->done = false;
-      SendNotification(r);
-    }
+    SendReadyNotifications(ep);
     a->request = r;
     return RAYACCEL_STATUS_OK;
   });
@@ -1217,10 +1830,12 @@ rayaccel_status Flush(rayaccel_connection* c, rayaccel_request** out, rayaccel_e
   return Guard(error, [&] {
     Ep* ep = c->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (c->failure != UCS_OK) return FailUcs(error, "the peer went away", c->failure);
-    auto* r = new Request();
-    ucp_request_param_t p = RequestParams(r);
-    *out = Track(ep, c, r, Lib().ucp_ep_flush_nbx(c->data, &p));
+    if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
+    if (c->transfers.empty()) {
+      *out = nullptr;
+      return RAYACCEL_STATUS_OK;
+    }
+    *out = Barrier(ep, c, Request::Kind::kFlush);
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -1232,25 +1847,15 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
     std::lock_guard<std::mutex> lock(ep->mu);
     if (!r->done) {
       Lib().ucp_worker_progress(ep->worker);  // transfers ride the data worker
-      if (!ep->flushed_notifications.empty()) SendFlushedNotifications(ep);
+      if (!ep->ready_notifications.empty()) SendReadyNotifications(ep);
     }
     if (!r->done) return RAYACCEL_STATUS_TIMEOUT;
-    ucs_status_t s = r->status;
-    ucs_status_t failure = r->connection != nullptr ? r->connection->failure : UCS_OK;
-    if (r->detached && !r->ucx_done) {
-      r->abandoned = true;  // UCX may still call back; RequestDone frees it then
-    } else {
-      ep->requests.erase(r);
-      delete r;
-    }
-    if (s == UCS_OK) return RAYACCEL_STATUS_OK;
-    if (s == UCS_ERR_CANCELED) {
-      return Fail(error, RAYACCEL_STATUS_PEER_LOST,
-                  failure != UCS_OK ? "the peer went away: " + StatusText(failure)
-                                    : std::string("the connection was closed"));
-    }
-    return FailUcs(error, FromUcs(s) == RAYACCEL_STATUS_PEER_LOST ? "the peer went away" : "failed",
-                   s);
+    rayaccel_status s = r->status;
+    std::string why = r->why;
+    r->abandoned = true;  // the host is done with it
+    MaybeFree(r);
+    if (s == RAYACCEL_STATUS_OK) return s;
+    return Fail(error, s, why.empty() ? "failed" : why);
   });
 }
 
@@ -1259,12 +1864,8 @@ rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
   return Guard(error, [&] {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (r->done && r->ucx_done) {
-      ep->requests.erase(r);
-      delete r;
-    } else {
-      r->abandoned = true;  // RequestDone or NotifyFlushed frees it
-    }
+    r->abandoned = true;
+    MaybeFree(r);  // or when it ends
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -1273,7 +1874,7 @@ rayaccel_status Wait(rayaccel_transport_endpoint* ep, uint32_t timeout_ms, rayac
   if (ep == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no endpoint");
   return Guard(error, [&] {
     Clock::time_point start = Clock::now();
-    Clock::time_point deadline = start + std::chrono::milliseconds(timeout_ms);
+    Clock::time_point deadline = start + milliseconds(timeout_ms);
     auto pause = std::chrono::microseconds(0);
     uint64_t seen = 0;
     {
@@ -1324,16 +1925,8 @@ rayaccel_status Close(rayaccel_connection* c, rayaccel_error* error) {
   return Guard(error, [&] {
     Ep* ep = c->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (c->failure == UCS_OK) {
-      Writer w;
-      w.U64(ep->uuid).U64(c->token);
-      SendControl(c->control, kBye, std::move(w.str()));
-      ucp_request_param_t p{};
-      WaitUcx(ep, Lib().ucp_ep_flush_nbx(c->control, &p),
-              Clock::now() + std::chrono::milliseconds(200));
-    }
-    EndConnection(ep, c);
-    ep->connections.erase(c);
+    EndConnection(ep, c, /*say_bye=*/true);
+    ep->connections.erase(c->token);
     delete c;
     return RAYACCEL_STATUS_OK;
   });
@@ -1348,11 +1941,21 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       args->address == nullptr || args->address->put == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "open_endpoint needs an address sink");
   }
+  // No key, no endpoint: a transport that admits whoever connects is never the default.
+  if (!RAYACCEL_HAS_FIELD(args, rayaccel_endpoint_args, key) || args->key.data == nullptr ||
+      args->key.size < RAYACCEL_TRANSPORT_MIN_KEY || args->key.size > RAYACCEL_TRANSPORT_MAX_BLOB) {
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                "open_endpoint needs a shared key of " +
+                    std::to_string(RAYACCEL_TRANSPORT_MIN_KEY) + " to " +
+                    std::to_string(RAYACCEL_TRANSPORT_MAX_BLOB) +
+                    " bytes (a host of ABI 1.3 or later passes one)");
+  }
   return Guard(error, [&] {
     const Ucp& ucp = Lib();
     if (!ucp.error.empty()) return Fail(error, RAYACCEL_STATUS_UNAVAILABLE, ucp.error);
     auto ep = std::make_unique<Ep>();
     ep->options = options;
+    ep->key.assign(reinterpret_cast<const char*>(args->key.data), args->key.size);
     ep->uuid = RandomId();
     ep->peer_timeout_ms =
         args->peer_timeout_ms != 0 ? args->peer_timeout_ms : kDefaultPeerTimeoutMs;
@@ -1370,9 +1973,22 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       ucp.ucp_config_modify(config, "KEEPALIVE_INTERVAL",
                             (std::to_string(interval) + "ms").c_str());
     }
+    const std::string tls = TransportsWithoutCma(std::getenv("UCX_TLS"));
+    if (tls.empty()) {
+      ucp.ucp_config_release(config);
+      DestroyEndpoint(ep.get());
+      return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
+                  "UCX_TLS leaves no transport but cma, which aborts the process when a peer dies "
+                  "mid-transfer (UCX 1.13); add posix,sysv or tcp");
+    }
+    ucp.ucp_config_modify(config, "TLS", tls.c_str());
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    // Active messages only. UCX's RMA feature would let any connected worker read and write
+    // anywhere in this process over its software-emulated get and put (TCP, shared memory
+    // without CMA): UCX checks no bounds there. Without it, the only bytes a peer reaches are
+    // the ones this endpoint's handlers choose to send or receive, inside a live region.
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.name = "rayaccel";
     s = ucp.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ep->context);
     ucp.ucp_config_release(config);
@@ -1388,18 +2004,22 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     if (s != UCS_OK) return fail("ucp_worker_create", s);
     s = ucp.ucp_worker_create(ep->context, &wp, &ep->control);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
-    ucp_am_recv_callback_t handlers[] = {Handler<kHello>,      Handler<kWelcome>,
-                                         Handler<kInvalidate>, Handler<kNotify>,
-                                         Handler<kBye>,        Handler<kInvalidated>};
-    for (unsigned id = kHello; id <= kInvalidated; ++id) {
+    ucp_am_recv_callback_t handlers[] = {
+        Handler<kHello>,  Handler<kChallenge>, Handler<kProof>, Handler<kWelcome>,
+        Handler<kRefused>, Handler<kPing>,     Handler<kPong>,  Handler<kBye>,
+        Handler<kNotify>, Handler<kGet>,       Handler<kGetReply>, Handler<kPut>,
+        Handler<kPutAck>, Handler<kGoodbye>};
+    static_assert(sizeof(handlers) / sizeof(handlers[0]) == kLastAm - kFirstAm + 1);
+    for (unsigned id = kFirstAm; id <= kLastAm; ++id) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
       hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-      hp.cb = handlers[id - kHello];
+      hp.cb = handlers[id - kFirstAm];
       hp.arg = ep.get();
-      s = ucp.ucp_worker_set_am_recv_handler(id == kNotify ? ep->worker : ep->control, &hp);
+      const bool data = id >= kNotify && id <= kPutAck;
+      s = ucp.ucp_worker_set_am_recv_handler(data ? ep->worker : ep->control, &hp);
       if (s != UCS_OK) return fail("ucp_worker_set_am_recv_handler", s);
     }
     Writer w;
@@ -1429,6 +2049,7 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       DestroyEndpoint(ep.get());
       return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "eventfd failed");
     }
+    ep->next_heartbeat = Clock::now();
     ep->progress = std::thread(ProgressThread, ep.get());
     args->endpoint = ep.release();
     return RAYACCEL_STATUS_OK;

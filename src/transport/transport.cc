@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "registry/plugin_loader.h"
 #include "transport/descriptor.h"
+#include "transport/key.h"
 #include "transport/table.h"
 
 namespace rayaccel {
@@ -60,7 +61,12 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
   if (plugin.chosen_minor() < 1) {
     return absl::UnimplementedError(absl::StrCat(
         "plugin ", plugin.name(),
-        " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.1"));
+        " speaks ABI 1.0, whose transport table was experimental; rebuild it against 1.3"));
+  }
+  if (plugin.chosen_minor() < 3) {
+    return absl::UnimplementedError(absl::StrCat(
+        "plugin ", plugin.name(), " speaks ABI 1.", plugin.chosen_minor(),
+        ", whose transport takes no shared key and so admits any peer; rebuild it against 1.3"));
   }
   absl::StatusOr<rayaccel_transport_api> table = CheckTransportTable(api.transport);
   if (!table.ok()) {
@@ -84,6 +90,8 @@ absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string
       return absl::UnavailableError(absl::StrCat("peer lost: ", text));
     case RAYACCEL_STATUS_STALE:
       return absl::FailedPreconditionError(absl::StrCat("stale descriptor: ", text));
+    case RAYACCEL_STATUS_UNAUTHENTICATED:
+      return absl::UnauthenticatedError(absl::StrCat("peer refused: ", text));
     case RAYACCEL_STATUS_INVALID_ARGUMENT:
     case RAYACCEL_STATUS_NOT_FOUND:
       return absl::InvalidArgumentError(text);
@@ -224,6 +232,8 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
     absl::Status ok = CheckPermissions(files[0].path);
     if (!ok.ok()) return ok;
   }
+  absl::StatusOr<std::string> key = transport::ResolveKey(options.key, options.key_file);
+  if (!key.ok()) return key.status();
   auto impl = std::make_unique<Impl>();
   absl::StatusOr<std::unique_ptr<LoadedPlugin>> plugin = LoadedPlugin::Open(files[0].path);
   if (!plugin.ok()) return plugin.status();
@@ -247,6 +257,7 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
   args.address = &address.sink;
   args.peer_timeout_ms =
       options.peer_timeout <= absl::ZeroDuration() ? 0 : Millis(options.peer_timeout);
+  args.key = {reinterpret_cast<const uint8_t*>(key->data()), key->size()};
   absl::Status opened = impl->Call(
       "open_endpoint", [&](rayaccel_error* e) { return impl->api.open_endpoint(&args, e); });
   if (!opened.ok()) return opened;

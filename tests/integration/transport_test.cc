@@ -128,19 +128,21 @@ TEST_P(TransportPair, DeregisteredRegionsAreStaleForConnectedAndLaterPeers) {
   ASSERT_TRUE(conn.ok()) << conn.status();
   ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 0, da, 0, 4096)).ok());
 
+  // The owner decides: a read or write naming a region it no longer holds fails STALE.
   ASSERT_TRUE(owner_->Deregister(*ra).ok());
-  absl::StatusOr<Request> replay = reader_->Read(*conn, *mine, 0, da, 0, 4096);
-  ASSERT_FALSE(replay.ok());
-  EXPECT_TRUE(IsStale(replay.status())) << replay.status();
+  absl::Status replay = Done(reader_->Read(*conn, *mine, 0, da, 0, 4096));
+  EXPECT_TRUE(IsStale(replay)) << replay;
+  absl::Status rewrite = Done(reader_->Write(*conn, *mine, 0, da, 0, 4096));
+  EXPECT_TRUE(IsStale(rewrite)) << rewrite;
   EXPECT_TRUE(Done(reader_->Read(*conn, *mine, 0, db, 0, 4096)).ok()) << "b is still live";
 
-  // A peer that connects after the invalidation learns it in the handshake.
+  // A peer that connects after the deregistration is refused the same way.
   auto late = Open();
   std::vector<char> late_buf(4096);
   auto late_region = late->Register(late_buf.data(), late_buf.size());
   auto late_conn = late->Connect(owner_->address());
   ASSERT_TRUE(late_conn.ok()) << late_conn.status();
-  EXPECT_TRUE(IsStale(late->Read(*late_conn, *late_region, 0, da, 0, 16).status()));
+  EXPECT_TRUE(IsStale(Done(late->Read(*late_conn, *late_region, 0, da, 0, 16))));
   EXPECT_TRUE(Done(late->Read(*late_conn, *late_region, 0, db, 0, 16)).ok());
 
   // The owner refuses its own stale descriptor too (through a connection to itself).
@@ -225,14 +227,13 @@ TEST_P(TransportPair, AllocatedBuffersMoveBytesAndAreFreedByDeregister) {
   ASSERT_TRUE(Done(reader_->Read(*conn, local->region, 0, d, 0, 1 << 20)).ok());
   EXPECT_EQ(0, std::memcmp(local->data, want.data(), want.size()));
   ASSERT_TRUE(owner_->Deregister(remote->region).ok());
-  EXPECT_TRUE(IsStale(reader_->Read(*conn, local->region, 0, d, 0, 16).status()));
+  EXPECT_TRUE(IsStale(Done(reader_->Read(*conn, local->region, 0, d, 0, 16))));
   EXPECT_TRUE(absl::IsInvalidArgument(owner_->Allocate(0).status()));
 }
 
-// Deregistration waits for every connected reader to confirm, and readers confirm from their
-// progress thread while their application is not calling in: it ends on the confirmation,
-// long before the (generous) peer timeout.
-TEST_P(TransportPair, AnIdleReaderConfirmsInvalidationsAndADeadOneDoesNotBlockForever) {
+// Deregistration waits only for the transfers the owner is serving from the region, not for
+// its readers: it returns at once, and a reader that went away holds nothing up.
+TEST_P(TransportPair, DeregisterIsPromptAndAGoneReaderHoldsNothingUp) {
   auto owner = Open("sim", absl::Seconds(30));
   std::vector<char> a(4096), b(4096), local(4096);
   auto ra = owner->Register(a.data(), a.size());
@@ -243,7 +244,7 @@ TEST_P(TransportPair, AnIdleReaderConfirmsInvalidationsAndADeadOneDoesNotBlockFo
   ASSERT_TRUE(Done(reader_->Read(*conn, *mine, 0, *owner->Describe(*ra), 0, 16)).ok());
   absl::Time start = absl::Now();
   ASSERT_TRUE(owner->Deregister(*ra).ok());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "ended by the timeout, not a confirmation";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "ended by the timeout";
 
   // A reader that is gone: the owner gives up on it after its peer timeout and carries on.
   auto short_owner = Open("sim", absl::Milliseconds(800));
