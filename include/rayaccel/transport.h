@@ -9,7 +9,7 @@
 //
 // Errors say whose fault it was:
 //   Unavailable         the peer went away, stopped or was cut off (IsPeerLost)
-//   Unauthenticated     the peer does not hold this endpoint's key (IsUnauthenticated)
+//   Unauthenticated     the peer does not hold this endpoint's key (IsUnauthenticatedPeer)
 //   FailedPrecondition  the descriptor names a region that was deregistered (IsStale)
 //   InvalidArgument     a malformed request, or a descriptor or address that is not valid
 //   DataLoss            a descriptor whose checksum does not match (corrupted in transit)
@@ -177,7 +177,7 @@ class Transport {
 // Status helpers for callers that react to the cause.
 inline bool IsPeerLost(const absl::Status& s) { return absl::IsUnavailable(s); }
 inline bool IsStale(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
-inline bool IsUnauthenticated(const absl::Status& s) { return absl::IsUnauthenticated(s); }
+inline bool IsUnauthenticatedPeer(const absl::Status& s) { return absl::IsUnauthenticated(s); }
 
 }  // namespace rayaccel
 

@@ -51,7 +51,7 @@ using std::chrono::milliseconds;
       X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)          \
           X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)              \
               X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx)          \
-                  X(ucp_am_recv_data_nbx) X(ucp_am_data_release) X(ucp_request_check_status) \
+                  X(ucp_am_recv_data_nbx) X(ucp_request_check_status) \
                       X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm)             \
                           X(ucp_mem_query) X(ucs_status_string)
 
@@ -896,7 +896,8 @@ void OnPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region,
     status = RAYACCEL_STATUS_INVALID_ARGUMENT;
   }
   if (status != RAYACCEL_STATUS_OK) {
-    if (rndv) Lib().ucp_am_data_release(ep->worker, data);
+    // A large one is left unread: returning from the callback without receiving it tells
+    // the sender UCX is done with its bytes (UCX sends the acknowledgement itself).
     if (p != nullptr) ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, status)});
     return;
   }
@@ -928,13 +929,9 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
   ep->activity++;
   Reader h(header, header_length);
   Reader in(rndv ? nullptr : data, rndv ? 0 : length);
-  auto drop = [&] {
-    if (rndv) Lib().ucp_am_data_release(ep->worker, data);
-  };
-  if (rndv && id != kPut && id != kGetReply) {
-    drop();
-    return UCS_OK;
-  }
+  // A large message the handler does not receive is dropped by returning: UCX then tells the
+  // sender it is done with the bytes (ucp_am_data_release here would tell it twice).
+  if (rndv && id != kPut && id != kGetReply) return UCS_OK;
   switch (id) {
     case kHello: {
       uint64_t uuid = in.U64(), token = in.U64();
@@ -1092,10 +1089,7 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
     case kPut: {
       uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(),
                size = h.U64();
-      if (!h.at_end()) {
-        drop();
-        break;
-      }
+      if (!h.at_end()) break;
       if (Peer* p = PeerByToken(ep, token); p != nullptr && p->authenticated) {
         p->deadline = PeerDeadline(ep);
       }
@@ -1111,8 +1105,7 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
       const Request::Kind kind = id == kGetReply ? Request::Kind::kRead : Request::Kind::kWrite;
       if (c == nullptr || it == c->transfers.end() || it->second->kind != kind ||
           it->second->replied || c->failure != RAYACCEL_STATUS_OK) {
-        drop();  // late (failed or closed), or not ours
-        if (!h.at_end()) break;
+        if (!h.at_end()) break;  // else late (failed or closed), or not ours
         return UCS_OK;
       }
       Request* r = it->second;
@@ -1131,7 +1124,6 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
         return UCS_OK;
       }
       if (status != RAYACCEL_STATUS_OK || length != r->length) {
-        drop();
         Complete(r, status != RAYACCEL_STATUS_OK ? status : RAYACCEL_STATUS_INTERNAL,
                  status == RAYACCEL_STATUS_STALE ? "the peer has deregistered the region"
                  : status == RAYACCEL_STATUS_INVALID_ARGUMENT
@@ -1165,7 +1157,6 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
       return UCS_OK;
     }
     default:
-      drop();
       break;
   }
   LogTo(ep, RAYACCEL_LOG_WARN,

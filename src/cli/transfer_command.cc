@@ -26,6 +26,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitPeerLost = 3;
+constexpr int kExitRefused = 4;
 
 constexpr char kUsage[] = R"(usage: rayaccel transfer --serve [options]
        rayaccel transfer --connect TOKEN [options]
@@ -45,6 +46,9 @@ Options:
   --op read|write          a client's operation (default read: a pull, as Ray's RDT does)
   --iters N                timed transfers (default 100), after --warmup N (default 10)
   --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
+  --key-file FILE          the transport key both sides prove (16 to 4096 bytes, not readable
+                           by others); default: RAYACCEL_TRANSPORT_KEY_FILE, else this user's
+                           key on this host (created on first use), which no other host has
   --own-memory             register memory this process allocated (a tensor in place) rather
                            than buffers the transport allocates (staging buffers; faster
                            between processes on one host: the peer maps them)
@@ -52,6 +56,9 @@ Options:
                            (waiting up to the peer timeout for it to appear)
   --json                   one JSON object as the client's result
   UCX_TLS, UCX_NET_DEVICES and UCX's other variables choose the fabric, as for any UCX tool.
+
+Exit status: 0 done (and verified), 1 failed, 2 usage, 3 the peer was lost (died, stopped or
+cut off), 4 the peer refused our key or could not prove its own.
 )";
 
 std::atomic<bool> g_stop{false};
@@ -169,6 +176,9 @@ int Parse(int argc, char** argv, Options* o) {
         return Usage(flag + " needs a whole number");
       }
       (flag == "--iters" ? o->iters : o->warmup) = n;
+    } else if (flag == "--key-file") {
+      if (!take() || value.empty()) return Usage("--key-file needs a file");
+      o->transport.key_file = value;
     } else if (flag == "--peer-timeout-ms") {
       int ms = 0;
       if (!take() || !absl::SimpleAtoi(value, &ms) || ms <= 0) {
@@ -229,7 +239,7 @@ bool ParseToken(const std::string& token, std::string* address, std::string* rea
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "rayaccel transfer: %s\n", std::string(s.message()).c_str());
-  return IsPeerLost(s) ? kExitPeerLost : kExitFailure;
+  return IsPeerLost(s) ? kExitPeerLost : IsUnauthenticatedPeer(s) ? kExitRefused : kExitFailure;
 }
 
 int Serve(const Options& o) {

@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
+#include <random>
 #include <regex>
 #include <set>
 #include <thread>
@@ -31,6 +34,7 @@
 #include "registry/elf_file.h"
 #include "registry/plugin_loader.h"
 #include "registry/validate.h"
+#include "transport/descriptor.h"
 #include "transport/table.h"
 
 namespace rayaccel::conformance {
@@ -983,6 +987,8 @@ struct Channel {
 };
 
 constexpr size_t kRoundTripBytes = 1 << 20;
+constexpr size_t kGuard = 4096;
+constexpr char kCanaryByte = '\xc5';
 
 char PatternByte(size_t i, int seed) { return static_cast<char>((i * 131 + seed) ^ (i >> 9)); }
 
@@ -995,18 +1001,40 @@ TransportOptions RoundTripOptions(const Options& o) {
   return t;
 }
 
-// The peer: serves a source and a target region, checks the target when notified, and
-// deregisters the source when asked. Runs in a forked child until killed.
+// `size` bytes between two PROT_NONE guard pages: a transfer that strays outside a region
+// kills the process that serves it.
+char* GuardedBuffer(size_t size) {
+  const size_t inner = (size + kGuard - 1) / kGuard * kGuard;
+  void* area = mmap(nullptr, inner + 2 * kGuard, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) return nullptr;
+  char* base = static_cast<char*>(area);
+  mprotect(base, kGuard, PROT_NONE);
+  mprotect(base + kGuard + inner, kGuard, PROT_NONE);
+  return base + kGuard;
+}
+
+// The peer: serves a source and a target region (each between guard pages, with a canary
+// page it never registers), checks the target when notified, and deregisters the source when
+// asked. Runs in a forked child until killed.
 [[noreturn]] void RoundTripPeer(const Options& o, Channel ch) {
   auto t = Transport::Open(RoundTripOptions(o));
   if (!t.ok()) {
     ch.Send("error " + std::string(t.status().message()));
     _exit(1);
   }
-  std::vector<char> source(kRoundTripBytes), target(kRoundTripBytes, 0);
-  for (size_t i = 0; i < source.size(); ++i) source[i] = PatternByte(i, 1);
-  auto src = (*t)->Register(source.data(), source.size());
-  auto dst = (*t)->Register(target.data(), target.size());
+  char* source = GuardedBuffer(kRoundTripBytes);
+  char* target = GuardedBuffer(kRoundTripBytes);
+  char* canary = GuardedBuffer(kGuard);
+  if (source == nullptr || target == nullptr || canary == nullptr) {
+    ch.Send("error mmap failed");
+    _exit(1);
+  }
+  for (size_t i = 0; i < kRoundTripBytes; ++i) source[i] = PatternByte(i, 1);
+  std::memset(target, 0, kRoundTripBytes);
+  std::memset(canary, kCanaryByte, kGuard);
+  auto src = (*t)->Register(source, kRoundTripBytes);
+  auto dst = (*t)->Register(target, kRoundTripBytes);
   if (!src.ok() || !dst.ok()) {
     ch.Send("error register: " + std::string((!src.ok() ? src : dst).status().message()));
     _exit(1);
@@ -1015,12 +1043,12 @@ TransportOptions RoundTripOptions(const Options& o) {
                        absl::WebSafeBase64Escape(*(*t)->Describe(*src)), " ",
                        absl::WebSafeBase64Escape(*(*t)->Describe(*dst))));
   while (true) {
-    std::string cmd = ch.Receive(60);
+    std::string cmd = ch.Receive(120);
     if (cmd.empty()) _exit(0);
     if (cmd == "notified?") {
       auto got = (*t)->TakeNotifications(1, absl::Now() + absl::Seconds(5));
       bool landed = true;
-      for (size_t i = 0; i < target.size(); ++i) landed = landed && target[i] == PatternByte(i, 2);
+      for (size_t i = 0; i < kRoundTripBytes; ++i) landed = landed && target[i] == PatternByte(i, 2);
       ch.Send(!got.ok() || got->empty() ? "no notification"
               : (*got)[0] != "landed"   ? "wrong notification " + (*got)[0]
               : landed                  ? "ok"
@@ -1028,61 +1056,93 @@ TransportOptions RoundTripOptions(const Options& o) {
     } else if (cmd == "invalidate") {
       absl::Status s = (*t)->Deregister(*src);
       ch.Send(s.ok() ? "ok" : "error " + std::string(s.message()));
+    } else if (cmd == "canary?") {
+      bool intact = true;
+      for (size_t i = 0; i < kGuard; ++i) intact = intact && canary[i] == kCanaryByte;
+      ch.Send(intact ? "ok" : "changed");
     }
   }
 }
 
-Outcome Transport(const Options& o) {
-  return RunIn(o, [&o](const LoadedPlugin& p) {
+// A round-trip peer in a forked child, and what it published.
+struct Peer {
+  pid_t pid = -1;
+  Channel ch;
+  std::string address, src, dst;
+  bool Alive() const { return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+  void Kill() {
+    if (pid <= 0) return;
+    kill(pid, SIGCONT);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  ~Peer() {
+    Kill();
+    close(ch.in);
+    close(ch.out);
+  }
+};
+
+// Starts the peer; returns why not on failure.
+absl::StatusOr<std::unique_ptr<Peer>> StartPeer(const Options& o) {
+  int to_peer[2], from_peer[2];
+  if (pipe2(to_peer, O_CLOEXEC) != 0 || pipe2(from_peer, O_CLOEXEC) != 0) {
+    return absl::InternalError("suite: pipe failed");
+  }
+  pid_t pid = fork();
+  if (pid == 0) RoundTripPeer(o, Channel{to_peer[0], from_peer[1], ""});
+  close(to_peer[0]);
+  close(from_peer[1]);
+  auto peer = std::make_unique<Peer>();
+  peer->pid = pid;
+  peer->ch = Channel{from_peer[0], to_peer[1], ""};
+  std::vector<std::string> ready = absl::StrSplit(peer->ch.Receive(10), ' ');
+  if (ready.size() != 4 || ready[0] != "ready" ||
+      !absl::WebSafeBase64Unescape(ready[1], &peer->address) ||
+      !absl::WebSafeBase64Unescape(ready[2], &peer->src) ||
+      !absl::WebSafeBase64Unescape(ready[3], &peer->dst)) {
+    return absl::InternalError("the peer process did not open an endpoint: " +
+                               absl::StrJoin(ready, " "));
+  }
+  return peer;
+}
+
+absl::Status WaitFor(absl::StatusOr<Request> r, absl::Duration limit = absl::Seconds(5)) {
+  return r.ok() ? r->Wait(absl::Now() + limit) : r.status();
+}
+
+Outcome FailStep(const std::string& step, const absl::Status& s) {
+  return Outcome::Fail(absl::StrCat(step, ": ", s.ToString()));
+}
+
+// Runs `body` for a plugin that claims a usable transport, with a peer process serving.
+Outcome WithPeer(const Options& o,
+                 const std::function<Outcome(Peer&, Transport&, std::vector<char>&, uint64_t)>& body) {
+  return RunIn(o, [&](const LoadedPlugin& p) {
     if ((p.api().capabilities & RAYACCEL_CAP_TRANSPORT) == 0) {
       return Outcome::Skip("RAYACCEL_CAP_TRANSPORT not claimed");
     }
     absl::StatusOr<rayaccel_transport_api> table = transport::TransportTable(p);
     if (!table.ok()) return Outcome::Fail(std::string(table.status().message()));
-
-    int to_peer[2], from_peer[2];
-    if (pipe2(to_peer, O_CLOEXEC) != 0 || pipe2(from_peer, O_CLOEXEC) != 0) {
-      return Outcome::Fail("suite: pipe failed");
-    }
-    pid_t peer = fork();
-    if (peer == 0) RoundTripPeer(o, Channel{to_peer[0], from_peer[1], ""});
-    close(to_peer[0]);
-    close(from_peer[1]);
-    Channel ch{from_peer[0], to_peer[1], ""};
-    struct Reap {
-      pid_t pid;
-      ~Reap() {
-        if (pid <= 0) return;
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    } reap{peer};
-    auto fail = [](const std::string& step, const absl::Status& s) {
-      return Outcome::Fail(absl::StrCat(step, ": ", s.ToString()));
-    };
-
-    std::vector<std::string> ready = absl::StrSplit(ch.Receive(10), ' ');
-    std::string address, src, dst;
-    if (ready.size() != 4 || ready[0] != "ready" ||
-        !absl::WebSafeBase64Unescape(ready[1], &address) ||
-        !absl::WebSafeBase64Unescape(ready[2], &src) ||
-        !absl::WebSafeBase64Unescape(ready[3], &dst)) {
-      return Outcome::Fail("the peer process did not open an endpoint: " +
-                           absl::StrJoin(ready, " "));
-    }
+    absl::StatusOr<std::unique_ptr<Peer>> peer = StartPeer(o);
+    if (!peer.ok()) return Outcome::Fail(std::string(peer.status().message()));
     std::vector<char> local(kRoundTripBytes, 0);  // outlives the endpoint that registers it
     auto t = Transport::Open(RoundTripOptions(o));
-    if (!t.ok()) return fail("open_endpoint", t.status());
+    if (!t.ok()) return FailStep("open_endpoint", t.status());
     auto mine = (*t)->Register(local.data(), local.size());
-    if (!mine.ok()) return fail("register_memory", mine.status());
-    auto conn = (*t)->Connect(address);
-    if (!conn.ok()) return fail("connect", conn.status());
-    auto wait = [](absl::StatusOr<Request> r) {
-      return r.ok() ? r->Wait(absl::Now() + absl::Seconds(5)) : r.status();
-    };
+    if (!mine.ok()) return FailStep("register_memory", mine.status());
+    return body(**peer, **t, local, *mine);
+  });
+}
 
-    if (absl::Status s = wait((*t)->Read(*conn, *mine, 0, src, 0, local.size())); !s.ok()) {
-      return fail("read", s);
+Outcome Transport(const Options& o) {
+  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
+                          uint64_t mine) {
+    auto conn = t.Connect(peer.address);
+    if (!conn.ok()) return FailStep("connect", conn.status());
+    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+      return FailStep("read", s);
     }
     for (size_t i = 0; i < local.size(); ++i) {
       if (local[i] != PatternByte(i, 1)) {
@@ -1090,43 +1150,156 @@ Outcome Transport(const Options& o) {
       }
     }
     for (size_t i = 0; i < local.size(); ++i) local[i] = PatternByte(i, 2);
-    auto w = (*t)->Write(*conn, *mine, 0, dst, 0, local.size());
-    if (!w.ok()) return fail("write", w.status());
-    if (absl::Status s = wait((*t)->Notify(*conn, "landed")); !s.ok()) return fail("notify", s);
-    if (absl::Status s = w->Wait(absl::Now() + absl::Seconds(5)); !s.ok()) return fail("write", s);
-    ch.Send("notified?");
-    if (std::string answer = ch.Receive(10); answer != "ok") {
+    auto w = t.Write(*conn, mine, 0, peer.dst, 0, local.size());
+    if (!w.ok()) return FailStep("write", w.status());
+    if (absl::Status s = WaitFor(t.Notify(*conn, "landed")); !s.ok()) return FailStep("notify", s);
+    if (absl::Status s = w->Wait(absl::Now() + absl::Seconds(5)); !s.ok()) {
+      return FailStep("write", s);
+    }
+    peer.ch.Send("notified?");
+    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
       return Outcome::Fail("write and notify: the peer says: " + answer);
     }
-    if (absl::Status s = wait((*t)->Flush(*conn)); !s.ok()) return fail("flush", s);
+    if (absl::Status s = WaitFor(t.Flush(*conn)); !s.ok()) return FailStep("flush", s);
 
     // Malformed descriptors are refused; an invalidated one is refused as stale.
-    absl::Status bad = (*t)->Read(*conn, *mine, 0, src.substr(0, src.size() - 1), 0, 16).status();
-    if (!absl::IsInvalidArgument(bad)) return fail("a truncated descriptor must be refused", bad);
-    ch.Send("invalidate");
-    if (std::string answer = ch.Receive(10); answer != "ok") {
+    absl::Status bad = t.Read(*conn, mine, 0, peer.src.substr(0, peer.src.size() - 1), 0, 16).status();
+    if (!absl::IsInvalidArgument(bad)) return FailStep("a truncated descriptor must be refused", bad);
+    peer.ch.Send("invalidate");
+    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
       return Outcome::Fail("deregister_memory in the peer: " + answer);
     }
-    absl::Status stale = (*t)->Read(*conn, *mine, 0, src, 0, 16).status();
+    absl::Status stale = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 16));
     if (!IsStale(stale)) {
-      return fail("a read with a deregistered region's descriptor must fail STALE", stale);
+      return FailStep("a read with a deregistered region's descriptor must fail STALE", stale);
     }
 
     // The peer dies: the next transfers fail PEER_LOST within the peer timeout.
-    kill(peer, SIGKILL);
-    waitpid(peer, nullptr, 0);
-    reap.pid = -1;
+    peer.Kill();
     absl::Time until = absl::Now() + RoundTripOptions(o).peer_timeout + absl::Seconds(2);
     absl::Status lost;
     while (absl::Now() < until) {
-      lost = wait((*t)->Read(*conn, *mine, 0, dst, 0, 16));
+      lost = WaitFor(t.Read(*conn, mine, 0, peer.dst, 0, 16));
       if (!lost.ok()) break;
       absl::SleepFor(absl::Milliseconds(50));
     }
-    if (!IsPeerLost(lost)) return fail("a killed peer must be reported as PEER_LOST", lost);
-    if (absl::Status s = (*t)->Close(*conn); !s.ok()) return fail("close", s);
-    if (absl::Status s = (*t)->Deregister(*mine); !s.ok()) return fail("deregister_memory", s);
+    if (!IsPeerLost(lost)) return FailStep("a killed peer must be reported as PEER_LOST", lost);
+    if (absl::Status s = t.Close(*conn); !s.ok()) return FailStep("close", s);
+    if (absl::Status s = t.Deregister(mine); !s.ok()) return FailStep("deregister_memory", s);
     return Outcome::Pass("read, write, notify, flush, stale and lost-peer detection");
+  });
+}
+
+// --- transport.owner_bounds: forged descriptors, checksums recomputed, reach nothing.
+
+Outcome OwnerBounds(const Options& o) {
+  return WithPeer(o, [](Peer& peer, rayaccel::Transport& t, std::vector<char>& /*local*/,
+                        uint64_t mine) {
+    auto conn = t.Connect(peer.address);
+    if (!conn.ok()) return FailStep("connect", conn.status());
+    absl::StatusOr<transport::Envelope> genuine = transport::Decode(peer.src);
+    if (!genuine.ok()) return FailStep("the peer's descriptor", genuine.status());
+    auto forge = [&](uint64_t length, const std::string& payload) {
+      DescriptorInfo info = genuine->info;
+      info.length = length;
+      absl::StatusOr<std::string> d = transport::Encode(info, payload);
+      return d.ok() ? *d : std::string();
+    };
+    const std::string payload(genuine->payload);
+    // The envelope claims twice the region: the host's own check passes, the owner must not.
+    const std::string doubled = forge(2 * kRoundTripBytes, payload);
+    for (bool write : {false, true}) {
+      for (uint64_t offset : {kRoundTripBytes - 16, kRoundTripBytes, kRoundTripBytes + 4096}) {
+        absl::Status s = write ? WaitFor(t.Write(*conn, mine, 0, doubled, offset, 4096))
+                               : WaitFor(t.Read(*conn, mine, 0, doubled, offset, 4096));
+        if (s.ok()) {
+          return Outcome::Fail(absl::StrCat(
+              write ? "a write" : "a read", " of 4096 bytes at ", offset,
+              ", past the region's end, through a descriptor whose length was doubled, "
+              "succeeded: the owner must refuse a range outside the region it registered"));
+        }
+      }
+    }
+    // Random damage to the plugin's bytes, checksum recomputed.
+    std::mt19937_64 random(7);
+    for (int i = 0; i < 200 && peer.Alive(); ++i) {
+      std::string p = payload;
+      for (int flips = 1 + static_cast<int>(random() % 3); flips > 0 && !p.empty(); --flips) {
+        p[random() % p.size()] ^= static_cast<char>(1 << (random() % 8));
+      }
+      const std::string d = forge(genuine->info.length, p);
+      if (d.empty()) continue;
+      absl::Status s = WaitFor(t.Read(*conn, mine, 0, d, random() % 4096, 1 + random() % 4096),
+                               absl::Seconds(10));
+      if (absl::IsDeadlineExceeded(s)) return Outcome::Fail("a forged descriptor's read hung");
+    }
+    if (!peer.Alive()) {
+      return Outcome::Fail("the peer died serving forged descriptors (a transfer strayed outside "
+                           "its region into a guard page, or its parser crashed)");
+    }
+    peer.ch.Send("canary?");
+    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
+      return Outcome::Fail("the peer's unregistered memory was changed: " + answer);
+    }
+    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 4096)); !s.ok()) {
+      return FailStep("after the forgeries, the genuine descriptor", s);
+    }
+    return Outcome::Pass("doubled lengths refused by the owner, 200 damaged descriptors harmless");
+  });
+}
+
+// --- transport.authentication: a peer without the key is refused.
+
+Outcome Authentication(const Options& o) {
+  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
+                          uint64_t mine) {
+    TransportOptions wrong = RoundTripOptions(o);
+    wrong.key = std::string(32, '\x5a');
+    auto stranger = Transport::Open(wrong);
+    if (!stranger.ok()) return FailStep("open_endpoint with another key", stranger.status());
+    auto refused = (*stranger)->Connect(peer.address);
+    if (refused.ok() || !IsUnauthenticatedPeer(refused.status())) {
+      return Outcome::Fail(
+          "a peer with another key must be refused with UNAUTHENTICATED: " +
+          (refused.ok() ? std::string("it was admitted") : refused.status().ToString()));
+    }
+    auto conn = t.Connect(peer.address);
+    if (!conn.ok()) return FailStep("connect with the key", conn.status());
+    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+      return FailStep("read with the key", s);
+    }
+    return Outcome::Pass("another key refused (UNAUTHENTICATED), the shared key admitted");
+  });
+}
+
+// --- transport.stopped_peer: a peer that stops without dying is lost within the timeout.
+
+Outcome StoppedPeer(const Options& o) {
+  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
+                          uint64_t mine) {
+    auto conn = t.Connect(peer.address);
+    if (!conn.ok()) return FailStep("connect", conn.status());
+    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+      return FailStep("read", s);
+    }
+    kill(peer.pid, SIGSTOP);
+    const absl::Duration timeout = RoundTripOptions(o).peer_timeout;
+    const absl::Time stopped = absl::Now();
+    absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size()), 3 * timeout);
+    const absl::Duration took = absl::Now() - stopped;
+    kill(peer.pid, SIGCONT);
+    if (!IsPeerLost(s)) {
+      return FailStep(absl::StrCat("a stopped peer must be reported PEER_LOST within the peer "
+                                   "timeout (",
+                                   absl::FormatDuration(timeout), ")"),
+                      s);
+    }
+    if (took > timeout + absl::Seconds(2)) {
+      return Outcome::Fail(absl::StrCat("a stopped peer was reported lost after ",
+                                        absl::FormatDuration(took), ", past the peer timeout of ",
+                                        absl::FormatDuration(timeout)));
+    }
+    return Outcome::Pass(absl::StrCat("lost after ", absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(100)))));
   });
 }
 
@@ -1209,6 +1382,16 @@ const std::vector<Check>& AllChecks() {
        "two processes: register, pack, connect, read, write, notify, flush; a truncated and a "
        "deregistered descriptor are refused; a killed peer is reported lost; close",
        false, Transport},
+      {"transport.owner_bounds", 3,
+       "forged descriptors (a doubled length, damaged plugin bytes, checksums recomputed) reach "
+       "nothing outside the region the owner registered, and do not bring the owner down",
+       false, OwnerBounds},
+      {"transport.authentication", 3,
+       "a peer holding another key is refused with UNAUTHENTICATED; the shared key is admitted",
+       false, Authentication},
+      {"transport.stopped_peer", 3,
+       "a peer that stops without dying (SIGSTOP) is reported PEER_LOST within the peer timeout",
+       false, StoppedPeer},
   };
   return kChecks;
 }

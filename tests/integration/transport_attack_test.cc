@@ -1,0 +1,448 @@
+// The transport against a peer that does what an attacker or a confused program would: forged
+// descriptors with their checksums recomputed, UCX spoken directly without the key, wrong keys
+// in a flood, and owners that stop without dying. The owner runs in another process
+// (tests/support/transport_peer.cc) with guard pages around its regions and a canary page it
+// never registers; nothing here may read the canary, change it or the regions' neighbours, or
+// bring either process down.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rayaccel/transport.h"
+#include "support/child_process.h"
+#include "support/test_support.h"
+#include "transport/descriptor.h"
+
+namespace rayaccel {
+namespace {
+
+using ::rayaccel::testing::MakeTempDir;
+
+constexpr size_t kPage = 4096;
+constexpr unsigned char kCanary = 0xC5;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+std::string WriteKey(const std::string& dir, const std::string& name, char fill) {
+  std::string path = dir + "/" + name;
+  std::string key(32, fill);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  EXPECT_EQ(write(fd, key.data(), key.size()), static_cast<ssize_t>(key.size()));
+  close(fd);
+  return path;
+}
+
+// The owner process, with a pipe to its stdin and one from its stdout.
+struct Owner {
+  pid_t pid = -1;
+  int to = -1, from = -1;
+  std::string address, a, b, allocated;
+  uint64_t canary = 0;
+
+  bool Alive() const { return pid > 0 && kill(pid, 0) == 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+  std::string Ask(const std::string& command) {
+    std::string line = command + "\n";
+    if (write(to, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+    std::string answer;
+    char c;
+    absl::Time until = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < until) {
+      ssize_t n = read(from, &c, 1);
+      if (n <= 0) break;
+      if (c != '\n') {
+        answer.push_back(c);
+      } else if (!answer.empty() && answer[0] == '[') {
+        answer.clear();  // a line UCX logged to stdout
+      } else {
+        return answer;
+      }
+    }
+    return answer;
+  }
+  size_t OpenFiles() const {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+      (void)e;
+      ++n;
+    }
+    return n;
+  }
+  ~Owner() {
+    if (pid <= 0) return;
+    close(to);
+    kill(pid, SIGCONT);
+    int status = 0;
+    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    close(from);
+  }
+};
+
+std::unique_ptr<Owner> StartOwner(const std::string& dir, const std::string& key_file,
+                                  int timeout_ms = 10000) {
+  auto o = std::make_unique<Owner>();
+  std::string out = dir + "/owner.txt";
+  unlink(out.c_str());
+  int in_pipe[2], out_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) return nullptr;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_pipe[0], 0);
+    dup2(out_pipe[1], 1);
+    std::string timeout = std::to_string(timeout_ms);
+    execl(RAYACCEL_TRANSPORT_PEER, RAYACCEL_TRANSPORT_PEER, "owner", out.c_str(), key_file.c_str(),
+          timeout.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  o->pid = pid;
+  o->to = in_pipe[1];
+  o->from = out_pipe[0];
+  if (!testing::WaitForFile(out)) return o;
+  std::vector<std::string> lines = testing::Lines(out);
+  if (lines.size() != 6) return o;
+  absl::WebSafeBase64Unescape(lines[0], &o->address);
+  absl::WebSafeBase64Unescape(lines[1], &o->a);
+  absl::WebSafeBase64Unescape(lines[2], &o->b);
+  absl::WebSafeBase64Unescape(lines[3], &o->allocated);
+  o->canary = std::stoull(lines[4], nullptr, 16);
+  return o;
+}
+
+std::unique_ptr<Transport> Reader(const std::string& key_file, absl::Duration timeout = absl::Seconds(10)) {
+  TransportOptions o;
+  o.plugin = "sim";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.key_file = key_file;
+  o.peer_timeout = timeout;
+  auto t = Transport::Open(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+absl::Status Done(absl::StatusOr<Request> r, absl::Duration limit = absl::Seconds(20)) {
+  if (!r.ok()) return r.status();
+  return r->Wait(absl::Now() + limit);
+}
+
+// The UCX payload's fields (docs/transport.md): magic, version, reserved, owner, region, length.
+struct Payload {
+  std::string bytes;
+  void Set64(size_t at, uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<char>(v >> (8 * i));
+  }
+  uint64_t Get64(size_t at) const {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    return v;
+  }
+};
+
+// A forgery: the envelope and the payload as the forger wants them, with a valid checksum.
+std::string Forge(const std::string& genuine, const std::function<void(DescriptorInfo&, Payload&)>& edit) {
+  absl::StatusOr<transport::Envelope> e = transport::Decode(genuine);
+  EXPECT_TRUE(e.ok()) << e.status();
+  DescriptorInfo info = e->info;
+  Payload p{std::string(e->payload)};
+  edit(info, p);
+  absl::StatusOr<std::string> forged = transport::Encode(info, p.bytes);
+  return forged.ok() ? *forged : std::string();
+}
+
+class TransportAttack : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    env_ = std::make_unique<ScopedEnv>("UCX_TLS", GetParam());
+    dir_ = MakeTempDir(absl::StrCat("transport-attack-", GetParam()));
+    key_ = WriteKey(dir_, "key", 'k');
+    owner_ = StartOwner(dir_, key_);
+    ASSERT_NE(owner_, nullptr);
+    ASSERT_FALSE(owner_->address.empty()) << "the owner did not start";
+    before_ = owner_->Ask("check");
+    ASSERT_EQ(before_.substr(0, 9), "canary ok") << before_;
+  }
+  // The canary is untouched, B is as it was, and the owner answers.
+  void ExpectOwnerUnharmed() {
+    ASSERT_TRUE(owner_->Alive()) << "the owner process died";
+    std::string after = owner_->Ask("check");
+    EXPECT_EQ(after.substr(0, 9), "canary ok") << after;
+    EXPECT_EQ(after.substr(after.find(" b ")), before_.substr(before_.find(" b "))) << "B changed";
+  }
+  std::unique_ptr<ScopedEnv> env_;
+  std::string dir_, key_, before_;
+  std::unique_ptr<Owner> owner_;
+};
+
+bool HoldsCanary(const std::vector<unsigned char>& v) {
+  for (unsigned char c : v) {
+    if (c == kCanary) return true;
+  }
+  return false;
+}
+
+TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
+  auto reader = Reader(key_);
+  ASSERT_NE(reader, nullptr);
+  std::vector<unsigned char> local(4 * kPage, 0);
+  auto mine = reader->Register(local.data(), local.size());
+  ASSERT_TRUE(mine.ok());
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kPage)).ok());
+  ASSERT_EQ(local[0], 'A');
+  const uint64_t b_id = Payload{std::string(transport::Decode(owner_->b)->payload)}.Get64(16);
+
+  struct Case {
+    std::string name;
+    std::function<void(DescriptorInfo&, Payload&)> edit;
+    uint64_t offset, length;
+  };
+  std::vector<Case> cases = {
+      {"both lengths doubled, read past the end",
+       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); }, 0,
+       2 * kPage},
+      {"both lengths doubled, the page after", 
+       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); },
+       kPage, kPage},
+      {"lengths huge", [](DescriptorInfo& i, Payload& p) { i.length = ~0ull >> 1, p.Set64(24, ~0ull >> 1); },
+       (~0ull >> 2), kPage},
+      {"a region id never given",
+       [](DescriptorInfo& i, Payload& p) { i.region = 999, p.Set64(16, 999); }, 0, 16},
+      {"region id 0", [](DescriptorInfo& i, Payload& p) { i.region = 0, p.Set64(16, 0); }, 0, 16},
+      {"another endpoint's id", [](DescriptorInfo& i, Payload& p) { i.endpoint ^= 1, p.Set64(8, p.Get64(8) ^ 1); },
+       0, 16},
+      {"a v1 payload naming the canary",
+       [this](DescriptorInfo&, Payload& p) {
+         Payload v1{std::string(56, '\0')};
+         v1.bytes.replace(0, 8, p.bytes.substr(0, 8));
+         v1.bytes[4] = 1;
+         v1.bytes[6] = 16;
+         v1.Set64(8, p.Get64(8));
+         v1.Set64(16, p.Get64(16));
+         v1.Set64(24, owner_->canary);
+         v1.Set64(32, kPage);
+         p = v1;
+       },
+       0, 64},
+      {"trailing bytes", [](DescriptorInfo&, Payload& p) { p.bytes += std::string(16, '\x55'); }, 0, 16},
+      {"reserved field set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 1; }, 0, 16},
+  };
+  for (const Case& c : cases) {
+    std::string forged = Forge(owner_->a, c.edit);
+    if (forged.empty()) continue;  // not even an envelope the host would write
+    std::fill(local.begin(), local.end(), 0);
+    const uint64_t n = std::min<uint64_t>(c.length, local.size());
+    for (bool write : {false, true}) {
+      absl::Status s = write ? Done(reader->Write(*conn, *mine, 0, forged, c.offset, n))
+                             : Done(reader->Read(*conn, *mine, 0, forged, c.offset, n));
+      EXPECT_TRUE(absl::IsInvalidArgument(s) || IsStale(s))
+          << c.name << (write ? " (write): " : " (read): ") << s;
+    }
+    EXPECT_FALSE(HoldsCanary(local)) << c.name;
+  }
+  // Relabelled as B: a live region, so the owner serves it, within B's bounds only.
+  std::string as_b = Forge(owner_->a, [b_id](DescriptorInfo& i, Payload& p) {
+    i.region = b_id, p.Set64(16, b_id), i.length = 2 * kPage, p.Set64(24, 2 * kPage);
+  });
+  EXPECT_TRUE(absl::IsInvalidArgument(Done(reader->Read(*conn, *mine, 0, as_b, 0, 2 * kPage))));
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, as_b, 0, kPage)).ok());
+  EXPECT_EQ(local[0], 'B');
+
+  // A deregistered region, under its own id or relabelled: stale, whatever the forger says.
+  ASSERT_EQ(owner_->Ask("dereg-a"), "ok");
+  EXPECT_TRUE(IsStale(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kPage))));
+  EXPECT_TRUE(IsStale(Done(reader->Write(*conn, *mine, 0, owner_->a, 0, kPage))));
+
+  // Random damage, checksum recomputed: never a crash, a hang, or a canary byte.
+  std::mt19937_64 random(42);
+  for (int i = 0; i < 300; ++i) {
+    std::string forged = Forge(owner_->b, [&](DescriptorInfo& info, Payload& p) {
+      switch (random() % 4) {
+        case 0:
+          info.length = random() % (4 * kPage) + 1;
+          break;
+        case 1:
+          info.region = random() % 8;
+          break;
+        default:
+          break;
+      }
+      for (int flips = 1 + random() % 3; flips > 0; --flips) {
+        p.bytes[random() % p.bytes.size()] ^= static_cast<char>(1 << (random() % 8));
+      }
+    });
+    if (forged.empty()) continue;
+    const uint64_t offset = random() % (2 * kPage);
+    const uint64_t length = 1 + random() % kPage;
+    absl::Status s = Done(reader->Read(*conn, *mine, 0, forged, offset, length), absl::Seconds(15));
+    EXPECT_FALSE(absl::IsDeadlineExceeded(s)) << "a forged read hung";
+  }
+  EXPECT_FALSE(HoldsCanary(local));
+  ExpectOwnerUnharmed();
+  // And the genuine descriptor of B still works.
+  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+}
+
+// UCX spoken directly, without the key: UCX's software get and put aimed at the canary, and
+// the transport's transfer messages with made-up tokens. The owner serves none of it.
+TEST_P(TransportAttack, ARawUcxPeerWithoutTheKeyGetsNothing) {
+  if (std::string(GetParam()) != "tcp") {
+    GTEST_SKIP() << "UCX's software get and put are what TCP uses; shared memory maps segments";
+  }
+  auto r = testing::Run({RAYACCEL_TRANSPORT_PEER, "raw", dir_ + "/owner.txt"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The last line: UCX logs to standard output too.
+  EXPECT_TRUE(absl::EndsWith(r.out, "\nnothing\n") || r.out == "nothing\n") << r.out << r.err;
+  ExpectOwnerUnharmed();
+  auto reader = Reader(key_);
+  std::vector<unsigned char> local(kPage);
+  auto mine = reader->Register(local.data(), local.size());
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+}
+
+size_t OpenFiles() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+TEST_P(TransportAttack, WrongKeysAreRefusedAndAFloodLeaksNothing) {
+  const std::string wrong = WriteKey(dir_, "wrong", 'w');
+  {
+    auto reader = Reader(wrong);
+    auto refused = reader->Connect(owner_->address);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(IsUnauthenticatedPeer(refused.status())) << refused.status();
+    EXPECT_NE(refused.status().message().find("key"), std::string::npos) << refused.status();
+  }
+  // A warm-up flood, then the measured one: neither side keeps anything of a refused peer.
+  auto flood = [&](int endpoints, int connects) {
+    for (int e = 0; e < endpoints; ++e) {
+      auto reader = Reader(wrong, absl::Seconds(5));
+      for (int c = 0; c < connects; ++c) {
+        absl::Status s = reader->Connect(owner_->address).status();
+        EXPECT_TRUE(IsUnauthenticatedPeer(s)) << s;
+      }
+    }
+  };
+  flood(2, 5);
+  absl::SleepFor(absl::Milliseconds(300));
+  const size_t owner_files = owner_->OpenFiles(), own_files = OpenFiles();
+  flood(10, 10);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_LE(owner_->OpenFiles(), owner_files + 2) << "the owner keeps files of refused peers";
+  EXPECT_LE(OpenFiles(), own_files + 2) << "the reader keeps files of refused connects";
+  // An explicit key in the options, the same bytes as the file: admitted.
+  TransportOptions o;
+  o.plugin = "sim";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.key = std::string(32, 'k');
+  auto good = Transport::Open(o);
+  ASSERT_TRUE(good.ok()) << good.status();
+  std::vector<unsigned char> local(kPage);
+  auto mine = (*good)->Register(local.data(), local.size());
+  auto conn = (*good)->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  EXPECT_TRUE(Done((*good)->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  ExpectOwnerUnharmed();
+}
+
+// An owner that stops without dying (SIGSTOP: a frozen process, a paused VM): every request to
+// it fails PEER_LOST within the peer timeout, and once it resumes it is not let back into the
+// old connection.
+TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted) {
+  auto reader = Reader(key_, absl::Seconds(1));
+  std::vector<unsigned char> local(kPage);
+  auto mine = reader->Register(local.data(), local.size());
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  ASSERT_EQ(kill(owner_->pid, SIGSTOP), 0);
+  absl::Time stopped = absl::Now();
+  absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage), absl::Seconds(30));
+  absl::Duration noticed = absl::Now() - stopped;
+  EXPECT_TRUE(IsPeerLost(read)) << read;
+  EXPECT_LT(noticed, absl::Seconds(3)) << "a 1 s peer timeout, noticed after " << noticed;
+  EXPECT_TRUE(IsPeerLost(Done(reader->Write(*conn, *mine, 0, owner_->b, 0, kPage))));
+  ASSERT_EQ(kill(owner_->pid, SIGCONT), 0);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(IsPeerLost(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage))))
+      << "the old connection stays lost";
+  EXPECT_TRUE(reader->Close(*conn).ok());
+  auto again = reader->Connect(owner_->address);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(Done(reader->Read(*again, *mine, 0, owner_->b, 0, kPage)).ok());
+  ExpectOwnerUnharmed();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack, ::testing::Values("all", "tcp"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+                         });
+
+// Keys from files: the checks a key file must pass, and the default key.
+TEST(TransportKey, KeyFilesMustBePrivateAndOfAKeysSize) {
+  std::string dir = MakeTempDir("transport-key");
+  TransportOptions o;
+  o.plugin = "sim";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.key_file = WriteKey(dir, "open", 'o');
+  chmod(o.key_file.c_str(), 0644);
+  auto open = Transport::Open(o);
+  EXPECT_TRUE(absl::IsPermissionDenied(open.status())) << open.status();
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status();
+  o.key_file = dir + "/short";
+  { std::ofstream(o.key_file) << "too short"; }
+  chmod(o.key_file.c_str(), 0600);
+  EXPECT_TRUE(absl::IsInvalidArgument(Transport::Open(o).status()));
+  o.key_file = dir + "/missing";
+  EXPECT_FALSE(Transport::Open(o).ok());
+  o.key_file.clear();
+  o.key = "short";
+  EXPECT_TRUE(absl::IsInvalidArgument(Transport::Open(o).status()));
+  // The environment's key file, when the options name none.
+  o.key.clear();
+  ScopedEnv env("RAYACCEL_TRANSPORT_KEY_FILE", (dir + "/open").c_str());
+  EXPECT_TRUE(absl::IsPermissionDenied(Transport::Open(o).status()));
+}
+
+}  // namespace
+}  // namespace rayaccel
