@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -109,29 +110,35 @@ class TensorTransport(TensorTransportManager):
     """Ray's TensorTransportManager over rayaccel's transport (one per process, as Ray makes
     it). plugin: whose transport to use (default: $RAYACCEL_TRANSPORT_PLUGIN, else "sim",
     host memory over UCX like every in-tree plugin); config: its configuration; peer_timeout:
-    seconds a silent peer may take before its reads fail."""
+    seconds a silent peer may take before its reads fail; key (bytes) or key_file: the secret
+    both ends prove before any tensor is named (default: the file $RAYACCEL_TRANSPORT_KEY_FILE
+    names, else this user's key on this host, which another host does not have). A peer with
+    another key fails its reads with UnauthenticatedError."""
 
     def __init__(self, plugin: Optional[str] = None, config: Optional[Dict[str, str]] = None,
-                 search_path: Tuple[str, ...] = (), peer_timeout: float = 10.0):
+                 search_path: Tuple[str, ...] = (), peer_timeout: float = 10.0,
+                 key: Optional[bytes] = None, key_file: Optional[str] = None):
         self._plugin = plugin or os.environ.get("RAYACCEL_TRANSPORT_PLUGIN", "sim")
         self._config = dict(config or {})
         self._search_path = list(search_path)
         self._peer_timeout = peer_timeout
+        self._key = bytes(key or b"")
+        self._key_file = key_file or ""
         self._lock = threading.Lock()
         self._native: Optional[_native.Transport] = None
         self._sources: Dict[str, List[Tuple[int, Any]]] = {}  # obj_id -> (region, keep-alive)
         self._connections: Dict[bytes, int] = {}  # peer address -> connection
         self._inflight: Dict[str, Tuple[bytes, int]] = {}  # obj_id -> (address, connection)
         self._aborted: set = set()
-        # peer -> its shared connection was closed here (an abort, or a failed recv stopping
-        # its own reads): other objects' reads that failed with it are tried again.
-        self._closed_here: Dict[bytes, bool] = {}
+        # peer -> (the object, when) whose abort or failed recv closed its shared connection
+        # here: other objects' reads that failed with it are tried again.
+        self._closed_here: Dict[bytes, Tuple[str, float]] = {}
 
     def _transport(self) -> _native.Transport:
         with self._lock:
             if self._native is None:
                 self._native = _native.Transport(self._plugin, self._config, self._search_path,
-                                                 self._peer_timeout)
+                                                 self._peer_timeout, self._key, self._key_file)
             return self._native
 
     # Ray's interface.
@@ -191,10 +198,15 @@ class TensorTransport(TensorTransportManager):
             return self._receive(obj_id, meta, target_buffers)
         except UnavailableError:
             # Connections are shared per peer: another object's abort (or failure) may have
-            # closed this one's under it. Not this object's failure: once more, on a new one.
+            # closed this one's under it, moments ago. Not this object's failure: once more,
+            # on a new one. Its own failure (a peer lost, stopped or cut off) is final.
             with self._lock:
-                closed_here = self._closed_here.pop(meta.address, False)
-            if not closed_here:
+                closer, when = self._closed_here.get(meta.address, (None, 0.0))
+                retry = closer not in (None, obj_id) and \
+                    time.monotonic() - when < self._peer_timeout
+                if retry:
+                    del self._closed_here[meta.address]
+            if not retry:
                 raise
             return self._receive(obj_id, meta, target_buffers)
 
@@ -238,7 +250,7 @@ class TensorTransport(TensorTransportManager):
                 # Reads may still be landing in these buffers (an error, an interrupt):
                 # closing the connection ends them; wait for that before the memory goes.
                 with self._lock:
-                    self._closed_here[meta.address] = True
+                    self._closed_here[meta.address] = (obj_id, time.monotonic())
                 self._forget(meta.address, connection)
                 for request in requests:
                     try:
@@ -281,7 +293,7 @@ class TensorTransport(TensorTransportManager):
             self._aborted.add(obj_id)
             inflight = self._inflight.get(obj_id)
             if inflight is not None:
-                self._closed_here[inflight[0]] = True
+                self._closed_here[inflight[0]] = (obj_id, time.monotonic())
         if inflight is not None:
             self._forget(*inflight)
 

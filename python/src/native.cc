@@ -272,8 +272,11 @@ class PyRequest {
 class PyTransport {
  public:
   PyTransport(const std::string& plugin, std::map<std::string, std::string> config,
-              std::vector<std::string> search_path, double peer_timeout_s) {
+              std::vector<std::string> search_path, double peer_timeout_s, py::bytes key,
+              const std::string& key_file) {
     rayaccel::TransportOptions options;
+    options.key = std::string(key);
+    options.key_file = key_file;
     options.plugin = plugin;
     options.config = std::move(config);
     options.search_path = std::move(search_path);
@@ -392,8 +395,9 @@ PYBIND11_MODULE(_native, m) {
       .def("wait", &PyRequest::Wait, py::arg("timeout") = py::none());
   py::class_<PyTransport>(m, "Transport")
       .def(py::init<const std::string&, std::map<std::string, std::string>,
-                    std::vector<std::string>, double>(),
-           py::arg("plugin"), py::arg("config"), py::arg("search_path"), py::arg("peer_timeout"))
+                    std::vector<std::string>, double, py::bytes, const std::string&>(),
+           py::arg("plugin"), py::arg("config"), py::arg("search_path"), py::arg("peer_timeout"),
+           py::arg("key") = py::bytes(), py::arg("key_file") = "")
       .def_property_readonly("address", &PyTransport::Address)
       .def_property_readonly("plugin_name", &PyTransport::PluginName)
       .def("register", &PyTransport::Register, py::arg("buffer"), py::arg("writable"))

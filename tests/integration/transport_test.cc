@@ -483,6 +483,56 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
+// A server that stops without dying, in the middle of 64 MiB reads and writes: every request
+// fails PEER_LOST within the peer timeout (plus a margin), and `rayaccel transfer` exits 3.
+TEST_P(TransportProcesses, AStoppedServerIsLostWithinThePeerTimeout) {
+  ScopedEnv tls("UCX_TLS", GetParam());
+  std::string dir = MakeTempDir(absl::StrCat("transport-stop-", GetParam()));
+  Server server = StartServer(dir, "64MiB");
+  ASSERT_FALSE(server.address.empty()) << "no token; " << dir;
+  const absl::Duration timeout = absl::Seconds(1);
+  auto t = Open("sim", timeout);
+  ASSERT_NE(t, nullptr);
+  const size_t kSize = 64 << 20;
+  std::vector<char> buf(kSize);
+  auto mine = t->Register(buf.data(), kSize);
+  auto conn = t->Connect(server.address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  for (bool write : {false, true}) {
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      kill(server.pid, SIGSTOP);
+    });
+    absl::Time stopped_by = absl::Now() + absl::Milliseconds(200);
+    absl::Status last;
+    for (int i = 0; i < 10000 && last.ok(); ++i) {
+      last = write ? Done(t->Write(*conn, *mine, 0, server.write_desc, 0, kSize))
+                   : Done(t->Read(*conn, *mine, 0, server.read_desc, 0, kSize));
+    }
+    absl::Duration noticed = absl::Now() - stopped_by;
+    stopper.join();
+    EXPECT_TRUE(IsPeerLost(last)) << (write ? "write: " : "read: ") << last;
+    EXPECT_LT(noticed, timeout + absl::Seconds(2)) << (write ? "write" : "read");
+    kill(server.pid, SIGCONT);
+    // Resumed, it is not let back into the connection that was declared lost.
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_TRUE(IsPeerLost(Done(t->Read(*conn, *mine, 0, server.read_desc, 0, 4096))));
+    ASSERT_TRUE(t->Close(*conn).ok());
+    auto again = t->Connect(server.address);
+    ASSERT_TRUE(again.ok()) << again.status();
+    conn = again;
+  }
+  // The operator's tool against a stopped server: exit 3, within the timeout and a margin.
+  kill(server.pid, SIGSTOP);
+  absl::Time began = absl::Now();
+  auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size",
+                         "64MiB", "--peer-timeout-ms", "1000", "--iters", "3", "--warmup", "0"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(absl::Now() - began, absl::Seconds(5)) << r.err;
+  kill(server.pid, SIGCONT);
+  EXPECT_EQ(testing::Stop(server.pid), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportProcesses, ::testing::Values("all", "tcp"),
                          [](const auto& info) {
                            return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
@@ -545,6 +595,35 @@ TEST_F(TransportNetns, ReadAndWriteCrossAVethPair) {
   std::vector<std::string> lines = Lines(server.out);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1], "{\"write\": 16777216, \"verified\": true}");
+}
+
+// The link between the two namespaces goes down in the middle of 256 MiB transfers: the
+// client is told the peer is lost (exit 3) within the peer timeout and a margin, not left
+// waiting on TCP's own timers.
+TEST_F(TransportNetns, APartitionMidTransferIsALostPeer) {
+  std::string dir = MakeTempDir("transport-netns-cut");
+  ScopedEnv tls("UCX_TLS", "tcp");
+  ScopedEnv dev_a("UCX_NET_DEVICES", veth_a_.c_str());
+  Server server = StartServer(dir, "256MiB", {"/usr/bin/env", "ip", "netns", "exec", a_});
+  ASSERT_FALSE(server.address.empty()) << "no token from the server in " << a_;
+  for (const char* op : {"read", "write"}) {
+    testing::Run({"/usr/bin/env", "ip", "-n", a_, "link", "set", veth_a_, "up"});
+    std::thread cutter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      testing::Run({"/usr/bin/env", "ip", "-n", a_, "link", "set", veth_a_, "down"});
+    });
+    absl::Time began = absl::Now();
+    auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec",
+                           b_, RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op",
+                           op, "--size", "256MiB", "--iters", "1000", "--warmup", "0",
+                           "--peer-timeout-ms", "2000"});
+    absl::Duration took = absl::Now() - began;
+    cutter.join();
+    EXPECT_EQ(r.exit_code, 3) << op << ": " << r.err;
+    EXPECT_LT(took, absl::Milliseconds(700) + absl::Seconds(2 + 3)) << op << ": " << r.err;
+  }
+  kill(server.pid, SIGKILL);
+  WaitExit(server.pid);
 }
 
 }  // namespace

@@ -183,3 +183,32 @@ def test_aborting_one_object_leaves_the_others_from_that_peer(destination):
         assert isinstance(results["a"], (list, rayaccel.errors.AbortedError)), results["a"]
     finally:
         peer.close()
+
+
+def test_a_peer_with_another_key_is_refused():
+    peer = Peer(4096)
+    try:
+        stranger = TensorTransport(peer_timeout=2.0, key=b"\x5a" * 32)
+        with pytest.raises(rayaccel.UnauthenticatedError, match="key"):
+            stranger.recv_multiple_tensors("obj-1", peer.meta, None)
+        # The peer still serves a destination that holds its key (this host's default).
+        [got] = TensorTransport(peer_timeout=2.0).recv_multiple_tensors("obj-1", peer.meta, None)
+        assert digest(got) == peer.digests[0]
+    finally:
+        peer.close()
+
+
+def test_a_stopped_peer_is_lost_within_the_timeout(destination):
+    peer = Peer(1 << 20)
+    try:
+        [got] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
+        assert digest(got) == peer.digests[0]
+        os.kill(peer.proc.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        with pytest.raises(rayaccel.UnavailableError):
+            destination.recv_multiple_tensors("obj-1", peer.meta, None)
+        waited = time.monotonic() - began
+        assert waited < 2.0 + 2.0, f"a 2 s peer timeout, lost after {waited:.1f} s"
+    finally:
+        os.kill(peer.proc.pid, signal.SIGCONT)
+        peer.close()
