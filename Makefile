@@ -7,6 +7,8 @@
 #               signals and allocator that those tests provoke on purpose; nor UCX's
 #               transport tests, nor the doc examples, which run transfers: UCX's memory
 #               hooks crash under TSan)
+#   make asan-transport  the transport, isolation and registry tests alone under ASan+UBSan
+#               (what CI runs on every change; quicker than the whole suite)
 #   make fuzz   every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (300) each, with clang
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
@@ -24,7 +26,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgt
 FUZZ_DEB_PACKAGES := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build run test asan tsan bench fuzz clean format
+.PHONY: all deps configure build run test asan asan-transport tsan bench fuzz clean format
 
 all: build
 
@@ -66,6 +68,15 @@ test: build
 
 asan: deps
 	cmake --preset asan && cmake --build --preset asan -j $(JOBS) && ctest --preset asan -j $(JOBS)
+
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0 \
+            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 RAYACCEL_NO_DLCLOSE=1 \
+            HWLOC_PLUGINS_BLACKLIST=hwloc_pci
+
+asan-transport: deps
+	cmake --preset asan && cmake --build build-asan -j $(JOBS) --target rayaccel_transport_tests
+	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests
 
 tsan: deps
 	cmake --preset tsan && cmake --build --preset tsan -j $(JOBS) && ctest --preset tsan -j $(JOBS)

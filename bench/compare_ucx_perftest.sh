@@ -5,7 +5,8 @@
 # ucp_get's per-operation time and ucp_put_lat's ping-pong), and the ratios. ucx_perftest runs
 # with one operation outstanding (-O 1), as `rayaccel transfer` waits for each transfer before
 # the next, and without error handling (-e off): rayaccel's data path has none either (its
-# control path detects a lost peer), so both move bytes over the same transports.
+# control path detects a lost peer). Both move bytes over the same transports: rayaccel leaves
+# CMA out (docs/transport.md), so ucx_perftest runs without it too (UCX_TLS=all is ^cma).
 # Usage: bench/compare_ucx_perftest.sh [BUILD_DIR] [UCX_TLS]
 set -euo pipefail
 build=${1:-build}
@@ -28,13 +29,20 @@ ours() {  # op size iters -> bytes/s (and latency p50 in us on stderr-free secon
   kill $server; wait $server 2> /dev/null || true
 }
 
+# The transports rayaccel's UCX helper uses for a given UCX_TLS: the same, without CMA.
+case "$UCX_TLS" in
+  all | "") theirs_tls="^cma" ;;
+  ^*) theirs_tls="$UCX_TLS,cma" ;;
+  *) theirs_tls=$(echo "$UCX_TLS" | tr ',' '\n' | grep -vx cma | sed 's/^s[h]*m$/posix,sysv/' | paste -sd,) ;;
+esac
+
 theirs() {  # test size iters -> bytes/s and average latency in us
   local test=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000))
-  ucx_perftest -p $port > /dev/null 2>&1 &
+  UCX_TLS="$theirs_tls" ucx_perftest -p $port > /dev/null 2>&1 &
   local server=$!
   sleep 0.5
-  ucx_perftest 127.0.0.1 -p $port -t "$test" -s "$size" -n "$iters" -O 1 2> /dev/null |
-    awk '/^Final:/ { printf "%.0f %s\n", $7 * 1048576, $4 }'
+  UCX_TLS="$theirs_tls" ucx_perftest 127.0.0.1 -p $port -t "$test" -s "$size" -n "$iters" -O 1 \
+    2> /dev/null | awk '/^Final:/ { printf "%.0f %s\n", $7 * 1048576, $4 }'
   wait $server 2> /dev/null || true
 }
 
@@ -43,7 +51,7 @@ memcpy_bw() {  # size -> bytes/s
     --benchmark_format=csv 2> /dev/null | awk -F, '/BM_Memcpy/ { printf "%.0f\n", $6 }'
 }
 
-echo "UCX_TLS=$UCX_TLS, one run each, two processes on this machine"
+echo "UCX_TLS=$UCX_TLS (ucx_perftest: $theirs_tls), one run each, two processes on this machine"
 printf "%-10s %-6s %12s %12s %12s %9s %9s\n" size op rayaccel ucx_perftest memcpy "vs ucx" "vs memcpy"
 for size in 8192 1048576 67108864 268435456; do
   n=$(iters_for $size)
@@ -60,9 +68,9 @@ done
 read -r _ lat_ours < <(ours read 8 20000)
 read -r _ lat_get < <(theirs ucp_get 8 20000)
 port=$((20000 + RANDOM % 20000))
-ucx_perftest -p $port > /dev/null 2>&1 &
+UCX_TLS="$theirs_tls" ucx_perftest -p $port > /dev/null 2>&1 &
 sleep 0.5
-lat_put=$(ucx_perftest 127.0.0.1 -p $port -t ucp_put_lat -s 8 -n 20000 2> /dev/null |
+lat_put=$(UCX_TLS="$theirs_tls" ucx_perftest 127.0.0.1 -p $port -t ucp_put_lat -s 8 -n 20000 2> /dev/null |
   awk '/^Final:/ { print $3 }')
 wait
 awk -v a="$lat_ours" -v g="$lat_get" -v p="$lat_put" 'BEGIN {

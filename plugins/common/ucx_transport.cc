@@ -212,24 +212,42 @@ enum GoodbyeReason : uint32_t {
   kDeclaredLost = 2,  // it did not hear from the other within its peer timeout
 };
 
-// UCX_TLS as this helper uses it: the operator's choice without CMA. UCX 1.13 aborts the
-// whole process when process_vm_readv finds its peer gone on an endpoint without error
-// handling (cma_ep.c, "No such process"), so with CMA a peer that dies mid-transfer would
-// take the reader with it; shared memory (posix, sysv) moves the same bytes without that.
-// Empty when nothing is left.
-std::string TransportsWithoutCma(const char* configured) {
-  std::string tls = configured != nullptr ? configured : "";
-  if (tls.empty() || tls == "all") return "^cma";
+// The two fabrics an endpoint opens, each a UCX context with the operator's UCX_TLS split in
+// two: shared memory (posix, sysv; self within a process) for peers on this host, and the
+// rest (TCP, RDMA) for peers elsewhere. Apart, because UCX given both picks shared memory for
+// a same-host peer's messages but TCP for its rendezvous (its "rma_bw" lanes), which moved
+// 64 MiB at half the speed. CMA is in neither: UCX 1.13 aborts the whole process when
+// process_vm_readv finds its peer gone on an endpoint without error handling (cma_ep.c, "No
+// such process"), so a peer that died mid-transfer took the reader with it. An empty string:
+// no such fabric.
+struct Transports {
+  std::string local, network;
+};
+
+bool IsLocalTransport(const std::string& t) {
+  return t == "posix" || t == "sysv" || t == "self" || t == "sm" || t == "shm" || t == "mm";
+}
+
+Transports SplitTransports(const char* configured) {
+  const std::string tls = configured != nullptr ? configured : "";
+  if (tls.empty() || tls == "all") return {"posix,sysv,self", "^cma,posix,sysv,self"};
   if (tls[0] == '^') {
+    std::string local;
     std::vector<std::string> excluded = SplitList(tls.substr(1));
-    if (std::find(excluded.begin(), excluded.end(), "cma") == excluded.end()) tls += ",cma";
-    return tls;
+    for (const char* t : {"posix", "sysv", "self"}) {
+      bool out = std::find(excluded.begin(), excluded.end(), t) != excluded.end() ||
+                 std::find(excluded.begin(), excluded.end(), "sm") != excluded.end() ||
+                 std::find(excluded.begin(), excluded.end(), "shm") != excluded.end();
+      if (!out) local += (local.empty() ? "" : ",") + std::string(t);
+    }
+    return {local, tls + ",cma,posix,sysv,self"};
   }
-  std::string out;
-  for (std::string t : SplitList(tls)) {
-    if (t == "cma") continue;
-    if (t == "sm" || t == "shm") t = "posix,sysv";
-    out += (out.empty() ? "" : ",") + t;
+  Transports out;
+  for (const std::string& t : SplitList(tls)) {
+    if (t == "cma" || t == "xpmem" || t == "knem") continue;
+    std::string& into = IsLocalTransport(t) ? out.local : out.network;
+    std::string name = t == "sm" || t == "shm" || t == "mm" ? "posix,sysv" : t;
+    into += (into.empty() ? "" : ",") + name;
   }
   return out;
 }
@@ -312,7 +330,8 @@ struct rayaccel_memory_region {
   uint64_t id = 0;
   void* base = nullptr;
   uint64_t length = 0;
-  ucp_mem_h memh = nullptr;
+  ucp_mem_h memh[2] = {nullptr, nullptr};  // per fabric
+  int allocated_by = -1;                    // the fabric whose mapping owns the memory
   std::string descriptor;
 };
 
@@ -331,6 +350,7 @@ struct Link {
   uint64_t uuid = 0;  // the remote endpoint's id
   ucp_ep_h control = nullptr;
   ucp_ep_h data = nullptr;
+  int fabric = -1;       // the data endpoint's: shared memory when UCX reaches the peer so
   int users = 0;         // connections and peer records on it
   bool trusted = false;  // a handshake over it succeeded: kept while unused
   bool failed = false;   // lost or closed: every user fails, then its endpoints go
@@ -361,12 +381,19 @@ struct rayaccel_transport_endpoint {
   std::mutex mu;  // held around every UCX call, so UCX callbacks run with it held
   rayaccel::plugin::ucx::EndpointOptions options;
   std::string key;  // the shared secret both sides of a connection prove
-  ucp_context_h context = nullptr;
-  // Two workers: UCX (1.13) refuses endpoints of mixed error handling between one pair of
-  // workers, so data endpoints (none, for shared memory and CMA) and control endpoints (peer
-  // failure detection) live on workers of their own.
-  ucp_worker_h worker = nullptr;   // data: transfers and notifications
-  ucp_worker_h control = nullptr;  // handshake, heartbeats, bye
+  // Two data fabrics (kLocal: shared memory, kNetwork: TCP, RDMA), each a UCX context and its
+  // data worker; either may be missing where UCX_TLS leaves it nothing. Control messages use a
+  // worker of their own: UCX (1.13) refuses endpoints of mixed error handling between one pair
+  // of workers, and control endpoints want peer-failure detection, data endpoints cannot have it
+  // on shared memory.
+  struct Fabric {
+    rayaccel_transport_endpoint* endpoint = nullptr;
+    int index = 0;
+    ucp_context_h context = nullptr;
+    ucp_worker_h worker = nullptr;  // transfers and notifications
+  } fabrics[2];
+  ucp_worker_h control = nullptr;  // handshake, heartbeats, bye: on the network fabric's
+                                   // context where there is one
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
@@ -382,7 +409,9 @@ struct rayaccel_transport_endpoint {
     rayaccel_transport_endpoint* endpoint = nullptr;
     uint64_t token = 0, uuid = 0;
     rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
-    std::string data_address;  // the reader's data worker, reached once it proved the key
+    std::string local_address, network_address;  // the reader's data workers, reached once
+                                                 // it proved the key
+    bool welcomed = false;
     rayaccel::plugin::ucx::Nonce reader_nonce{}, owner_nonce{};
     bool authenticated = false;
     bool failed = false;  // to be closed
@@ -394,7 +423,7 @@ struct rayaccel_transport_endpoint {
   struct Hello {
     uint64_t uuid, token;
     rayaccel::plugin::ucx::Nonce nonce;
-    std::string control, data;
+    std::string control, local, network;
   };
   std::vector<Hello> hellos;  // queued by the handler, answered after progress returns
 
@@ -438,6 +467,8 @@ using Region = rayaccel_memory_region;
 using Request = rayaccel_request;
 using Peer = Ep::Peer;
 
+constexpr int kLocal = 0;    // ep->fabrics[kLocal]: shared memory, peers on this host
+constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
 constexpr size_t kMaxQueuedNotifications = 65536;
 constexpr size_t kMaxPeers = 4096;       // admitted readers per endpoint
 constexpr size_t kMaxHandshakes = 64;    // readers between hello and proof
@@ -659,8 +690,27 @@ ucs_status_t CreateEp(Ep* ep, ucp_worker_h worker, const void* worker_address,
   return s;
 }
 
-unsigned ProgressWorkers(Ep* ep) {
-  return Lib().ucp_worker_progress(ep->worker) + Lib().ucp_worker_progress(ep->control);
+unsigned ProgressData(Ep* ep) {
+  unsigned n = 0;
+  for (Ep::Fabric& f : ep->fabrics) {
+    if (f.worker != nullptr) n += Lib().ucp_worker_progress(f.worker);
+  }
+  return n;
+}
+
+unsigned ProgressWorkers(Ep* ep) { return ProgressData(ep) + Lib().ucp_worker_progress(ep->control); }
+
+// Unmaps a region from every fabric; the one that allocated its memory last, since that frees
+// it.
+void UnmapRegion(Ep* ep, Region* region) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (Ep::Fabric& f : ep->fabrics) {
+      ucp_mem_h& memh = region->memh[f.index];
+      if (memh == nullptr || (f.index == region->allocated_by) != (pass == 1)) continue;
+      Lib().ucp_mem_unmap(f.context, memh);
+      memh = nullptr;
+    }
+  }
 }
 
 // Waits, making progress, until `request` (from an nbx call) completes or the deadline
@@ -685,6 +735,19 @@ void CloseEp(Ep* ep, ucp_ep_h uep, bool force, milliseconds limit) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   WaitUcx(ep, Lib().ucp_ep_close_nbx(uep, &p), Clock::now() + limit);
+}
+
+// A worker's UCX address; empty for no worker.
+ucs_status_t WorkerAddress(ucp_worker_h worker, std::string* out) {
+  out->clear();
+  if (worker == nullptr) return UCS_OK;
+  ucp_address_t* address = nullptr;
+  size_t size = 0;
+  ucs_status_t s = Lib().ucp_worker_get_address(worker, &address, &size);
+  if (s != UCS_OK) return s;
+  out->assign(reinterpret_cast<const char*>(address), size);
+  Lib().ucp_worker_release_address(worker, address);
+  return UCS_OK;
 }
 
 Link* LinkTo(Ep* ep, uint64_t uuid) {
@@ -717,9 +780,21 @@ Link* OpenLink(Ep* ep, uint64_t uuid, const void* control_address, ucs_status_t*
   return slot.get();
 }
 
-ucs_status_t EnsureData(Ep* ep, Link* link, const void* data_address) {
+// The link's data endpoint: on shared memory when UCX can reach the peer's local worker (it
+// is on this host), else on the network fabric. An empty address: the peer has no such fabric.
+ucs_status_t EnsureData(Ep* ep, Link* link, const std::string& local, const std::string& network) {
   if (link->data != nullptr) return UCS_OK;
-  return CreateEp(ep, ep->worker, data_address, nullptr, nullptr, &link->data);
+  ucs_status_t s = UCS_ERR_UNREACHABLE;
+  const std::string* addresses[2] = {&local, &network};
+  for (int i : {kLocal, kNetwork}) {
+    if (ep->fabrics[i].worker == nullptr || addresses[i]->empty()) continue;
+    s = CreateEp(ep, ep->fabrics[i].worker, addresses[i]->data(), nullptr, nullptr, &link->data);
+    if (s == UCS_OK) {
+      link->fabric = i;
+      return s;
+    }
+  }
+  return s;
 }
 
 // Closes links that failed (forcibly: UCX cancels what is in flight on them) and links no
@@ -874,7 +949,7 @@ void ServeGets(Ep* ep) {
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
     param.cb.send = ServeSent;
     param.user_data = s;
-    param.memh = region->memh;
+    param.memh = region->memh[p->link->fabric];
     ucs_status_ptr_t r =
         Lib().ucp_am_send_nbx(data, kGetReply, s->header.data(), s->header.size(),
                               static_cast<char*>(region->base) + g.offset, g.length, &param);
@@ -886,7 +961,7 @@ void ServeGets(Ep* ep) {
 
 // A reader's write: checked against the owner's live regions before a byte lands. Inside a
 // UCX callback.
-void OnPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region,
+void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t region,
            uint64_t offset, uint64_t length, void* data, size_t data_length, bool rndv) {
   Peer* p = AdmittedPeer(ep, token);
   Region* target = nullptr;
@@ -913,8 +988,8 @@ void OnPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region,
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
   param.cb.recv_am = ServeReceived;
   param.user_data = s;
-  param.memh = target->memh;
-  ucs_status_ptr_t r = Lib().ucp_am_recv_data_nbx(ep->worker, data, at, length, &param);
+  param.memh = target->memh[fabric->index];
+  ucs_status_ptr_t r = Lib().ucp_am_recv_data_nbx(fabric->worker, data, at, length, &param);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
 }
 
@@ -923,8 +998,9 @@ void OnPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region,
 // One handler for every message: checks its shape and applies it. A malformed message from a
 // peer is dropped with a log line; a large one a peer pushed at us is released unread. Runs
 // inside progress, mu held.
-ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_length, void* data,
-                       size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* header,
+                       size_t header_length, void* data, size_t length,
+                       const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   ep->activity++;
   Reader h(header, header_length);
@@ -938,10 +1014,13 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
       Nonce nonce = in.Array<16>();
       uint32_t n = in.U32();
       const uint8_t* control = in.Bytes(n);
+      uint32_t l = in.U32();
+      const uint8_t* local = in.Bytes(l);
       uint32_t m = in.U32();
-      const uint8_t* data_address = in.Bytes(m);
-      if (!in.at_end() || header_length != 0 || n == 0 || m == 0 ||
-          n > RAYACCEL_TRANSPORT_MAX_BLOB || m > RAYACCEL_TRANSPORT_MAX_BLOB) {
+      const uint8_t* network = in.Bytes(m);
+      if (!in.at_end() || header_length != 0 || n == 0 || l + m == 0 ||
+          n > RAYACCEL_TRANSPORT_MAX_BLOB || l > RAYACCEL_TRANSPORT_MAX_BLOB ||
+          m > RAYACCEL_TRANSPORT_MAX_BLOB) {
         break;
       }
       size_t handshakes = ep->hellos.size();
@@ -951,9 +1030,10 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
         return UCS_OK;
       }
       if (ep->peers.count(token) != 0) return UCS_OK;  // a duplicate
-      ep->hellos.push_back({uuid, token, nonce,
-                            std::string(reinterpret_cast<const char*>(control), n),
-                            std::string(reinterpret_cast<const char*>(data_address), m)});
+      auto text = [](const uint8_t* p, uint32_t size) {
+        return size == 0 ? std::string() : std::string(reinterpret_cast<const char*>(p), size);
+      };
+      ep->hellos.push_back({uuid, token, nonce, text(control, n), text(local, l), text(network, m)});
       return UCS_OK;
     }
     case kChallenge: {
@@ -1093,7 +1173,7 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
       if (Peer* p = PeerByToken(ep, token); p != nullptr && p->authenticated) {
         p->deadline = PeerDeadline(ep);
       }
-      OnPut(ep, token, req, region, offset, size, data, length, rndv);
+      OnPut(ep, fabric, token, req, region, offset, size, data, length, rndv);
       return UCS_OK;
     }
     case kGetReply:
@@ -1144,7 +1224,8 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
       p.cb.recv_am = ReadReceived;
       p.user_data = r;
       p.memh = r->memh;
-      ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(ep->worker, data, r->local, length, &p);
+      ucs_status_ptr_t got =
+          Lib().ucp_am_recv_data_nbx(fabric->worker, data, r->local, length, &p);
       if (got == nullptr) {
         Complete(r, RAYACCEL_STATUS_OK);
       } else if (UCS_PTR_IS_ERR(got)) {
@@ -1165,10 +1246,19 @@ ucs_status_t OnMessage(Ep* ep, unsigned id, const void* header, size_t header_le
   return UCS_OK;
 }
 
+// Control messages' handlers take the endpoint; data messages' the fabric they arrived on.
 template <unsigned kId>
-ucs_status_t Handler(void* arg, const void* header, size_t header_length, void* data,
-                     size_t length, const ucp_am_recv_param_t* param) {
-  return OnMessage(static_cast<Ep*>(arg), kId, header, header_length, data, length, param);
+ucs_status_t ControlHandler(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param) {
+  return OnMessage(static_cast<Ep*>(arg), nullptr, kId, header, header_length, data, length,
+                   param);
+}
+
+template <unsigned kId>
+ucs_status_t DataHandler(void* arg, const void* header, size_t header_length, void* data,
+                         size_t length, const ucp_am_recv_param_t* param) {
+  auto* fabric = static_cast<Ep::Fabric*>(arg);
+  return OnMessage(fabric->endpoint, fabric, kId, header, header_length, data, length, param);
 }
 
 // --- Progress
@@ -1270,7 +1360,8 @@ void ServeControl(Ep* ep) {
     link->users++;
     p->reader_nonce = hello.nonce;
     p->owner_nonce = RandomNonce();
-    p->data_address = std::move(hello.data);
+    p->local_address = std::move(hello.local);
+    p->network_address = std::move(hello.network);
     p->deadline = PeerDeadline(ep);
     Mac mac =
         Prove(ep->key, kOwnerRole, p->token, p->uuid, ep->uuid, p->reader_nonce, p->owner_nonce);
@@ -1290,9 +1381,9 @@ void ServeControl(Ep* ep) {
     if (p->authenticated && !p->link->trusted) {
       p->link->trusted = true;
     }
-    if (p->authenticated && !p->data_address.empty()) {
-      ucs_status_t s = EnsureData(ep, p->link, p->data_address.data());
-      p->data_address.clear();
+    if (p->authenticated && !p->welcomed) {
+      p->welcomed = true;
+      ucs_status_t s = EnsureData(ep, p->link, p->local_address, p->network_address);
       if (s != UCS_OK) {
         LogTo(ep, RAYACCEL_LOG_WARN,
               "cannot reach an admitted reader's data worker: " + StatusText(s));
@@ -1354,11 +1445,20 @@ bool Progress(Ep* ep) {
 }
 
 void ProgressThread(Ep* ep) {
-  int data_fd = -1, control_fd = -1;
+  // The workers' event fds: the control worker's, then each fabric's.
+  std::vector<ucp_worker_h> workers = {ep->control};
+  for (Ep::Fabric& f : ep->fabrics) {
+    if (f.worker != nullptr) workers.push_back(f.worker);
+  }
+  std::vector<pollfd> fds = {{ep->stop_fd, POLLIN, 0}};
+  bool wakeup = true;
   {
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (Lib().ucp_worker_get_efd(ep->worker, &data_fd) != UCS_OK) data_fd = -1;
-    if (Lib().ucp_worker_get_efd(ep->control, &control_fd) != UCS_OK) control_fd = -1;
+    for (ucp_worker_h w : workers) {
+      int fd = -1;
+      wakeup = wakeup && Lib().ucp_worker_get_efd(w, &fd) == UCS_OK;
+      fds.push_back({fd, POLLIN, 0});
+    }
   }
   // While UCX is busy: passes back to back for 100 us after one that moved something (a peer
   // draining a queue frees room within microseconds), then pauses doubling from 50 us (about
@@ -1368,23 +1468,21 @@ void ProgressThread(Ep* ep) {
   microseconds pause(0);
   const int heartbeat_ms = static_cast<int>(HeartbeatInterval(ep).count());
   while (true) {
-    bool armed = false, busy = false;
+    bool armed = wakeup, busy = false;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       if (Progress(ep)) last_moved = Clock::now();
-      if (data_fd >= 0 && control_fd >= 0) {
-        // BUSY: work is pending that no event will announce, such as a large reply waiting
-        // for room in a shared-memory queue. This thread is then what serves the peer, so it
-        // comes back soon.
-        const ucs_status_t data = Lib().ucp_worker_arm(ep->worker);
-        const ucs_status_t control = data == UCS_OK ? Lib().ucp_worker_arm(ep->control) : data;
-        armed = data == UCS_OK && control == UCS_OK;
-        busy = data == UCS_ERR_BUSY || control == UCS_ERR_BUSY;
+      // BUSY: work is pending that no event will announce, such as a large reply waiting for
+      // room in a shared-memory queue. This thread is then what serves the peer, so it comes
+      // back soon.
+      for (size_t i = 0; wakeup && i < workers.size() && armed; ++i) {
+        const ucs_status_t s = Lib().ucp_worker_arm(workers[i]);
+        armed = s == UCS_OK;
+        busy = s == UCS_ERR_BUSY;
       }
     }
-    pollfd fds[3] = {{ep->stop_fd, POLLIN, 0}, {data_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     if (busy) {
-      if (poll(fds, 1, 0) > 0) return;
+      if (poll(fds.data(), 1, 0) > 0) return;
       if (Clock::now() - last_moved < microseconds(100)) {
         pause = microseconds(0);
         std::this_thread::yield();  // the application's calls get the lock too
@@ -1396,7 +1494,7 @@ void ProgressThread(Ep* ep) {
     }
     pause = microseconds(0);
     // Back at least once per heartbeat; without armed event fds, in 1 ms.
-    int n = poll(fds, armed ? 3 : 1, armed ? heartbeat_ms : 1);
+    int n = poll(fds.data(), armed ? fds.size() : 1, armed ? heartbeat_ms : 1);
     if (n > 0 && (fds[0].revents & POLLIN) != 0) return;
   }
 }
@@ -1426,6 +1524,7 @@ void EndConnection(Ep* ep, Conn* c, bool say_bye) {
   c->link = nullptr;
 }
 
+
 void DestroyEndpoint(Ep* ep) {
   if (ep->progress.joinable()) {
     uint64_t one = 1;
@@ -1434,7 +1533,7 @@ void DestroyEndpoint(Ep* ep) {
   }
   if (ep->stop_fd >= 0) close(ep->stop_fd);
   std::lock_guard<std::mutex> lock(ep->mu);
-  if (ep->worker != nullptr && ep->control != nullptr) {
+  if (ep->control != nullptr) {
     for (auto& [token, c] : ep->connections) EndConnection(ep, c, /*say_bye=*/false);
     for (auto& [token, p] : ep->peers) ClosePeer(ep, p.get());
     ep->peers.clear();
@@ -1452,14 +1551,18 @@ void DestroyEndpoint(Ep* ep) {
   }
   ep->peers.clear();
   for (auto& [id, region] : ep->regions) {
-    Lib().ucp_mem_unmap(ep->context, region->memh);
+    UnmapRegion(ep, region);
     delete region;
   }
-  if (ep->worker != nullptr) Lib().ucp_worker_destroy(ep->worker);
+  for (Ep::Fabric& f : ep->fabrics) {
+    if (f.worker != nullptr) Lib().ucp_worker_destroy(f.worker);
+  }
   if (ep->control != nullptr) Lib().ucp_worker_destroy(ep->control);
   for (auto& [token, c] : ep->connections) delete c;
   for (auto& [r, unused] : ep->requests) delete r;
-  if (ep->context != nullptr) Lib().ucp_cleanup(ep->context);
+  for (Ep::Fabric& f : ep->fabrics) {
+    if (f.context != nullptr) Lib().ucp_cleanup(f.context);
+  }
 }
 
 rayaccel_status CloseEndpointHook(rayaccel_transport_endpoint* ep, rayaccel_error* error) {
@@ -1515,40 +1618,44 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "unknown memory kind");
     }
     std::lock_guard<std::mutex> lock(ep->mu);
-    ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = args->address;
-    mp.length = args->length;
-    mp.memory_type = type;
-    mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
-    ucp_mem_h memh = nullptr;
-    ucs_status_t s = Lib().ucp_mem_map(ep->context, &mp, &memh);
-    if (s != UCS_OK) return FailUcs(error, "ucp_mem_map", s);
-    if (allocate) {
-      ucp_mem_attr_t attr{};
-      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-      s = Lib().ucp_mem_query(memh, &attr);
-      if (s != UCS_OK) {
-        Lib().ucp_mem_unmap(ep->context, memh);
-        return FailUcs(error, "ucp_mem_query", s);
-      }
-      args->address = attr.address;
-    }
-    auto* region = new Region();
+    auto region = std::make_unique<Region>();
     region->endpoint = ep;
+    // Mapped on each fabric; with ALLOCATE, the first fabric allocates and the other maps that.
+    for (Ep::Fabric& f : ep->fabrics) {
+      if (f.context == nullptr) continue;
+      ucp_mem_map_params_t mp{};
+      mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+      mp.address = args->address;
+      mp.length = args->length;
+      mp.memory_type = type;
+      const bool allocates = allocate && args->address == nullptr;
+      mp.flags = allocates ? UCP_MEM_MAP_ALLOCATE : 0;
+      ucs_status_t s = Lib().ucp_mem_map(f.context, &mp, &region->memh[f.index]);
+      if (s == UCS_OK && allocates) {
+        ucp_mem_attr_t attr{};
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+        s = Lib().ucp_mem_query(region->memh[f.index], &attr);
+        if (s == UCS_OK) args->address = attr.address;
+        region->allocated_by = f.index;
+      }
+      if (s != UCS_OK) {
+        UnmapRegion(ep, region.get());
+        if (allocate) args->address = nullptr;
+        return FailUcs(error, "ucp_mem_map", s);
+      }
+    }
     region->id = ep->next_region_id++;
     region->base = args->address;
     region->length = args->length;
-    region->memh = memh;
     // Names the region, nothing more: the owner checks every transfer against its own record
     // of the region, so the bytes grant nothing a forger could widen.
     Writer w;
     w.U32(kDescriptorMagic).U16(kWireVersion).U16(0);
     w.U64(ep->uuid).U64(region->id).U64(args->length);
     region->descriptor = std::move(w.str());
-    ep->regions[region->id] = region;
-    args->region = region;
+    ep->regions[region->id] = region.get();
+    args->region = region.release();
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -1578,7 +1685,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
       for (int i = 0; i < 64 && ep->serving.count(id) != 0 && ProgressWorkers(ep) != 0; ++i) {
       }
     }
-    Lib().ucp_mem_unmap(ep->context, region->memh);
+    UnmapRegion(ep, region);
     delete region;
     return RAYACCEL_STATUS_OK;
   });
@@ -1607,12 +1714,16 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     uint16_t version = in.U16();
     in.U16();
     uint64_t uuid = in.U64();
-    uint32_t n = in.U32();
-    const uint8_t* data_address = in.Bytes(n);
-    uint32_t m = in.U32();
-    const uint8_t* control_address = in.Bytes(m);
+    std::string addresses[3];  // local data, network data, control
+    for (std::string& a : addresses) {
+      const uint32_t n = in.U32();
+      const uint8_t* at = in.Bytes(n);
+      if (at != nullptr && n > 0) a.assign(reinterpret_cast<const char*>(at), n);
+    }
+    const std::string &local = addresses[0], &network = addresses[1], &control = addresses[2];
     if (peer.data == nullptr || magic != kAddressMagic || peer.size > RAYACCEL_TRANSPORT_MAX_BLOB ||
-        (version == kWireVersion && (!in.at_end() || n == 0 || m == 0))) {
+        (version == kWireVersion &&
+         (!in.at_end() || control.empty() || (local.empty() && network.empty())))) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "not a UCX transport address (truncated, corrupted or from another transport)");
     }
@@ -1631,8 +1742,8 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     while (ep->connections.count(c->token) != 0);
     ucs_status_t s = UCS_OK;
     Link* link = LinkTo(ep, uuid);
-    if (link == nullptr) link = OpenLink(ep, uuid, control_address, &s);
-    if (link != nullptr) s = EnsureData(ep, link, data_address);
+    if (link == nullptr) link = OpenLink(ep, uuid, control.data(), &s);
+    if (link != nullptr) s = EnsureData(ep, link, local, network);
     if (s != UCS_OK) {
       if (link != nullptr && link->users == 0 && !link->trusted) link->failed = true;
       CloseLinks(ep);
@@ -1641,17 +1752,16 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     c->link = link;
     link->users++;
     ep->connections[c->token] = conn.release();
-    // Hello carries both our worker addresses: the owner answers on the control one and, once
-    // we proved the key, serves transfers to the data one.
+    // Hello carries our worker addresses: the owner answers on the control one and, once we
+    // proved the key, serves transfers to a data one.
     Writer w;
     w.U64(ep->uuid).U64(c->token).Bytes(c->nonce.data(), c->nonce.size());
-    for (ucp_worker_h worker : {ep->control, ep->worker}) {
-      ucp_address_t* own = nullptr;
-      size_t own_size = 0;
-      s = Lib().ucp_worker_get_address(worker, &own, &own_size);
+    for (ucp_worker_h worker : {ep->control, ep->fabrics[kLocal].worker,
+                                ep->fabrics[kNetwork].worker}) {
+      std::string own;
+      s = WorkerAddress(worker, &own);
       if (s != UCS_OK) break;
-      w.U32(static_cast<uint32_t>(own_size)).Bytes(own, own_size);
-      Lib().ucp_worker_release_address(worker, own);
+      w.U32(static_cast<uint32_t>(own.size())).Bytes(own.data(), own.size());
     }
     if (s == UCS_OK) SendMessage(link->control, kHello, {}, std::move(w.str()));
     Clock::time_point deadline = PeerDeadline(ep);
@@ -1736,6 +1846,10 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "the descriptor belongs to another peer than this connection's");
     }
+    if (DataOf(c->link) == nullptr) {
+      return Fail(error, RAYACCEL_STATUS_PEER_LOST, "the connection has no data path");
+    }
+    const int fabric = c->link->fabric;
     auto* r = new Request();
     r->endpoint = ep;
     r->connection = c;
@@ -1743,7 +1857,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
     r->id = c->next_id++;
     r->local = static_cast<char*>(a->local->base) + a->local_offset;
     r->length = a->length;
-    r->memh = a->local->memh;
+    r->memh = a->local->memh[fabric];
     Writer w;
     w.U64(c->token).U64(r->id).U64(remote.id).U64(a->remote_offset).U64(a->length);
     r->header = std::move(w.str());
@@ -1761,7 +1875,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
                                       0, &p);
     } else {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      p.memh = a->local->memh;
+      p.memh = a->local->memh[fabric];
       started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
                                       r->local, r->length, &p);
     }
@@ -1837,7 +1951,7 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     if (!r->done) {
-      Lib().ucp_worker_progress(ep->worker);  // transfers ride the data worker
+      ProgressData(ep);  // transfers ride the data workers
       if (!ep->ready_notifications.empty()) SendReadyNotifications(ep);
     }
     if (!r->done) return RAYACCEL_STATUS_TIMEOUT;
@@ -1955,73 +2069,98 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       return FailUcs(error, what, s);
     };
 
-    ucp_config_t* config = nullptr;
-    ucs_status_t s = ucp.ucp_config_read(nullptr, nullptr, &config);
-    if (s != UCS_OK) return fail("ucp_config_read", s);
-    // The peer timeout sets UCX's keepalive, unless the operator set UCX_KEEPALIVE_INTERVAL.
-    if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-      uint32_t interval = std::max<uint32_t>(100, ep->peer_timeout_ms / 3);
-      ucp.ucp_config_modify(config, "KEEPALIVE_INTERVAL",
-                            (std::to_string(interval) + "ms").c_str());
-    }
-    const std::string tls = TransportsWithoutCma(std::getenv("UCX_TLS"));
-    if (tls.empty()) {
-      ucp.ucp_config_release(config);
+    const Transports tls = SplitTransports(std::getenv("UCX_TLS"));
+    if (tls.local.empty() && tls.network.empty()) {
       DestroyEndpoint(ep.get());
       return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
                   "UCX_TLS leaves no transport but cma, which aborts the process when a peer dies "
                   "mid-transfer (UCX 1.13); add posix,sysv or tcp");
     }
-    ucp.ucp_config_modify(config, "TLS", tls.c_str());
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    // Active messages only. UCX's RMA feature would let any connected worker read and write
-    // anywhere in this process over its software-emulated get and put (TCP, shared memory
-    // without CMA): UCX checks no bounds there. Without it, the only bytes a peer reaches are
-    // the ones this endpoint's handlers choose to send or receive, inside a live region.
-    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-    params.name = "rayaccel";
-    s = ucp.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ep->context);
-    ucp.ucp_config_release(config);
-    if (s != UCS_OK) return fail("ucp_init", s);
-    ucp_context_attr_t attr{};
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucp.ucp_context_query(ep->context, &attr) == UCS_OK) ep->memory_types = attr.memory_types;
-
+    ucs_status_t s = UCS_OK;
+    const std::string* fabric_tls[2] = {&tls.local, &tls.network};
+    for (Ep::Fabric& f : ep->fabrics) {
+      f.endpoint = ep.get();
+      f.index = static_cast<int>(&f - ep->fabrics);
+      if (fabric_tls[f.index]->empty()) continue;
+      ucp_config_t* config = nullptr;
+      s = ucp.ucp_config_read(nullptr, nullptr, &config);
+      if (s != UCS_OK) return fail("ucp_config_read", s);
+      ucp.ucp_config_modify(config, "TLS", fabric_tls[f.index]->c_str());
+      // The peer timeout sets UCX's keepalive, unless the operator set UCX_KEEPALIVE_INTERVAL.
+      if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+        uint32_t interval = std::max<uint32_t>(100, ep->peer_timeout_ms / 3);
+        ucp.ucp_config_modify(config, "KEEPALIVE_INTERVAL",
+                              (std::to_string(interval) + "ms").c_str());
+      }
+      ucp_params_t params{};
+      params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+      // Active messages only. UCX's RMA feature would let any connected worker read and write
+      // anywhere in this process over its software-emulated get and put (TCP, shared memory
+      // without CMA): UCX checks no bounds there. Without it, the only bytes a peer reaches
+      // are the ones this endpoint's handlers choose to send or receive, inside a live region.
+      params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+      params.name = "rayaccel";
+      s = ucp.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &f.context);
+      ucp.ucp_config_release(config);
+      if (s != UCS_OK) return fail("ucp_init", s);
+      ucp_context_attr_t attr{};
+      attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+      if (ucp.ucp_context_query(f.context, &attr) == UCS_OK) ep->memory_types |= attr.memory_types;
+    }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call runs under ep->mu
-    s = ucp.ucp_worker_create(ep->context, &wp, &ep->worker);
+    for (Ep::Fabric& f : ep->fabrics) {
+      if (f.context == nullptr) continue;
+      s = ucp.ucp_worker_create(f.context, &wp, &f.worker);
+      if (s != UCS_OK) return fail("ucp_worker_create", s);
+    }
+    // Control on the network fabric's context (TCP offers UCX's peer-failure handling), else on
+    // shared memory's.
+    ucp_context_h control = ep->fabrics[kNetwork].context != nullptr
+                                ? ep->fabrics[kNetwork].context
+                                : ep->fabrics[kLocal].context;
+    s = ucp.ucp_worker_create(control, &wp, &ep->control);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
-    s = ucp.ucp_worker_create(ep->context, &wp, &ep->control);
-    if (s != UCS_OK) return fail("ucp_worker_create", s);
-    ucp_am_recv_callback_t handlers[] = {
-        Handler<kHello>,  Handler<kChallenge>, Handler<kProof>, Handler<kWelcome>,
-        Handler<kRefused>, Handler<kPing>,     Handler<kPong>,  Handler<kBye>,
-        Handler<kNotify>, Handler<kGet>,       Handler<kGetReply>, Handler<kPut>,
-        Handler<kPutAck>, Handler<kGoodbye>};
-    static_assert(sizeof(handlers) / sizeof(handlers[0]) == kLastAm - kFirstAm + 1);
-    for (unsigned id = kFirstAm; id <= kLastAm; ++id) {
+    ucp_am_recv_callback_t control_handlers[] = {
+        ControlHandler<kHello>, ControlHandler<kChallenge>, ControlHandler<kProof>,
+        ControlHandler<kWelcome>, ControlHandler<kRefused>, ControlHandler<kPing>,
+        ControlHandler<kPong>, ControlHandler<kBye>};
+    ucp_am_recv_callback_t data_handlers[] = {DataHandler<kNotify>, DataHandler<kGet>,
+                                              DataHandler<kGetReply>, DataHandler<kPut>,
+                                              DataHandler<kPutAck>};
+    static_assert(sizeof(control_handlers) / sizeof(control_handlers[0]) == kNotify - kHello);
+    static_assert(sizeof(data_handlers) / sizeof(data_handlers[0]) == kPutAck - kNotify + 1);
+    auto set_handler = [&](ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb,
+                           void* arg) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
       hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-      hp.cb = handlers[id - kFirstAm];
-      hp.arg = ep.get();
-      const bool data = id >= kNotify && id <= kPutAck;
-      s = ucp.ucp_worker_set_am_recv_handler(data ? ep->worker : ep->control, &hp);
-      if (s != UCS_OK) return fail("ucp_worker_set_am_recv_handler", s);
+      hp.cb = cb;
+      hp.arg = arg;
+      return ucp.ucp_worker_set_am_recv_handler(worker, &hp);
+    };
+    for (unsigned id = kHello; id < kNotify && s == UCS_OK; ++id) {
+      s = set_handler(ep->control, id, control_handlers[id - kHello], ep.get());
     }
+    if (s == UCS_OK) s = set_handler(ep->control, kGoodbye, ControlHandler<kGoodbye>, ep.get());
+    for (Ep::Fabric& f : ep->fabrics) {
+      for (unsigned id = kNotify; f.worker != nullptr && id <= kPutAck && s == UCS_OK; ++id) {
+        s = set_handler(f.worker, id, data_handlers[id - kNotify], &f);
+      }
+    }
+    if (s != UCS_OK) return fail("ucp_worker_set_am_recv_handler", s);
+    // The address: both data workers' (either may be missing), then the control worker's.
     Writer w;
     w.U32(kAddressMagic).U16(kWireVersion).U16(0).U64(ep->uuid);
-    for (ucp_worker_h worker : {ep->worker, ep->control}) {
-      ucp_address_t* address = nullptr;
-      size_t size = 0;
-      s = ucp.ucp_worker_get_address(worker, &address, &size);
+    for (ucp_worker_h worker : {ep->fabrics[kLocal].worker, ep->fabrics[kNetwork].worker,
+                                ep->control}) {
+      std::string address;
+      s = WorkerAddress(worker, &address);
       if (s != UCS_OK) return fail("ucp_worker_get_address", s);
-      w.U32(static_cast<uint32_t>(size)).Bytes(address, size);
-      ucp.ucp_worker_release_address(worker, address);
+      w.U32(static_cast<uint32_t>(address.size())).Bytes(address.data(), address.size());
     }
     if (w.str().size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
       DestroyEndpoint(ep.get());

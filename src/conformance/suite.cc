@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <random>
@@ -1283,6 +1284,14 @@ Outcome StoppedPeer(const Options& o) {
       return FailStep("read", s);
     }
     kill(peer.pid, SIGSTOP);
+    // Delivered asynchronously: wait until the kernel shows it stopped (state T).
+    for (int i = 0; i < 500; ++i) {
+      std::string stat;
+      std::getline(std::ifstream(absl::StrCat("/proc/", peer.pid, "/stat")), stat);
+      const size_t close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T') break;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
     const absl::Duration timeout = RoundTripOptions(o).peer_timeout;
     const absl::Time stopped = absl::Now();
     absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size()), 3 * timeout);

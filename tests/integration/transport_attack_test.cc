@@ -206,6 +206,21 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<Owner> owner_;
 };
 
+// SIGSTOP, and wait until the kernel shows the process stopped: the signal is delivered
+// asynchronously, and a process still running on another core would answer one more request.
+void StopAndWait(pid_t pid) {
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') return;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  FAIL() << "process " << pid << " did not stop";
+}
+
 bool HoldsCanary(const std::vector<unsigned char>& v) {
   for (unsigned char c : v) {
     if (c == kCanary) return true;
@@ -395,7 +410,7 @@ TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted)
   auto conn = reader->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
   ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
-  ASSERT_EQ(kill(owner_->pid, SIGSTOP), 0);
+  StopAndWait(owner_->pid);
   absl::Time stopped = absl::Now();
   absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage), absl::Seconds(30));
   absl::Duration noticed = absl::Now() - stopped;

@@ -450,7 +450,8 @@ TEST_P(TransportProcesses, APeerKilledMidTransferIsReportedAndARestartedOneServe
   ASSERT_FALSE(again.address.empty());
   auto fresh = t->Connect(again.address);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  EXPECT_TRUE(Done(t->Read(*fresh, *mine, 0, again.read_desc, 0, 1 << 20)).ok());
+  absl::Status served = Done(t->Read(*fresh, *mine, 0, again.read_desc, 0, 1 << 20));
+  EXPECT_TRUE(served.ok()) << served;
   EXPECT_TRUE(IsStale(t->Read(*fresh, *mine, 0, server.read_desc, 0, 16).status()) ||
               absl::IsInvalidArgument(t->Read(*fresh, *mine, 0, server.read_desc, 0, 16).status()))
       << "the dead peer's descriptor is not the new peer's";

@@ -96,23 +96,26 @@ int Owner(const std::string& out, const std::string& key_file, int timeout_ms) {
   return 0;
 }
 
-// Reads the owner's UCX worker addresses from its transport address (docs/transport.md).
-bool WorkerAddresses(const std::string& address, std::string* data, std::string* control) {
-  if (address.size() < 20) return false;
+// Reads the owner's network data worker's UCX address from its transport address: after the
+// 16-byte header, three (length, bytes) fields: shared-memory data, network data, control
+// (docs/transport.md).
+bool NetworkWorkerAddress(const std::string& address, std::string* network) {
   auto u32 = [&](size_t at) {
     uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(address[at + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i) {
+      v |= static_cast<uint32_t>(static_cast<uint8_t>(address[at + i])) << (8 * i);
+    }
     return v;
   };
   size_t at = 16;
-  uint32_t n = u32(at);
-  if (at + 4 + n + 4 > address.size()) return false;
-  *data = address.substr(at + 4, n);
-  at += 4 + n;
-  uint32_t m = u32(at);
-  if (at + 4 + m > address.size()) return false;
-  *control = address.substr(at + 4, m);
-  return true;
+  for (int field = 0; field < 3; ++field) {
+    if (at + 4 > address.size()) return false;
+    uint32_t n = u32(at);
+    if (at + 4 + n > address.size()) return false;
+    if (field == 1) *network = address.substr(at + 4, n);
+    at += 4 + n;
+  }
+  return !network->empty();
 }
 
 int Raw(const std::string& owner_out) {
@@ -121,10 +124,10 @@ int Raw(const std::string& owner_out) {
   std::getline(f, address_b64);
   for (int i = 0; i < 3; ++i) std::getline(f, skip);
   std::getline(f, canary_hex);
-  std::string address, data_address, control_address;
+  std::string address, data_address;
   uint64_t canary = 0;
   if (!absl::WebSafeBase64Unescape(address_b64, &address) ||
-      !WorkerAddresses(address, &data_address, &control_address) ||
+      !NetworkWorkerAddress(address, &data_address) ||
       !absl::SimpleHexAtoi(canary_hex, &canary)) {
     std::cerr << "cannot read " << owner_out << "\n";
     return 1;
