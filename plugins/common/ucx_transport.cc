@@ -213,15 +213,21 @@ enum GoodbyeReason : uint32_t {
 };
 
 // The two fabrics an endpoint opens, each a UCX context with the operator's UCX_TLS split in
-// two: shared memory (posix, sysv; self within a process) for peers on this host, and the
-// rest (TCP, RDMA) for peers elsewhere. Apart, because UCX given both picks shared memory for
-// a same-host peer's messages but TCP for its rendezvous (its "rma_bw" lanes), which moved
-// 64 MiB at half the speed. CMA is in neither: UCX 1.13 aborts the whole process when
-// process_vm_readv finds its peer gone on an endpoint without error handling (cma_ep.c, "No
-// such process"), so a peer that died mid-transfer took the reader with it. An empty string:
-// no such fabric.
+// two: "local" (UCX's self, within this process; shared memory only where the operator names
+// it) and "network" (TCP, RDMA: every other peer, on this host or another). Shared memory and
+// CMA are left out by default, because a peer that dies mid-transfer breaks the survivor:
+//  - CMA: UCX 1.13 aborts the whole process when process_vm_readv finds its peer gone on an
+//    endpoint without error handling (cma_ep.c, "No such process"), and it offers no error
+//    handling on CMA; a reader died with the peer it read from.
+//  - posix/sysv: a sender killed while writing into the receiver's shared-memory queue leaves
+//    the slot it took unfinished, and the receiver's queue stops there for every peer: after a
+//    peer was killed mid 256 MiB read, a new peer's 1 MiB read never completed.
+// Apart, because UCX given both shared memory and TCP picks shared memory for a same-host peer's
+// messages and TCP for its rendezvous, and an operator's shared memory stays confined to the
+// local fabric. An empty string: no such fabric.
 struct Transports {
   std::string local, network;
+  bool shared_memory = false;  // the operator named posix or sysv
 };
 
 bool IsLocalTransport(const std::string& t) {
@@ -230,24 +236,19 @@ bool IsLocalTransport(const std::string& t) {
 
 Transports SplitTransports(const char* configured) {
   const std::string tls = configured != nullptr ? configured : "";
-  if (tls.empty() || tls == "all") return {"posix,sysv,self", "^cma,posix,sysv,self"};
+  if (tls.empty() || tls == "all") return {"self", "^cma,posix,sysv,self"};
   if (tls[0] == '^') {
-    std::string local;
     std::vector<std::string> excluded = SplitList(tls.substr(1));
-    for (const char* t : {"posix", "sysv", "self"}) {
-      bool out = std::find(excluded.begin(), excluded.end(), t) != excluded.end() ||
-                 std::find(excluded.begin(), excluded.end(), "sm") != excluded.end() ||
-                 std::find(excluded.begin(), excluded.end(), "shm") != excluded.end();
-      if (!out) local += (local.empty() ? "" : ",") + std::string(t);
-    }
-    return {local, tls + ",cma,posix,sysv,self"};
+    const bool self = std::find(excluded.begin(), excluded.end(), "self") == excluded.end();
+    return {self ? "self" : "", tls + ",cma,posix,sysv,self"};
   }
   Transports out;
   for (const std::string& t : SplitList(tls)) {
     if (t == "cma" || t == "xpmem" || t == "knem") continue;
     std::string& into = IsLocalTransport(t) ? out.local : out.network;
-    std::string name = t == "sm" || t == "shm" || t == "mm" ? "posix,sysv" : t;
-    into += (into.empty() ? "" : ",") + name;
+    const bool shm = t == "sm" || t == "shm" || t == "mm";
+    out.shared_memory = out.shared_memory || shm || t == "posix" || t == "sysv";
+    into += (into.empty() ? "" : ",") + (shm ? std::string("posix,sysv") : t);
   }
   return out;
 }
@@ -350,7 +351,7 @@ struct Link {
   uint64_t uuid = 0;  // the remote endpoint's id
   ucp_ep_h control = nullptr;
   ucp_ep_h data = nullptr;
-  int fabric = -1;       // the data endpoint's: shared memory when UCX reaches the peer so
+  int fabric = -1;       // the data endpoint's (kLocal or kNetwork)
   int users = 0;         // connections and peer records on it
   bool trusted = false;  // a handshake over it succeeded: kept while unused
   bool failed = false;   // lost or closed: every user fails, then its endpoints go
@@ -381,8 +382,9 @@ struct rayaccel_transport_endpoint {
   std::mutex mu;  // held around every UCX call, so UCX callbacks run with it held
   rayaccel::plugin::ucx::EndpointOptions options;
   std::string key;  // the shared secret both sides of a connection prove
-  // Two data fabrics (kLocal: shared memory, kNetwork: TCP, RDMA), each a UCX context and its
-  // data worker; either may be missing where UCX_TLS leaves it nothing. Control messages use a
+  // Two data fabrics (kLocal: UCX's self, and shared memory where the operator names it;
+  // kNetwork: TCP, RDMA), each a UCX context and its data worker; either may be missing where
+  // UCX_TLS leaves it nothing (SplitTransports says why the fabrics are split so). Control messages use a
   // worker of their own: UCX (1.13) refuses endpoints of mixed error handling between one pair
   // of workers, and control endpoints want peer-failure detection, data endpoints cannot have it
   // on shared memory.
@@ -392,6 +394,7 @@ struct rayaccel_transport_endpoint {
     ucp_context_h context = nullptr;
     ucp_worker_h worker = nullptr;  // transfers and notifications
   } fabrics[2];
+  bool shared_memory = false;      // the operator put posix or sysv in UCX_TLS
   ucp_worker_h control = nullptr;  // handshake, heartbeats, bye: on the network fabric's
                                    // context where there is one
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
@@ -467,7 +470,7 @@ using Region = rayaccel_memory_region;
 using Request = rayaccel_request;
 using Peer = Ep::Peer;
 
-constexpr int kLocal = 0;    // ep->fabrics[kLocal]: shared memory, peers on this host
+constexpr int kLocal = 0;    // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
 constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
 constexpr size_t kMaxQueuedNotifications = 65536;
 constexpr size_t kMaxPeers = 4096;       // admitted readers per endpoint
@@ -780,14 +783,20 @@ Link* OpenLink(Ep* ep, uint64_t uuid, const void* control_address, ucs_status_t*
   return slot.get();
 }
 
-// The link's data endpoint: on shared memory when UCX can reach the peer's local worker (it
-// is on this host), else on the network fabric. An empty address: the peer has no such fabric.
+// The link's data endpoint: on the local fabric when UCX reaches the peer's local worker (its
+// own worker through self, or a same-host peer over shared memory where the operator named
+// it), else on the network fabric. An empty address: the peer has no such fabric.
 ucs_status_t EnsureData(Ep* ep, Link* link, const std::string& local, const std::string& network) {
   if (link->data != nullptr) return UCS_OK;
   ucs_status_t s = UCS_ERR_UNREACHABLE;
   const std::string* addresses[2] = {&local, &network};
+  // UCX's self reaches only this endpoint's own worker: the local fabric is tried for a
+  // connection to itself, or where the operator named shared memory (UCX logs an error for a
+  // worker it cannot reach, so it is not tried on every peer).
+  const bool local_may_reach = link->uuid == ep->uuid || ep->shared_memory;
   for (int i : {kLocal, kNetwork}) {
     if (ep->fabrics[i].worker == nullptr || addresses[i]->empty()) continue;
+    if (i == kLocal && !local_may_reach) continue;
     s = CreateEp(ep, ep->fabrics[i].worker, addresses[i]->data(), nullptr, nullptr, &link->data);
     if (s == UCS_OK) {
       link->fabric = i;
@@ -2075,6 +2084,16 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
                   "UCX_TLS leaves no transport but cma, which aborts the process when a peer dies "
                   "mid-transfer (UCX 1.13); add posix,sysv or tcp");
+    }
+    ep->shared_memory = tls.shared_memory;
+    if (tls.shared_memory) {
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        LogTo(ep.get(), RAYACCEL_LOG_WARN,
+              "UCX_TLS names shared memory (posix, sysv): a peer on this host that dies "
+              "mid-transfer can leave this endpoint's shared-memory queue stuck "
+              "(docs/transport.md); TCP is used otherwise");
+      });
     }
     ucs_status_t s = UCS_OK;
     const std::string* fabric_tls[2] = {&tls.local, &tls.network};

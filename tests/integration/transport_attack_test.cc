@@ -335,7 +335,7 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
 // the transport's transfer messages with made-up tokens. The owner serves none of it.
 TEST_P(TransportAttack, ARawUcxPeerWithoutTheKeyGetsNothing) {
   if (std::string(GetParam()) != "tcp") {
-    GTEST_SKIP() << "UCX's software get and put are what TCP uses; shared memory maps segments";
+    GTEST_SKIP() << "the same as Tcp: by default the transport moves bytes between processes over TCP";
   }
   auto r = testing::Run({RAYACCEL_TRANSPORT_PEER, "raw", dir_ + "/owner.txt"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -430,7 +430,7 @@ TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted)
 
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack, ::testing::Values("all", "tcp"),
                          [](const auto& info) {
-                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+                           return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
                          });
 
 // Keys from files: the checks a key file must pass, and the default key.

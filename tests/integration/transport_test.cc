@@ -295,7 +295,7 @@ TEST_P(TransportPair, RequestsMoveAndAbandonSafely) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"), [](const auto& info) {
-  return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+  return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
 });
 
 // Every way a descriptor can be broken is refused before a plugin sees it, with the reason.
@@ -536,7 +536,7 @@ TEST_P(TransportProcesses, AStoppedServerIsLostWithinThePeerTimeout) {
 
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportProcesses, ::testing::Values("all", "tcp"),
                          [](const auto& info) {
-                           return std::string(info.param) == "all" ? "SharedMemory" : "Tcp";
+                           return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
                          });
 
 // Two network namespaces joined by a veth pair: the TCP path crosses a real network interface.
