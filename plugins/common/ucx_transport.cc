@@ -452,6 +452,8 @@ struct rayaccel_transport_endpoint {
   uint64_t refused = 0;  // peers refused, for the log
   std::chrono::steady_clock::time_point refused_logged;
   uint64_t dropped_strays = 0;  // data messages from no admitted peer
+  uint64_t malformed = 0;       // messages of the wrong shape, for the log
+  std::chrono::steady_clock::time_point malformed_logged;
   std::chrono::steady_clock::time_point next_heartbeat;
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
 
@@ -1249,9 +1251,16 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     default:
       break;
   }
-  LogTo(ep, RAYACCEL_LOG_WARN,
-        "dropped a malformed message (id " + std::to_string(id) + ", " +
-            std::to_string(header_length) + "+" + std::to_string(length) + " bytes)");
+  // Logged once, then at most once a minute with a count: a peer cannot flood the log.
+  ep->malformed++;
+  Clock::time_point now = Clock::now();
+  if (ep->malformed == 1 || now - ep->malformed_logged > std::chrono::minutes(1)) {
+    ep->malformed_logged = now;
+    LogTo(ep, RAYACCEL_LOG_WARN,
+          "dropped a malformed message (id " + std::to_string(id) + ", " +
+              std::to_string(header_length) + "+" + std::to_string(length) + " bytes; " +
+              std::to_string(ep->malformed) + " so far)");
+  }
   return UCS_OK;
 }
 
