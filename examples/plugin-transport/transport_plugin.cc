@@ -93,8 +93,8 @@ const rayaccel_plugin_api kApi = MakeApi();
 
 }  // namespace
 
-extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(
-    rayaccel_negotiation* negotiation, rayaccel_error* error) {
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
   if (negotiation->host_abi_major != RAYACCEL_ABI_VERSION_MAJOR) {
     return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "built for ABI major 1");
   }

@@ -662,7 +662,8 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(raya
               "rayaccel_transport_api: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, key) == sizeof(rayaccel_endpoint_args),
               "rayaccel_endpoint_args: append fields only, and update this check");
-static_assert(offsetof(rayaccel_endpoint_args, key) == 40, "rayaccel_endpoint_args: 1.3 field moved");
+static_assert(offsetof(rayaccel_endpoint_args, key) == 40,
+              "rayaccel_endpoint_args: 1.3 field moved");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==
                   sizeof(rayaccel_transfer_args),
               "rayaccel_transfer_args: append fields only, and update this check");

@@ -42,18 +42,18 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
-  X(ucp_config_read)                                                                          \
-  X(ucp_config_modify)                                                                        \
-  X(ucp_config_release)                                                                       \
-  X(ucp_init_version)                                                                         \
-  X(ucp_cleanup) X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy)              \
-      X(ucp_worker_get_address) X(ucp_worker_release_address) X(ucp_worker_progress)          \
-          X(ucp_worker_set_am_recv_handler) X(ucp_ep_create) X(ucp_ep_close_nbx)              \
-              X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx)          \
-                  X(ucp_am_recv_data_nbx) X(ucp_request_check_status) \
-                      X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm)             \
-                          X(ucp_mem_query) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                                  \
+  X(ucp_config_read)                                                                               \
+  X(ucp_config_modify)                                                                             \
+  X(ucp_config_release)                                                                            \
+  X(ucp_init_version)                                                                              \
+  X(ucp_cleanup)                                                                                   \
+  X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)        \
+      X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_set_am_recv_handler)       \
+          X(ucp_ep_create) X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) \
+              X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status)               \
+                  X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)     \
+                      X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -282,8 +282,8 @@ Nonce RandomNonce() {
   return n;
 }
 
-Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t reader,
-          uint64_t owner, const Nonce& reader_nonce, const Nonce& owner_nonce) {
+Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t reader, uint64_t owner,
+          const Nonce& reader_nonce, const Nonce& owner_nonce) {
   Writer w;
   w.Bytes(role, std::strlen(role) + 1).U64(token).U64(reader).U64(owner);
   w.Bytes(reader_nonce.data(), reader_nonce.size()).Bytes(owner_nonce.data(), owner_nonce.size());
@@ -294,7 +294,9 @@ Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t rea
   return mac;
 }
 
-bool SameMac(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+bool SameMac(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 constexpr char kOwnerRole[] = "rayaccel ucx transport v2: owner";
 constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
@@ -310,8 +312,8 @@ struct rayaccel_request {
   rayaccel_transport_endpoint* endpoint = nullptr;
   rayaccel_connection* connection = nullptr;  // null once the connection is closed
   Kind kind = Kind::kRead;
-  uint64_t id = 0;    // a transfer's number on its connection
-  uint64_t mark = 0;  // a flush or notification: waits for every transfer numbered below
+  uint64_t id = 0;        // a transfer's number on its connection
+  uint64_t mark = 0;      // a flush or notification: waits for every transfer numbered below
   void* local = nullptr;  // a read: where the bytes go
   uint64_t length = 0;
   ucp_mem_h memh = nullptr;
@@ -332,7 +334,7 @@ struct rayaccel_memory_region {
   void* base = nullptr;
   uint64_t length = 0;
   ucp_mem_h memh[2] = {nullptr, nullptr};  // per fabric
-  int allocated_by = -1;                    // the fabric whose mapping owns the memory
+  int allocated_by = -1;                   // the fabric whose mapping owns the memory
   std::string descriptor;
 };
 
@@ -356,8 +358,8 @@ struct Link {
   bool trusted = false;  // a handshake over it succeeded: kept while unused
   bool failed = false;   // lost or closed: every user fails, then its endpoints go
   bool ucx_failed = false;
-  bool say_goodbye = false;     // tell the remote endpoint before closing (we declared it lost)
-  std::string why;              // why it failed
+  bool say_goodbye = false;  // tell the remote endpoint before closing (we declared it lost)
+  std::string why;           // why it failed
 };
 
 }  // namespace rayaccel::plugin::ucx
@@ -366,8 +368,8 @@ struct rayaccel_connection {
   enum class State { kHello, kProven, kWelcomed };
   rayaccel_transport_endpoint* endpoint = nullptr;
   rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
-  uint64_t token = 0;      // names this connection in the owner's bookkeeping
-  uint64_t peer_uuid = 0;  // the owner's endpoint id, as its address says
+  uint64_t token = 0;                           // names this connection in the owner's bookkeeping
+  uint64_t peer_uuid = 0;                       // the owner's endpoint id, as its address says
   rayaccel::plugin::ucx::Nonce nonce{}, peer_nonce{};
   State state = State::kHello;
   rayaccel_status failure = RAYACCEL_STATUS_OK;  // once set, the connection is dead for good
@@ -384,10 +386,10 @@ struct rayaccel_transport_endpoint {
   std::string key;  // the shared secret both sides of a connection prove
   // Two data fabrics (kLocal: UCX's self, and shared memory where the operator names it;
   // kNetwork: TCP, RDMA), each a UCX context and its data worker; either may be missing where
-  // UCX_TLS leaves it nothing (SplitTransports says why the fabrics are split so). Control messages use a
-  // worker of their own: UCX (1.13) refuses endpoints of mixed error handling between one pair
-  // of workers, and control endpoints want peer-failure detection, data endpoints cannot have it
-  // on shared memory.
+  // UCX_TLS leaves it nothing (SplitTransports says why the fabrics are split so). Control messages
+  // use a worker of their own: UCX (1.13) refuses endpoints of mixed error handling between one
+  // pair of workers, and control endpoints want peer-failure detection, data endpoints cannot have
+  // it on shared memory.
   struct Fabric {
     rayaccel_transport_endpoint* endpoint = nullptr;
     int index = 0;
@@ -403,8 +405,8 @@ struct rayaccel_transport_endpoint {
   uint64_t next_region_id = 1;
   std::map<uint64_t, rayaccel_memory_region*> regions;
   std::map<uint64_t, uint32_t> serving;  // region id -> owner operations using its memory
-  std::map<uint64_t, rayaccel_connection*> connections;  // by token
-  std::map<rayaccel_request*, bool> requests;            // every live request
+  std::map<uint64_t, rayaccel_connection*> connections;                    // by token
+  std::map<rayaccel_request*, bool> requests;                              // every live request
   std::map<uint64_t, std::unique_ptr<rayaccel::plugin::ucx::Link>> links;  // by remote uuid
 
   // The owner's side: one record per reader that said hello, by the reader's token.
@@ -412,15 +414,15 @@ struct rayaccel_transport_endpoint {
     rayaccel_transport_endpoint* endpoint = nullptr;
     uint64_t token = 0, uuid = 0;
     rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
-    std::string local_address, network_address;  // the reader's data workers, reached once
-                                                 // it proved the key
+    std::string local_address, network_address;   // the reader's data workers, reached once
+                                                  // it proved the key
     bool welcomed = false;
     rayaccel::plugin::ucx::Nonce reader_nonce{}, owner_nonce{};
     bool authenticated = false;
-    bool failed = false;  // to be closed
-    uint32_t refuse = 0;  // a RefusedReason to send before closing
+    bool failed = false;                             // to be closed
+    uint32_t refuse = 0;                             // a RefusedReason to send before closing
     std::chrono::steady_clock::time_point deadline;  // for the handshake, then the heartbeat
-    uint32_t serving = 0;     // operations in flight for it
+    uint32_t serving = 0;                            // operations in flight for it
   };
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {
@@ -475,10 +477,10 @@ using Peer = Ep::Peer;
 constexpr int kLocal = 0;    // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
 constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
 constexpr size_t kMaxQueuedNotifications = 65536;
-constexpr size_t kMaxPeers = 4096;       // admitted readers per endpoint
-constexpr size_t kMaxHandshakes = 64;    // readers between hello and proof
-constexpr size_t kTransferHeader = 40;   // token, id, region, offset, length
-constexpr size_t kReplyHeader = 20;      // token, id, status
+constexpr size_t kMaxPeers = 4096;      // admitted readers per endpoint
+constexpr size_t kMaxHandshakes = 64;   // readers between hello and proof
+constexpr size_t kTransferHeader = 40;  // token, id, region, offset, length
+constexpr size_t kReplyHeader = 20;     // token, id, status
 
 void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "ucx transport: " + text);
@@ -703,7 +705,9 @@ unsigned ProgressData(Ep* ep) {
   return n;
 }
 
-unsigned ProgressWorkers(Ep* ep) { return ProgressData(ep) + Lib().ucp_worker_progress(ep->control); }
+unsigned ProgressWorkers(Ep* ep) {
+  return ProgressData(ep) + Lib().ucp_worker_progress(ep->control);
+}
 
 // Unmaps a region from every fabric; the one that allocated its memory last, since that frees
 // it.
@@ -948,7 +952,8 @@ void ServeGets(Ep* ep) {
     if (data == nullptr) continue;
     Region* region = nullptr;
     rayaccel_status status = g.status;
-    if (status == RAYACCEL_STATUS_OK) status = CheckRange(ep, g.region, g.offset, g.length, &region);
+    if (status == RAYACCEL_STATUS_OK)
+      status = CheckRange(ep, g.region, g.offset, g.length, &region);
     if (status != RAYACCEL_STATUS_OK) {
       SendMessage(data, kGetReply, ReplyHeader(g.token, g.id, status), {});
       continue;
@@ -1044,7 +1049,8 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       auto text = [](const uint8_t* p, uint32_t size) {
         return size == 0 ? std::string() : std::string(reinterpret_cast<const char*>(p), size);
       };
-      ep->hellos.push_back({uuid, token, nonce, text(control, n), text(local, l), text(network, m)});
+      ep->hellos.push_back(
+          {uuid, token, nonce, text(control, n), text(local, l), text(network, m)});
       return UCS_OK;
     }
     case kChallenge: {
@@ -1061,8 +1067,8 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
                        "the peer answered as another endpoint than the address names");
         return UCS_OK;
       }
-      if (!SameMac(mac, Prove(ep->key, kOwnerRole, token, ep->uuid, owner, c->nonce,
-                              owner_nonce))) {
+      if (!SameMac(mac,
+                   Prove(ep->key, kOwnerRole, token, ep->uuid, owner, c->nonce, owner_nonce))) {
         FailConnection(c, RAYACCEL_STATUS_UNAUTHENTICATED,
                        "the peer could not prove the shared transport key (its key differs)");
         return UCS_OK;
@@ -1111,8 +1117,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       Conn* c = ConnectionByToken(ep, token);
       if (c == nullptr || owner != c->peer_uuid) return UCS_OK;
       if (reason == kTooMany) {
-        FailConnection(c, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,
-                       "the peer has too many connections");
+        FailConnection(c, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "the peer has too many connections");
       } else {
         FailConnection(c, RAYACCEL_STATUS_UNAUTHENTICATED,
                        "the peer refused our transport key (the two keys differ)");
@@ -1166,20 +1171,18 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       return UCS_OK;
     }
     case kGet: {
-      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(),
-               size = h.U64();
+      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(), size = h.U64();
       if (!h.at_end() || length != 0) break;
       Peer* p = AdmittedPeer(ep, token);
       if (p == nullptr) return UCS_OK;
       p->deadline = PeerDeadline(ep);
       Region* unused = nullptr;
-      ep->gets.push_back({token, req, region, offset, size,
-                          CheckRange(ep, region, offset, size, &unused)});
+      ep->gets.push_back(
+          {token, req, region, offset, size, CheckRange(ep, region, offset, size, &unused)});
       return UCS_OK;
     }
     case kPut: {
-      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(),
-               size = h.U64();
+      uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(), size = h.U64();
       if (!h.at_end()) break;
       if (Peer* p = PeerByToken(ep, token); p != nullptr && p->authenticated) {
         p->deadline = PeerDeadline(ep);
@@ -1235,8 +1238,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       p.cb.recv_am = ReadReceived;
       p.user_data = r;
       p.memh = r->memh;
-      ucs_status_ptr_t got =
-          Lib().ucp_am_recv_data_nbx(fabric->worker, data, r->local, length, &p);
+      ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(fabric->worker, data, r->local, length, &p);
       if (got == nullptr) {
         Complete(r, RAYACCEL_STATUS_OK);
       } else if (UCS_PTR_IS_ERR(got)) {
@@ -1268,8 +1270,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
 template <unsigned kId>
 ucs_status_t ControlHandler(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param) {
-  return OnMessage(static_cast<Ep*>(arg), nullptr, kId, header, header_length, data, length,
-                   param);
+  return OnMessage(static_cast<Ep*>(arg), nullptr, kId, header, header_length, data, length, param);
 }
 
 template <unsigned kId>
@@ -1317,9 +1318,9 @@ void SendNotification(Ep* ep, Request* r) {
   p.cb.send = NotificationSent;
   p.user_data = r;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t sent = Lib().ucp_am_send_nbx(DataOf(c->link), kNotify, r->header.data(),
-                                                r->header.size(), r->payload.data(),
-                                                r->payload.size(), &p);
+  ucs_status_ptr_t sent =
+      Lib().ucp_am_send_nbx(DataOf(c->link), kNotify, r->header.data(), r->header.size(),
+                            r->payload.data(), r->payload.size(), &p);
   if (Started(r, sent, "notify") && sent == nullptr) Complete(r, RAYACCEL_STATUS_OK);
   (void)ep;
 }
@@ -1541,7 +1542,6 @@ void EndConnection(Ep* ep, Conn* c, bool say_bye) {
   if (c->link != nullptr) c->link->users--;
   c->link = nullptr;
 }
-
 
 void DestroyEndpoint(Ep* ep) {
   if (ep->progress.joinable()) {
@@ -1774,8 +1774,8 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     // proved the key, serves transfers to a data one.
     Writer w;
     w.U64(ep->uuid).U64(c->token).Bytes(c->nonce.data(), c->nonce.size());
-    for (ucp_worker_h worker : {ep->control, ep->fabrics[kLocal].worker,
-                                ep->fabrics[kNetwork].worker}) {
+    for (ucp_worker_h worker :
+         {ep->control, ep->fabrics[kLocal].worker, ep->fabrics[kNetwork].worker}) {
       std::string own;
       s = WorkerAddress(worker, &own);
       if (s != UCS_OK) break;
@@ -1783,8 +1783,8 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     }
     if (s == UCS_OK) SendMessage(link->control, kHello, {}, std::move(w.str()));
     Clock::time_point deadline = PeerDeadline(ep);
-    while (s == UCS_OK && c->state != Conn::State::kWelcomed &&
-           c->failure == RAYACCEL_STATUS_OK && Clock::now() < deadline) {
+    while (s == UCS_OK && c->state != Conn::State::kWelcomed && c->failure == RAYACCEL_STATUS_OK &&
+           Clock::now() < deadline) {
       if (!Progress(ep)) {
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -1889,8 +1889,8 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
     if (r->kind == Request::Kind::kRead) {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_AM_SEND_FLAG_EAGER;
-      started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(), nullptr,
-                                      0, &p);
+      started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(),
+                                      nullptr, 0, &p);
     } else {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       p.memh = a->local->memh[fabric];
@@ -2145,22 +2145,20 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     }
     // Control on the network fabric's context (TCP offers UCX's peer-failure handling), else on
     // shared memory's.
-    ucp_context_h control = ep->fabrics[kNetwork].context != nullptr
-                                ? ep->fabrics[kNetwork].context
-                                : ep->fabrics[kLocal].context;
+    ucp_context_h control = ep->fabrics[kNetwork].context != nullptr ? ep->fabrics[kNetwork].context
+                                                                     : ep->fabrics[kLocal].context;
     s = ucp.ucp_worker_create(control, &wp, &ep->control);
     if (s != UCS_OK) return fail("ucp_worker_create", s);
     ucp_am_recv_callback_t control_handlers[] = {
-        ControlHandler<kHello>, ControlHandler<kChallenge>, ControlHandler<kProof>,
-        ControlHandler<kWelcome>, ControlHandler<kRefused>, ControlHandler<kPing>,
-        ControlHandler<kPong>, ControlHandler<kBye>};
+        ControlHandler<kHello>,   ControlHandler<kChallenge>, ControlHandler<kProof>,
+        ControlHandler<kWelcome>, ControlHandler<kRefused>,   ControlHandler<kPing>,
+        ControlHandler<kPong>,    ControlHandler<kBye>};
     ucp_am_recv_callback_t data_handlers[] = {DataHandler<kNotify>, DataHandler<kGet>,
                                               DataHandler<kGetReply>, DataHandler<kPut>,
                                               DataHandler<kPutAck>};
     static_assert(sizeof(control_handlers) / sizeof(control_handlers[0]) == kNotify - kHello);
     static_assert(sizeof(data_handlers) / sizeof(data_handlers[0]) == kPutAck - kNotify + 1);
-    auto set_handler = [&](ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb,
-                           void* arg) {
+    auto set_handler = [&](ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb, void* arg) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -2183,8 +2181,8 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     // The address: both data workers' (either may be missing), then the control worker's.
     Writer w;
     w.U32(kAddressMagic).U16(kWireVersion).U16(0).U64(ep->uuid);
-    for (ucp_worker_h worker : {ep->fabrics[kLocal].worker, ep->fabrics[kNetwork].worker,
-                                ep->control}) {
+    for (ucp_worker_h worker :
+         {ep->fabrics[kLocal].worker, ep->fabrics[kNetwork].worker, ep->control}) {
       std::string address;
       s = WorkerAddress(worker, &address);
       if (s != UCS_OK) return fail("ucp_worker_get_address", s);

@@ -1006,8 +1006,8 @@ TransportOptions RoundTripOptions(const Options& o) {
 // kills the process that serves it.
 char* GuardedBuffer(size_t size) {
   const size_t inner = (size + kGuard - 1) / kGuard * kGuard;
-  void* area = mmap(nullptr, inner + 2 * kGuard, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* area =
+      mmap(nullptr, inner + 2 * kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) return nullptr;
   char* base = static_cast<char*>(area);
   mprotect(base, kGuard, PROT_NONE);
@@ -1049,7 +1049,8 @@ char* GuardedBuffer(size_t size) {
     if (cmd == "notified?") {
       auto got = (*t)->TakeNotifications(1, absl::Now() + absl::Seconds(5));
       bool landed = true;
-      for (size_t i = 0; i < kRoundTripBytes; ++i) landed = landed && target[i] == PatternByte(i, 2);
+      for (size_t i = 0; i < kRoundTripBytes; ++i)
+        landed = landed && target[i] == PatternByte(i, 2);
       ch.Send(!got.ok() || got->empty() ? "no notification"
               : (*got)[0] != "landed"   ? "wrong notification " + (*got)[0]
               : landed                  ? "ok"
@@ -1118,8 +1119,9 @@ Outcome FailStep(const std::string& step, const absl::Status& s) {
 }
 
 // Runs `body` for a plugin that claims a usable transport, with a peer process serving.
-Outcome WithPeer(const Options& o,
-                 const std::function<Outcome(Peer&, Transport&, std::vector<char>&, uint64_t)>& body) {
+Outcome WithPeer(
+    const Options& o,
+    const std::function<Outcome(Peer&, Transport&, std::vector<char>&, uint64_t)>& body) {
   return RunIn(o, [&](const LoadedPlugin& p) {
     if ((p.api().capabilities & RAYACCEL_CAP_TRANSPORT) == 0) {
       return Outcome::Skip("RAYACCEL_CAP_TRANSPORT not claimed");
@@ -1138,57 +1140,60 @@ Outcome WithPeer(const Options& o,
 }
 
 Outcome Transport(const Options& o) {
-  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
-                          uint64_t mine) {
-    auto conn = t.Connect(peer.address);
-    if (!conn.ok()) return FailStep("connect", conn.status());
-    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
-      return FailStep("read", s);
-    }
-    for (size_t i = 0; i < local.size(); ++i) {
-      if (local[i] != PatternByte(i, 1)) {
-        return Outcome::Fail(absl::StrCat("read: byte ", i, " differs from the peer's memory"));
-      }
-    }
-    for (size_t i = 0; i < local.size(); ++i) local[i] = PatternByte(i, 2);
-    auto w = t.Write(*conn, mine, 0, peer.dst, 0, local.size());
-    if (!w.ok()) return FailStep("write", w.status());
-    if (absl::Status s = WaitFor(t.Notify(*conn, "landed")); !s.ok()) return FailStep("notify", s);
-    if (absl::Status s = w->Wait(absl::Now() + absl::Seconds(5)); !s.ok()) {
-      return FailStep("write", s);
-    }
-    peer.ch.Send("notified?");
-    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
-      return Outcome::Fail("write and notify: the peer says: " + answer);
-    }
-    if (absl::Status s = WaitFor(t.Flush(*conn)); !s.ok()) return FailStep("flush", s);
+  return WithPeer(
+      o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local, uint64_t mine) {
+        auto conn = t.Connect(peer.address);
+        if (!conn.ok()) return FailStep("connect", conn.status());
+        if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+          return FailStep("read", s);
+        }
+        for (size_t i = 0; i < local.size(); ++i) {
+          if (local[i] != PatternByte(i, 1)) {
+            return Outcome::Fail(absl::StrCat("read: byte ", i, " differs from the peer's memory"));
+          }
+        }
+        for (size_t i = 0; i < local.size(); ++i) local[i] = PatternByte(i, 2);
+        auto w = t.Write(*conn, mine, 0, peer.dst, 0, local.size());
+        if (!w.ok()) return FailStep("write", w.status());
+        if (absl::Status s = WaitFor(t.Notify(*conn, "landed")); !s.ok())
+          return FailStep("notify", s);
+        if (absl::Status s = w->Wait(absl::Now() + absl::Seconds(5)); !s.ok()) {
+          return FailStep("write", s);
+        }
+        peer.ch.Send("notified?");
+        if (std::string answer = peer.ch.Receive(10); answer != "ok") {
+          return Outcome::Fail("write and notify: the peer says: " + answer);
+        }
+        if (absl::Status s = WaitFor(t.Flush(*conn)); !s.ok()) return FailStep("flush", s);
 
-    // Malformed descriptors are refused; an invalidated one is refused as stale.
-    absl::Status bad = t.Read(*conn, mine, 0, peer.src.substr(0, peer.src.size() - 1), 0, 16).status();
-    if (!absl::IsInvalidArgument(bad)) return FailStep("a truncated descriptor must be refused", bad);
-    peer.ch.Send("invalidate");
-    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
-      return Outcome::Fail("deregister_memory in the peer: " + answer);
-    }
-    absl::Status stale = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 16));
-    if (!IsStale(stale)) {
-      return FailStep("a read with a deregistered region's descriptor must fail STALE", stale);
-    }
+        // Malformed descriptors are refused; an invalidated one is refused as stale.
+        absl::Status bad =
+            t.Read(*conn, mine, 0, peer.src.substr(0, peer.src.size() - 1), 0, 16).status();
+        if (!absl::IsInvalidArgument(bad))
+          return FailStep("a truncated descriptor must be refused", bad);
+        peer.ch.Send("invalidate");
+        if (std::string answer = peer.ch.Receive(10); answer != "ok") {
+          return Outcome::Fail("deregister_memory in the peer: " + answer);
+        }
+        absl::Status stale = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 16));
+        if (!IsStale(stale)) {
+          return FailStep("a read with a deregistered region's descriptor must fail STALE", stale);
+        }
 
-    // The peer dies: the next transfers fail PEER_LOST within the peer timeout.
-    peer.Kill();
-    absl::Time until = absl::Now() + RoundTripOptions(o).peer_timeout + absl::Seconds(2);
-    absl::Status lost;
-    while (absl::Now() < until) {
-      lost = WaitFor(t.Read(*conn, mine, 0, peer.dst, 0, 16));
-      if (!lost.ok()) break;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    if (!IsPeerLost(lost)) return FailStep("a killed peer must be reported as PEER_LOST", lost);
-    if (absl::Status s = t.Close(*conn); !s.ok()) return FailStep("close", s);
-    if (absl::Status s = t.Deregister(mine); !s.ok()) return FailStep("deregister_memory", s);
-    return Outcome::Pass("read, write, notify, flush, stale and lost-peer detection");
-  });
+        // The peer dies: the next transfers fail PEER_LOST within the peer timeout.
+        peer.Kill();
+        absl::Time until = absl::Now() + RoundTripOptions(o).peer_timeout + absl::Seconds(2);
+        absl::Status lost;
+        while (absl::Now() < until) {
+          lost = WaitFor(t.Read(*conn, mine, 0, peer.dst, 0, 16));
+          if (!lost.ok()) break;
+          absl::SleepFor(absl::Milliseconds(50));
+        }
+        if (!IsPeerLost(lost)) return FailStep("a killed peer must be reported as PEER_LOST", lost);
+        if (absl::Status s = t.Close(*conn); !s.ok()) return FailStep("close", s);
+        if (absl::Status s = t.Deregister(mine); !s.ok()) return FailStep("deregister_memory", s);
+        return Outcome::Pass("read, write, notify, flush, stale and lost-peer detection");
+      });
 }
 
 // --- transport.owner_bounds: forged descriptors, checksums recomputed, reach nothing.
@@ -1235,8 +1240,9 @@ Outcome OwnerBounds(const Options& o) {
       if (absl::IsDeadlineExceeded(s)) return Outcome::Fail("a forged descriptor's read hung");
     }
     if (!peer.Alive()) {
-      return Outcome::Fail("the peer died serving forged descriptors (a transfer strayed outside "
-                           "its region into a guard page, or its parser crashed)");
+      return Outcome::Fail(
+          "the peer died serving forged descriptors (a transfer strayed outside "
+          "its region into a guard page, or its parser crashed)");
     }
     peer.ch.Send("canary?");
     if (std::string answer = peer.ch.Receive(10); answer != "ok") {
@@ -1252,64 +1258,66 @@ Outcome OwnerBounds(const Options& o) {
 // --- transport.authentication: a peer without the key is refused.
 
 Outcome Authentication(const Options& o) {
-  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
-                          uint64_t mine) {
-    TransportOptions wrong = RoundTripOptions(o);
-    wrong.key = std::string(32, '\x5a');
-    auto stranger = Transport::Open(wrong);
-    if (!stranger.ok()) return FailStep("open_endpoint with another key", stranger.status());
-    auto refused = (*stranger)->Connect(peer.address);
-    if (refused.ok() || !IsUnauthenticatedPeer(refused.status())) {
-      return Outcome::Fail(
-          "a peer with another key must be refused with UNAUTHENTICATED: " +
-          (refused.ok() ? std::string("it was admitted") : refused.status().ToString()));
-    }
-    auto conn = t.Connect(peer.address);
-    if (!conn.ok()) return FailStep("connect with the key", conn.status());
-    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
-      return FailStep("read with the key", s);
-    }
-    return Outcome::Pass("another key refused (UNAUTHENTICATED), the shared key admitted");
-  });
+  return WithPeer(
+      o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local, uint64_t mine) {
+        TransportOptions wrong = RoundTripOptions(o);
+        wrong.key = std::string(32, '\x5a');
+        auto stranger = Transport::Open(wrong);
+        if (!stranger.ok()) return FailStep("open_endpoint with another key", stranger.status());
+        auto refused = (*stranger)->Connect(peer.address);
+        if (refused.ok() || !IsUnauthenticatedPeer(refused.status())) {
+          return Outcome::Fail(
+              "a peer with another key must be refused with UNAUTHENTICATED: " +
+              (refused.ok() ? std::string("it was admitted") : refused.status().ToString()));
+        }
+        auto conn = t.Connect(peer.address);
+        if (!conn.ok()) return FailStep("connect with the key", conn.status());
+        if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+          return FailStep("read with the key", s);
+        }
+        return Outcome::Pass("another key refused (UNAUTHENTICATED), the shared key admitted");
+      });
 }
 
 // --- transport.stopped_peer: a peer that stops without dying is lost within the timeout.
 
 Outcome StoppedPeer(const Options& o) {
-  return WithPeer(o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local,
-                          uint64_t mine) {
-    auto conn = t.Connect(peer.address);
-    if (!conn.ok()) return FailStep("connect", conn.status());
-    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
-      return FailStep("read", s);
-    }
-    kill(peer.pid, SIGSTOP);
-    // Delivered asynchronously: wait until the kernel shows it stopped (state T).
-    for (int i = 0; i < 500; ++i) {
-      std::string stat;
-      std::getline(std::ifstream(absl::StrCat("/proc/", peer.pid, "/stat")), stat);
-      const size_t close = stat.rfind(')');
-      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T') break;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    const absl::Duration timeout = RoundTripOptions(o).peer_timeout;
-    const absl::Time stopped = absl::Now();
-    absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size()), 3 * timeout);
-    const absl::Duration took = absl::Now() - stopped;
-    kill(peer.pid, SIGCONT);
-    if (!IsPeerLost(s)) {
-      return FailStep(absl::StrCat("a stopped peer must be reported PEER_LOST within the peer "
-                                   "timeout (",
-                                   absl::FormatDuration(timeout), ")"),
-                      s);
-    }
-    if (took > timeout + absl::Seconds(2)) {
-      return Outcome::Fail(absl::StrCat("a stopped peer was reported lost after ",
-                                        absl::FormatDuration(took), ", past the peer timeout of ",
-                                        absl::FormatDuration(timeout)));
-    }
-    return Outcome::Pass(absl::StrCat("lost after ", absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(100)))));
-  });
+  return WithPeer(
+      o, [&o](Peer& peer, rayaccel::Transport& t, std::vector<char>& local, uint64_t mine) {
+        auto conn = t.Connect(peer.address);
+        if (!conn.ok()) return FailStep("connect", conn.status());
+        if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size())); !s.ok()) {
+          return FailStep("read", s);
+        }
+        kill(peer.pid, SIGSTOP);
+        // Delivered asynchronously: wait until the kernel shows it stopped (state T).
+        for (int i = 0; i < 500; ++i) {
+          std::string stat;
+          std::getline(std::ifstream(absl::StrCat("/proc/", peer.pid, "/stat")), stat);
+          const size_t close = stat.rfind(')');
+          if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T')
+            break;
+          absl::SleepFor(absl::Milliseconds(2));
+        }
+        const absl::Duration timeout = RoundTripOptions(o).peer_timeout;
+        const absl::Time stopped = absl::Now();
+        absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, local.size()), 3 * timeout);
+        const absl::Duration took = absl::Now() - stopped;
+        kill(peer.pid, SIGCONT);
+        if (!IsPeerLost(s)) {
+          return FailStep(absl::StrCat("a stopped peer must be reported PEER_LOST within the peer "
+                                       "timeout (",
+                                       absl::FormatDuration(timeout), ")"),
+                          s);
+        }
+        if (took > timeout + absl::Seconds(2)) {
+          return Outcome::Fail(
+              absl::StrCat("a stopped peer was reported lost after ", absl::FormatDuration(took),
+                           ", past the peer timeout of ", absl::FormatDuration(timeout)));
+        }
+        return Outcome::Pass(absl::StrCat(
+            "lost after ", absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(100)))));
+      });
 }
 
 }  // namespace

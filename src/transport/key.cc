@@ -47,15 +47,15 @@ absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
   if (fstat(fd, &st) != 0) {
     status = Errno(absl::StrCat("transport key file ", path), errno);
   } else if (!S_ISREG(st.st_mode)) {
-    status = absl::InvalidArgumentError(absl::StrCat("transport key file ", path,
-                                                     " is not a regular file"));
+    status = absl::InvalidArgumentError(
+        absl::StrCat("transport key file ", path, " is not a regular file"));
   } else if (st.st_uid != geteuid() && st.st_uid != 0) {
     status = absl::PermissionDeniedError(absl::StrCat(
         "transport key file ", path, " belongs to another user (uid ", st.st_uid, "): refused"));
   } else if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
-    status = absl::PermissionDeniedError(absl::StrCat(
-        "transport key file ", path,
-        " may be read or written by other users: refused (chmod 600 it)"));
+    status = absl::PermissionDeniedError(
+        absl::StrCat("transport key file ", path,
+                     " may be read or written by other users: refused (chmod 600 it)"));
   } else if (st.st_size < static_cast<off_t>(RAYACCEL_TRANSPORT_MIN_KEY) ||
              st.st_size > static_cast<off_t>(RAYACCEL_TRANSPORT_MAX_BLOB)) {
     status = absl::InvalidArgumentError(
@@ -72,7 +72,8 @@ absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
       got += static_cast<size_t>(n);
     }
     if (got != key.size()) {
-      status = absl::DataLossError(absl::StrCat("transport key file ", path, " changed while read"));
+      status =
+          absl::DataLossError(absl::StrCat("transport key file ", path, " changed while read"));
     }
   }
   close(fd);
@@ -121,9 +122,9 @@ absl::StatusOr<std::string> DefaultKey() {
 absl::StatusOr<std::string> ResolveKey(const std::string& key, const std::string& key_file) {
   if (!key.empty()) {
     if (key.size() < RAYACCEL_TRANSPORT_MIN_KEY || key.size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
-      return absl::InvalidArgumentError(absl::StrCat("a transport key of ", key.size(),
-                                                     " bytes; a key is ", RAYACCEL_TRANSPORT_MIN_KEY,
-                                                     " to ", RAYACCEL_TRANSPORT_MAX_BLOB));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a transport key of ", key.size(), " bytes; a key is ",
+                       RAYACCEL_TRANSPORT_MIN_KEY, " to ", RAYACCEL_TRANSPORT_MAX_BLOB));
     }
     return key;
   }

@@ -46,8 +46,8 @@ Pair& Live() {
     auto* p = new Pair;
     p->owner = Open();
     p->reader = Open();
-    auto* area = static_cast<unsigned char*>(mmap(nullptr, 6 * kPage, PROT_READ | PROT_WRITE,
-                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    auto* area = static_cast<unsigned char*>(
+        mmap(nullptr, 6 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     for (int g : {0, 2, 4}) mprotect(area + g * kPage, kPage, PROT_NONE);
     p->canary = area + 5 * kPage;
     std::memset(p->canary, 0xC5, kPage);
@@ -95,9 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!forged.ok()) return 0;
   const uint64_t offset = U32(data + 8) % (3 * kPage);
   const uint64_t length = 1 + U32(data + 12) % (2 * kPage);
-  auto r = data[0] % 2 == 0
-               ? pair.reader->Read(pair.conn, pair.local, 0, *forged, offset, length)
-               : pair.reader->Write(pair.conn, pair.local, 0, *forged, offset, length);
+  auto r = data[0] % 2 == 0 ? pair.reader->Read(pair.conn, pair.local, 0, *forged, offset, length)
+                            : pair.reader->Write(pair.conn, pair.local, 0, *forged, offset, length);
   if (r.ok() && absl::IsDeadlineExceeded(r->Wait(absl::Now() + absl::Seconds(10)))) std::abort();
   for (size_t i = 0; i < kPage; ++i) {
     if (pair.canary[i] != 0xC5) std::abort();  // the owner's unregistered memory changed

@@ -5,16 +5,16 @@
 // never registers; nothing here may read the canary, change it or the regions' neighbours, or
 // bring either process down.
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -101,7 +101,8 @@ struct Owner {
     close(to);
     kill(pid, SIGCONT);
     int status = 0;
-    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+      absl::SleepFor(absl::Milliseconds(20));
     if (waitpid(pid, &status, WNOHANG) == 0) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
@@ -142,7 +143,8 @@ std::unique_ptr<Owner> StartOwner(const std::string& dir, const std::string& key
   return o;
 }
 
-std::unique_ptr<Transport> Reader(const std::string& key_file, absl::Duration timeout = absl::Seconds(10)) {
+std::unique_ptr<Transport> Reader(const std::string& key_file,
+                                  absl::Duration timeout = absl::Seconds(10)) {
   TransportOptions o;
   o.plugin = "sim";
   o.search_path = {RAYACCEL_PLUGIN_DIR};
@@ -166,13 +168,15 @@ struct Payload {
   }
   uint64_t Get64(size_t at) const {
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
     return v;
   }
 };
 
 // A forgery: the envelope and the payload as the forger wants them, with a valid checksum.
-std::string Forge(const std::string& genuine, const std::function<void(DescriptorInfo&, Payload&)>& edit) {
+std::string Forge(const std::string& genuine,
+                  const std::function<void(DescriptorInfo&, Payload&)>& edit) {
   absl::StatusOr<transport::Envelope> e = transport::Decode(genuine);
   EXPECT_TRUE(e.ok()) << e.status();
   DescriptorInfo info = e->info;
@@ -249,16 +253,17 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
       {"both lengths doubled, read past the end",
        [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); }, 0,
        2 * kPage},
-      {"both lengths doubled, the page after", 
-       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); },
-       kPage, kPage},
-      {"lengths huge", [](DescriptorInfo& i, Payload& p) { i.length = ~0ull >> 1, p.Set64(24, ~0ull >> 1); },
+      {"both lengths doubled, the page after",
+       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); }, kPage,
+       kPage},
+      {"lengths huge",
+       [](DescriptorInfo& i, Payload& p) { i.length = ~0ull >> 1, p.Set64(24, ~0ull >> 1); },
        (~0ull >> 2), kPage},
       {"a region id never given",
        [](DescriptorInfo& i, Payload& p) { i.region = 999, p.Set64(16, 999); }, 0, 16},
       {"region id 0", [](DescriptorInfo& i, Payload& p) { i.region = 0, p.Set64(16, 0); }, 0, 16},
-      {"another endpoint's id", [](DescriptorInfo& i, Payload& p) { i.endpoint ^= 1, p.Set64(8, p.Get64(8) ^ 1); },
-       0, 16},
+      {"another endpoint's id",
+       [](DescriptorInfo& i, Payload& p) { i.endpoint ^= 1, p.Set64(8, p.Get64(8) ^ 1); }, 0, 16},
       {"a v1 payload naming the canary",
        [this](DescriptorInfo&, Payload& p) {
          Payload v1{std::string(56, '\0')};
@@ -272,7 +277,8 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
          p = v1;
        },
        0, 64},
-      {"trailing bytes", [](DescriptorInfo&, Payload& p) { p.bytes += std::string(16, '\x55'); }, 0, 16},
+      {"trailing bytes", [](DescriptorInfo&, Payload& p) { p.bytes += std::string(16, '\x55'); }, 0,
+       16},
       {"reserved field set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 1; }, 0, 16},
   };
   for (const Case& c : cases) {

@@ -614,10 +614,26 @@ TEST_F(TransportNetns, APartitionMidTransferIsALostPeer) {
       testing::Run({"/usr/bin/env", "ip", "-n", a_, "link", "set", veth_a_, "down"});
     });
     absl::Time began = absl::Now();
-    auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec",
-                           b_, RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op",
-                           op, "--size", "256MiB", "--iters", "1000", "--warmup", "0",
-                           "--peer-timeout-ms", "2000"});
+    auto r = testing::Run({"/usr/bin/env",
+                           "UCX_NET_DEVICES=" + veth_b_,
+                           "ip",
+                           "netns",
+                           "exec",
+                           b_,
+                           RAYACCEL_CLI,
+                           "transfer",
+                           "--token-file",
+                           dir + "/token",
+                           "--op",
+                           op,
+                           "--size",
+                           "256MiB",
+                           "--iters",
+                           "1000",
+                           "--warmup",
+                           "0",
+                           "--peer-timeout-ms",
+                           "2000"});
     absl::Duration took = absl::Now() - began;
     cutter.join();
     EXPECT_EQ(r.exit_code, 3) << op << ": " << r.err;

@@ -127,8 +127,7 @@ int Raw(const std::string& owner_out) {
   std::string address, data_address;
   uint64_t canary = 0;
   if (!absl::WebSafeBase64Unescape(address_b64, &address) ||
-      !NetworkWorkerAddress(address, &data_address) ||
-      !absl::SimpleHexAtoi(canary_hex, &canary)) {
+      !NetworkWorkerAddress(address, &data_address) || !absl::SimpleHexAtoi(canary_hex, &canary)) {
     std::cerr << "cannot read " << owner_out << "\n";
     return 1;
   }
