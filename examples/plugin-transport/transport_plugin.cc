@@ -69,6 +69,12 @@ rayaccel_status Discover(rayaccel_plugin_instance* /*self*/, const rayaccel_sink
   return sink->add_device(sink->host_context, &device);
 }
 
+// One device: no links to report.
+rayaccel_status GetTopology(rayaccel_plugin_instance* /*self*/, const rayaccel_sink* /*sink*/,
+                            rayaccel_error* /*error*/) {
+  return RAYACCEL_STATUS_OK;
+}
+
 // Acme's devices have no memory UCX can reach: host memory moves, device memory is refused
 // with UNSUPPORTED. A vendor whose memory UCX knows names it (DeviceMemory::kCuda, kRocm).
 const rayaccel_transport_api kTransport = rayaccel::plugin::ucx::Table(
@@ -80,11 +86,12 @@ rayaccel_plugin_api MakeApi() {
   api.abi_major = RAYACCEL_ABI_VERSION_MAJOR;
   api.abi_minor = kAbiMinor;
   api.name = ACME_STR("acme-transport");
-  api.capabilities = RAYACCEL_CAP_TRANSPORT;
+  api.capabilities = RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TRANSPORT;
   api.initialize = Initialize;
   api.shutdown = Shutdown;
   api.get_properties = GetProperties;
   api.discover = Discover;
+  api.get_topology = GetTopology;
   api.transport = &kTransport;
   return api;
 }
