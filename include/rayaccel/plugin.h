@@ -355,9 +355,9 @@ typedef struct rayaccel_health_wait_args {
 
 /* The model (docs/transport.md): a process opens an *endpoint*; memory registered on it is a
  * *region*; a region packs into a *descriptor* (the "tensor reference" Ray carries in object
- * metadata); a peer *connects* to the endpoint's address and issues one-sided READs (pull) or
- * WRITEs against the descriptor; every operation in flight is a *request*, polled until it
- * completes. A *notification* is a small message that reaches the peer after every transfer
+ * metadata); a peer *connects* to the endpoint's address, both prove the shared key (since
+ * 1.3), and it issues READs (pull) or WRITEs against the descriptor, each checked by the
+ * region's owner; every operation in flight is a *request*, polled until it completes. A *notification* is a small message that reaches the peer after every transfer
  * issued before it on the connection has landed.
  *
  * Since 1.1. The 1.0 table under this name was experimental and had another shape: a 1.1 host
@@ -414,8 +414,9 @@ typedef struct rayaccel_endpoint_args {
   /* Receives the endpoint's address once, before open_endpoint returns: what a peer passes to
    * `connect`. At most RAYACCEL_TRANSPORT_MAX_BLOB bytes. */
   const rayaccel_blob_sink *address;
-  /* How long a peer may stay silent before it counts as lost: requests on its connection then
-   * fail with RAYACCEL_STATUS_PEER_LOST. Also bounds `connect`. 0 = the plugin's default. */
+  /* How long a peer may stay silent before it counts as lost, whether it died, stopped or was
+   * cut off: requests on its connection then fail with RAYACCEL_STATUS_PEER_LOST. Also bounds
+   * `connect`. 0 = the plugin's default. */
   uint32_t peer_timeout_ms;
   rayaccel_transport_endpoint *endpoint; /* out */
   /* The shared secret (RAYACCEL_TRANSPORT_MIN_KEY to RAYACCEL_TRANSPORT_MAX_BLOB bytes; valid
@@ -453,9 +454,12 @@ typedef struct rayaccel_transfer_args {
   rayaccel_transfer_op op;
   rayaccel_memory_region *local; /* registered on the connection's endpoint */
   uint64_t local_offset;
-  /* The peer's pack_descriptor output, as the host received it; valid for the call. The
-   * plugin must check it before use: malformed -> INVALID_ARGUMENT, a region the peer has
-   * deregistered -> STALE, a region of another peer -> INVALID_ARGUMENT. */
+  /* The peer's pack_descriptor output, as the host received it; valid for the call. Anyone
+   * can forge one (its checksum is no secret): it names a region, and the region's owner, not
+   * this copy, decides what the transfer may touch (since 1.3). Malformed -> INVALID_ARGUMENT,
+   * a region of another peer -> INVALID_ARGUMENT (here or from the owner), a region the peer
+   * has deregistered -> STALE, a range outside a region the owner holds -> INVALID_ARGUMENT
+   * (either may come back through the request). */
   rayaccel_blob remote_descriptor;
   uint64_t remote_offset;
   uint64_t length; /* > 0; both ranges lie inside their regions (host-checked) */
@@ -493,7 +497,9 @@ typedef struct rayaccel_transport_api {
    * 1.1. */
   rayaccel_status (*connect)(rayaccel_transport_endpoint *endpoint, rayaccel_blob peer_address,
                              rayaccel_connection **connection, rayaccel_error *error);
-  /* Starts a one-sided transfer and returns its request. Since 1.1. */
+  /* Starts a READ or WRITE and returns its request. The owner of the remote region checks the
+   * range against the regions it holds before a byte moves (since 1.3); the request fails
+   * STALE or INVALID_ARGUMENT when it refuses. Since 1.1. */
   rayaccel_status (*transfer)(rayaccel_transfer_args *args, rayaccel_error *error);
   /* Sends a notification, delivered to the peer's get_notifications after every transfer
    * issued before it on this connection has landed. Since 1.1. */

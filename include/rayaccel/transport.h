@@ -139,8 +139,10 @@ class Transport {
   // Requests still in flight on the connection then fail with Unavailable.
   absl::Status Close(ConnectionId connection);
 
-  // One-sided transfers between a local region and the region a peer's descriptor names.
-  // The ranges are checked against both regions before anything moves.
+  // Transfers between a local region and the region a peer's descriptor names. The ranges are
+  // checked here against the local region and the descriptor (which catches mistakes), and by
+  // the peer against the regions it holds (which decides: a refusal fails the request with
+  // FailedPrecondition for a deregistered region, InvalidArgument for a range outside one).
   absl::StatusOr<Request> Read(ConnectionId connection, RegionId local, uint64_t local_offset,
                                absl::string_view descriptor, uint64_t remote_offset,
                                uint64_t length);

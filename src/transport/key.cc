@@ -100,7 +100,9 @@ absl::StatusOr<std::string> DefaultKey() {
     ssize_t n = getrandom(key + got, sizeof(key) - got, 0);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  const std::string tmp = absl::StrCat(path, ".", getpid(), ".tmp");
+  uint32_t nonce = 0;
+  (void)!getrandom(&nonce, sizeof(nonce), 0);
+  const std::string tmp = absl::StrCat(path, ".", getpid(), ".", nonce, ".tmp");
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno(absl::StrCat("cannot create ", tmp), errno);
   bool written = write(fd, key, sizeof(key)) == static_cast<ssize_t>(sizeof(key));
