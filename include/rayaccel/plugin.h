@@ -102,7 +102,7 @@ typedef enum rayaccel_status RAYACCEL_ENUM_BASE {
   RAYACCEL_STATUS_INTERNAL = 9,            /* a bug or an unexpected vendor error */
   RAYACCEL_STATUS_ABORTED = 10,            /* the sink asked the plugin to stop */
   RAYACCEL_STATUS_PEER_LOST = 11,          /* transport: the peer went away (since 1.1) */
-  RAYACCEL_STATUS_STALE = 12,              /* transport: the peer invalidated it (since 1.1) */
+  RAYACCEL_STATUS_STALE = 12,              /* transport: the peer deregistered it (since 1.1) */
   RAYACCEL_STATUS_UNAUTHENTICATED = 13     /* transport: the peer did not prove the shared key,
                                             * or refused ours (since 1.3) */
 } rayaccel_status;
@@ -429,10 +429,9 @@ typedef struct rayaccel_endpoint_args {
 } rayaccel_endpoint_args;
 
 /* Flags of rayaccel_register_args. Pinned values. */
-/* The plugin allocates the memory: `address` is an output. Such memory is what peers reach
- * fastest (UCX: shared memory a peer on the same host maps, so a READ is a load rather than a
- * system call); deregister_memory frees it. A plugin that cannot allocate returns
- * UNSUPPORTED. */
+/* The plugin allocates the memory: `address` is an output. Memory the fabric registers best
+ * (a staging buffer or pool: UCX's own allocation); deregister_memory frees it. A plugin
+ * that cannot allocate returns UNSUPPORTED. */
 #define RAYACCEL_REGISTER_ALLOCATE ((uint32_t)1 << 0)
 
 typedef struct rayaccel_register_args {

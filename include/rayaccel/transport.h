@@ -117,9 +117,8 @@ class Transport {
   // Deregister returns.
   absl::StatusOr<RegionId> Register(void* address, uint64_t length,
                                     MemoryKind kind = MemoryKind::kHost, uint32_t device = 0);
-  // Memory the plugin allocates and registers: what peers reach fastest (UCX: shared memory a
-  // peer on this host maps, so its READ is a load, not a system call). A staging buffer for
-  // tensors. Deregister frees it. Unimplemented when the plugin cannot allocate.
+  // Memory the plugin allocates and registers (UCX: its own allocation): a staging buffer or
+  // pool for tensors. Deregister frees it. Unimplemented when the plugin cannot allocate.
   struct Buffer {
     RegionId region = 0;
     void* data = nullptr;

@@ -505,17 +505,26 @@ void SendDone(void* request, ucs_status_t /*status*/, void* user_data) {
   Lib().ucp_request_free(request);
 }
 
+// The parameters of a send whose completion `done` handles; `eager` for small messages that
+// need no rendezvous.
+ucp_request_param_t SendParams(ucp_send_nbx_callback_t done, void* user_data, bool eager) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = done;
+  p.user_data = user_data;
+  if (eager) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
+  return p;
+}
+
 // Sends a message that nobody waits for; its bytes live until UCX is done with them. Caller
 // holds mu, outside UCX callbacks.
 void SendMessage(ucp_ep_h uep, unsigned id, std::string header, std::string bytes) {
   if (uep == nullptr) return;
   auto* send = new Send{std::move(header), std::move(bytes)};
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = SendDone;
-  p.user_data = send;
-  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucp_request_param_t p = SendParams(SendDone, send, /*eager=*/true);
   ucs_status_ptr_t r =
       Lib().ucp_am_send_nbx(uep, id, send->header.empty() ? nullptr : send->header.data(),
                             send->header.size(), send->bytes.data(), send->bytes.size(), &p);
@@ -869,11 +878,18 @@ Peer* AdmittedPeer(Ep* ep, uint64_t token) {
   return nullptr;
 }
 
+// Counts an event a peer can provoke at will, and says whether to log it: the first, then at
+// most one a minute, so that a peer cannot flood the log.
+bool CountAndLog(uint64_t* count, Clock::time_point* logged) {
+  ++*count;
+  const Clock::time_point now = Clock::now();
+  if (*count > 1 && now - *logged < std::chrono::minutes(1)) return false;
+  *logged = now;
+  return true;
+}
+
 void NoteRefused(Ep* ep, const std::string& why) {
-  ep->refused++;
-  Clock::time_point now = Clock::now();
-  if (ep->refused == 1 || now - ep->refused_logged > std::chrono::minutes(1)) {
-    ep->refused_logged = now;
+  if (CountAndLog(&ep->refused, &ep->refused_logged)) {
     LogTo(ep, RAYACCEL_LOG_WARN,
           "refused a connecting peer: " + why + " (" + std::to_string(ep->refused) +
               " refused so far)");
@@ -1253,11 +1269,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     default:
       break;
   }
-  // Logged once, then at most once a minute with a count: a peer cannot flood the log.
-  ep->malformed++;
-  Clock::time_point now = Clock::now();
-  if (ep->malformed == 1 || now - ep->malformed_logged > std::chrono::minutes(1)) {
-    ep->malformed_logged = now;
+  if (CountAndLog(&ep->malformed, &ep->malformed_logged)) {
     LogTo(ep, RAYACCEL_LOG_WARN,
           "dropped a malformed message (id " + std::to_string(id) + ", " +
               std::to_string(header_length) + "+" + std::to_string(length) + " bytes; " +
@@ -1302,7 +1314,7 @@ void SendOutbox(Ep* ep) {
   }
 }
 
-void SendNotification(Ep* ep, Request* r) {
+void SendNotification(Request* r) {
   Conn* c = r->connection;
   if (c == nullptr || c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
     Complete(r, c == nullptr ? RAYACCEL_STATUS_PEER_LOST : c->failure,
@@ -1312,24 +1324,18 @@ void SendNotification(Ep* ep, Request* r) {
   Writer w;
   w.U64(c->token);
   r->header = std::move(w.str());
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = NotificationSent;
-  p.user_data = r;
-  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucp_request_param_t p = SendParams(NotificationSent, r, /*eager=*/true);
   ucs_status_ptr_t sent =
       Lib().ucp_am_send_nbx(DataOf(c->link), kNotify, r->header.data(), r->header.size(),
                             r->payload.data(), r->payload.size(), &p);
   if (Started(r, sent, "notify") && sent == nullptr) Complete(r, RAYACCEL_STATUS_OK);
-  (void)ep;
 }
 
 void SendReadyNotifications(Ep* ep) {
   std::vector<Request*> ready;
   ready.swap(ep->ready_notifications);
   for (Request* r : ready) {
-    SendNotification(ep, r);
+    SendNotification(r);
     MaybeFree(r);
   }
 }

@@ -50,8 +50,7 @@ Options:
                            by others); default: RAYACCEL_TRANSPORT_KEY_FILE, else this user's
                            key on this host (created on first use), which no other host has
   --own-memory             register memory this process allocated (a tensor in place) rather
-                           than buffers the transport allocates (staging buffers; faster
-                           between processes on one host: the peer maps them)
+                           than buffers the transport allocates (staging buffers)
   --token-file FILE        the server writes its token here; the client may read it from here
                            (waiting up to the peer timeout for it to appear)
   --json                   one JSON object as the client's result

@@ -1226,17 +1226,41 @@ Outcome OwnerBounds(const Options& o) {
         }
       }
     }
-    // Random damage to the plugin's bytes, checksum recomputed.
+    // The plugin's own bytes: wherever they hold the region's length (a little-endian 64- or
+    // 32-bit field), it is doubled, so that a reader-side check passes; then the end of the
+    // region and past it must still be refused, by the owner.
+    const uint64_t length = genuine->info.length;
+    for (size_t at = 0; at + 4 <= payload.size(); ++at) {
+      for (size_t width : {size_t{8}, size_t{4}}) {
+        if (at + width > payload.size()) continue;
+        uint64_t v = 0;
+        for (size_t i = 0; i < width; ++i) {
+          v |= static_cast<uint64_t>(static_cast<uint8_t>(payload[at + i])) << (8 * i);
+        }
+        if (v != length) continue;
+        std::string p = payload;
+        for (size_t i = 0; i < width; ++i) p[at + i] = static_cast<char>((2 * length) >> (8 * i));
+        const std::string d = forge(2 * length, p);
+        absl::Status s = WaitFor(t.Read(*conn, mine, 0, d, length, 4096));
+        if (s.ok()) {
+          return Outcome::Fail(absl::StrCat(
+              "a read past the region's end, through a descriptor whose length field (byte ", at,
+              " of the plugin's bytes) was doubled, succeeded: the owner must refuse it"));
+        }
+      }
+    }
+    // Random damage to the plugin's bytes, checksum recomputed, read around the region's end.
     std::mt19937_64 random(7);
     for (int i = 0; i < 200 && peer.Alive(); ++i) {
       std::string p = payload;
       for (int flips = 1 + static_cast<int>(random() % 3); flips > 0 && !p.empty(); --flips) {
         p[random() % p.size()] ^= static_cast<char>(1 << (random() % 8));
       }
-      const std::string d = forge(genuine->info.length, p);
+      const std::string d = forge(2 * length, p);
       if (d.empty()) continue;
-      absl::Status s = WaitFor(t.Read(*conn, mine, 0, d, random() % 4096, 1 + random() % 4096),
-                               absl::Seconds(10));
+      const uint64_t offset = length - 4096 + random() % 8192;
+      absl::Status s =
+          WaitFor(t.Read(*conn, mine, 0, d, offset, 1 + random() % 4096), absl::Seconds(10));
       if (absl::IsDeadlineExceeded(s)) return Outcome::Fail("a forged descriptor's read hung");
     }
     if (!peer.Alive()) {
@@ -1251,7 +1275,9 @@ Outcome OwnerBounds(const Options& o) {
     if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 4096)); !s.ok()) {
       return FailStep("after the forgeries, the genuine descriptor", s);
     }
-    return Outcome::Pass("doubled lengths refused by the owner, 200 damaged descriptors harmless");
+    return Outcome::Pass(
+        "doubled lengths (envelope and plugin bytes) refused by the owner, 200 damaged "
+        "descriptors harmless");
   });
 }
 

@@ -34,23 +34,10 @@ namespace rayaccel {
 namespace {
 
 using ::rayaccel::testing::MakeTempDir;
+using ::rayaccel::testing::ScopedEnv;
 
 constexpr size_t kPage = 4096;
 constexpr unsigned char kCanary = 0xC5;
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 std::string WriteKey(const std::string& dir, const std::string& name, char fill) {
   std::string path = dir + "/" + name;

@@ -26,6 +26,7 @@ namespace {
 
 using ::rayaccel::testing::Lines;
 using ::rayaccel::testing::MakeTempDir;
+using ::rayaccel::testing::ScopedEnv;
 using ::rayaccel::testing::Spawn;
 using ::rayaccel::testing::WaitExit;
 using ::rayaccel::testing::WaitForFile;
@@ -51,22 +52,6 @@ absl::Status Done(absl::StatusOr<Request> r) {
   if (!r.ok()) return r.status();
   return r->Wait(absl::Now() + absl::Seconds(20));
 }
-
-// Sets an environment variable for the life of the object (UCX reads it per endpoint).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // Two endpoints of the sim plugin's UCX transport in this process.
 class TransportPair : public ::testing::TestWithParam<const char*> {

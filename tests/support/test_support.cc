@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -19,6 +21,13 @@
 extern char** environ;
 
 namespace rayaccel::testing {
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+  setenv(name, value, 1);
+}
+
+ScopedEnv::~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
 
 CommandResult Run(const std::vector<std::string>& argv,
                   const std::map<std::string, std::string>& env) {

@@ -10,6 +10,21 @@
 
 namespace rayaccel::testing {
 
+// Sets an environment variable for the life of the object (UCX reads its variables per
+// endpoint), then puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;
