@@ -61,6 +61,12 @@ Pair& Live() {
     auto c = p->reader->Connect(p->owner->address());
     if (!c.ok()) std::abort();
     p->conn = *c;
+    // Closed before LeakSanitizer looks at the process on exit: with UCX's threads still
+    // running, its scan of the stopped process crashes.
+    std::atexit([] {
+      pair->reader.reset();
+      pair->owner.reset();
+    });
     return p;
   }();
   return *pair;
