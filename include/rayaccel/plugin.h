@@ -357,7 +357,8 @@ typedef struct rayaccel_health_wait_args {
  * *region*; a region packs into a *descriptor* (the "tensor reference" Ray carries in object
  * metadata); a peer *connects* to the endpoint's address, both prove the shared key (since
  * 1.3), and it issues READs (pull) or WRITEs against the descriptor, each checked by the
- * region's owner; every operation in flight is a *request*, polled until it completes. A *notification* is a small message that reaches the peer after every transfer
+ * region's owner; every operation in flight is a *request*, polled until it completes. A
+ * *notification* is a small message that reaches the peer after every transfer
  * issued before it on the connection has landed.
  *
  * Since 1.1. The 1.0 table under this name was experimental and had another shape: a 1.1 host

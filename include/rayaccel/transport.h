@@ -28,11 +28,13 @@
 #include <string>
 #include <vector>
 
+// clang-format off
+#include "rayaccel/abseil_abi.h"  // first: a mismatch stops here, clearly
+// clang-format on
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "rayaccel/abseil_abi.h"  // first: a mismatch stops here, clearly
 
 struct rayaccel_request;
 
