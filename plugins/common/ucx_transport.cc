@@ -658,7 +658,7 @@ void FailConnection(Conn* c, rayaccel_status status, std::string why) {
 // The remote endpoint is gone (or no longer trusted): every connection to it fails and every
 // record of its readers is dropped; the link's UCX endpoints close after progress returns.
 // Safe inside UCX callbacks. Caller holds mu.
-void FailLink(Link* link, std::string why) {
+void FailLink(Link* link, const std::string& why) {
   if (link->failed) return;
   Ep* ep = link->endpoint;
   link->failed = true;
