@@ -48,7 +48,8 @@ using std::chrono::milliseconds;
   X(ucp_config_release)                                                                            \
   X(ucp_init_version)                                                                              \
   X(ucp_cleanup)                                                                                   \
-  X(ucp_context_query) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)        \
+  X(ucp_context_query)                                                                             \
+  X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)                             \
       X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_set_am_recv_handler)       \
           X(ucp_ep_create) X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) \
               X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status)               \
@@ -370,7 +371,7 @@ struct rayaccel_connection {
   rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
   uint64_t token = 0;                           // names this connection in the owner's bookkeeping
   uint64_t peer_uuid = 0;                       // the owner's endpoint id, as its address says
-  rayaccel::plugin::ucx::Nonce nonce{}, peer_nonce{};
+  rayaccel::plugin::ucx::Nonce nonce{};         // ours, for the handshake
   State state = State::kHello;
   rayaccel_status failure = RAYACCEL_STATUS_OK;  // once set, the connection is dead for good
   std::string failure_text;
@@ -477,10 +478,8 @@ using Peer = Ep::Peer;
 constexpr int kLocal = 0;    // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
 constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
 constexpr size_t kMaxQueuedNotifications = 65536;
-constexpr size_t kMaxPeers = 4096;      // admitted readers per endpoint
-constexpr size_t kMaxHandshakes = 64;   // readers between hello and proof
-constexpr size_t kTransferHeader = 40;  // token, id, region, offset, length
-constexpr size_t kReplyHeader = 20;     // token, id, status
+constexpr size_t kMaxPeers = 4096;     // admitted readers per endpoint
+constexpr size_t kMaxHandshakes = 64;  // readers between hello and proof
 
 void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "ucx transport: " + text);
@@ -1089,7 +1088,6 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
                        "the peer could not prove the shared transport key (its key differs)");
         return UCS_OK;
       }
-      c->peer_nonce = owner_nonce;
       c->state = Conn::State::kProven;
       c->last_heard = Clock::now();
       Mac proof = Prove(ep->key, kReaderRole, token, ep->uuid, owner, c->nonce, owner_nonce);
