@@ -3,10 +3,14 @@
 Ray knows each accelerator family through a class under `ray._private.accelerators` (the
 interface is `AcceleratorManager` in `accelerator.py`: static methods only). This module makes
 such a class for any resource a rayaccel plugin provides, answered from a rayaccel snapshot
-(local discovery, or a registry or agent client you pass), with Ray's own semantics where Ray
-defines them: the visible-devices variable read as Ray reads it (unset: None; "" and
-"NoDevFiles": no device), `RAY_EXPERIMENTAL_NOSET_<VAR>` respected when setting it, node
-totals and the accelerator type as Ray would report them on the same devices.
+(local discovery, or a registry or agent client you pass), with the rules of Ray's own manager
+of the family wherever Ray defines them (rayaccel._ray_rules): the visible-devices variable
+chosen, read and set as that manager does (NoDevFiles, RAY_EXPERIMENTAL_NOSET_<VAR>, TPU's
+whole host and RAY_TPU_RESOURCE_PER_CHIP, ROCm's CUDA/HIP/ROCR rules), request quantities
+refused as it refuses them, EC2 answers passed on from it, and node totals and the accelerator
+type as Ray would report them on the same devices. Where rayaccel answers differently on
+purpose (unhealthy devices are not counted, MIG instances are), docs/ray-integration.md says
+why.
 
     import rayaccel.ray
     rayaccel.ray.install()   # before ray.init() / ray start, in the process that starts Ray
@@ -17,10 +21,12 @@ importable, and are plain classes with the same static methods otherwise.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
+from . import _ray_rules as rules
 from .types import NodeSnapshot
 
 try:  # Ray's interface, when Ray is installed
@@ -63,7 +69,16 @@ def _family_devices(snap: NodeSnapshot, resource: str):
 
 
 def _families(snap: NodeSnapshot) -> List[str]:
-    return sorted({p.resource for p in snap.plugins if p.resource and p.device_count > 0})
+    """The families a loaded plugin serves: it runs and found devices."""
+    return sorted({p.resource for p in snap.plugins if p.resource and p.device_count > 0
+                   and p.state in ("active", "degraded")})
+
+
+def _chips(snap: NodeSnapshot, resource: str) -> List[int]:
+    """Every device of the family the host has, healthy or not (as Ray counts /dev/accel*),
+    by index."""
+    parents = {d.parent_id for d in snap.devices if d.parent_id}
+    return [d.index for d in snap.devices if d.resource == resource and d.id not in parents]
 
 
 def _owns_extras(snap: NodeSnapshot, resource: str) -> bool:
@@ -89,12 +104,20 @@ def accelerator_manager(resource: str, source=None) -> type:
                       and p.device_count > 0), None)
         return snap, owner or next((p for p in snap.plugins if p.resource == resource), None)
 
-    def env_var() -> Optional[str]:
+    def variable() -> Tuple[str, rules.Family]:
+        """The variable Ray's manager of this family would name now, and that manager."""
         _, p = plugin()
-        return p.visible_devices_env if p is not None and p.visible_devices_env else None
+        var = p.visible_devices_env if p is not None and p.visible_devices_env else \
+            rules.DEFAULT_VARIABLES.get(resource)
+        family = rules.family_of(resource, var) if var else None
+        if family is not None and family.manager == "AMDGPUAcceleratorManager":
+            return rules.amd_variable(), family
+        return var, family
 
     class Manager(_Base):
         """rayaccel's AcceleratorManager for one resource (see rayaccel.ray)."""
+
+        _rayaccel = True  # not one of Ray's own
 
         @staticmethod
         def get_resource_name() -> str:
@@ -102,7 +125,7 @@ def accelerator_manager(resource: str, source=None) -> type:
 
         @staticmethod
         def get_visible_accelerator_ids_env_var() -> Optional[str]:
-            return env_var()
+            return variable()[0]
 
         @staticmethod
         def get_current_node_num_accelerators() -> int:
@@ -133,34 +156,42 @@ def accelerator_manager(resource: str, source=None) -> type:
 
         @staticmethod
         def get_current_process_visible_accelerator_ids() -> Optional[List[str]]:
-            var = env_var()
-            if var is None:
-                return None
-            value = os.environ.get(var)
+            var, family = variable()
+            value = os.environ.get(var) if var else None
             if value is None:
                 return None
-            if value == "" or value == "NoDevFiles":
+            if value == "" or (value == "NoDevFiles" and family.no_dev_files_is_none):
                 return []
+            if family.manager == "TPUAcceleratorManager":
+                return rules.tpu_visible_ids(value)
             return value.split(",")
 
         @staticmethod
         def set_current_process_visible_accelerator_ids(ids: List[str]) -> None:
-            var = env_var()
-            if var is None or os.environ.get("RAY_EXPERIMENTAL_NOSET_" + var):
+            var, family = variable()
+            if var is None or family.noset(family.noset_variable):
                 return
-            os.environ.update(_environment_for(snapshot, resource, var, [str(i) for i in ids],
-                                               source))
+            ids = [str(i) for i in ids]
+            if family.manager == "TPUAcceleratorManager":
+                env, remove = rules.tpu_environment(ids, _chips(snapshot(), resource))
+            else:
+                env, remove = _environment_for(snapshot, resource, var, ids, source), []
+            for name in remove:
+                os.environ.pop(name, None)
+            os.environ.update(env)
 
-        # rayaccel knows the node it runs on, not EC2's catalogue: Ray's defaults.
+        # What EC2's catalogue says is Ray's knowledge: its own managers of this resource answer.
         @staticmethod
         def get_ec2_instance_num_accelerators(instance_type: str,
                                               instances: dict) -> Optional[int]:
-            return None
+            return _rays_ec2_answer(resource, variable, "get_ec2_instance_num_accelerators",
+                                    instance_type, instances)
 
         @staticmethod
         def get_ec2_instance_accelerator_type(instance_type: str,
                                               instances: dict) -> Optional[str]:
-            return None
+            return _rays_ec2_answer(resource, variable, "get_ec2_instance_accelerator_type",
+                                    instance_type, instances)
 
         @staticmethod
         def get_current_node_accelerator_labels() -> Optional[Dict[str, str]]:
@@ -177,19 +208,28 @@ def accelerator_manager(resource: str, source=None) -> type:
 
 def _validate(snapshot: SnapshotSource, resource: str, quantity: float,
               source) -> Tuple[bool, Optional[str]]:
-    """Whole quantities go to the plugin's validate_quantity (TPU: 1, 2, 4, 8). A fraction is
-    valid when the family accepts every whole count up to its devices (it does not restrict
-    shapes: Ray then shares a device), and refused when it restricts them, as Ray's TPU
-    manager refuses 0.5. A plugin that cannot be asked (not on this node, not answering)
-    restricts nothing: Ray's default, (True, None)."""
+    """Ray's rule for the resource first (rayaccel._ray_rules.QUANTITY_RULES: TPU 1, 2, 4 or
+    8; HPU and neuron_cores whole; GPU anything), then the plugin's validate_quantity for a
+    whole count. A family Ray has no rule for takes a fraction when the plugin accepts every
+    whole count up to its devices (it does not restrict shapes: Ray then shares a device), and
+    refuses it when the plugin restricts them. A plugin that cannot be asked (not on this node,
+    not answering) restricts nothing. 0 is what Ray's rule says of it (it asks for every
+    explicit quantity, num_gpus=0 included)."""
     from .errors import InvalidArgumentError
 
-    if not isinstance(quantity, (int, float)) or quantity != quantity or quantity <= 0 \
-            or quantity > 2**32 - 1:
-        return (False, f"The number of requested {resource!r} must be a number above 0 and "
-                       f"below 2**32, not {quantity!r}.")
-    registry = source if hasattr(source, "validate_quantity") else _registry_for_validation()
+    if isinstance(quantity, bool) or not isinstance(quantity, (int, float)) or \
+            not math.isfinite(quantity) or quantity < 0:
+        return (False, f"The quantity of resource {resource!r} must be a finite number, 0 or "
+                       f"above, not {quantity!r}.")
+    rule = rules.QUANTITY_RULES.get(resource)
+    if rule is not None:
+        answer = rule(resource, quantity)
+        if not answer[0]:
+            return answer
     whole = float(quantity).is_integer()
+    if quantity == 0 or quantity > 2**32 - 1 or (not whole and rule is not None):
+        return (True, None)  # no plugin counts that many, or Ray's rule decides fractions
+    registry = source if hasattr(source, "validate_quantity") else _registry_for_validation()
     counts = [int(quantity)] if whole else \
         range(1, max(1, len(_family_devices(snapshot(), resource))) + 1)
     for n in counts:
@@ -205,6 +245,39 @@ def _validate(snapshot: SnapshotSource, resource: str, quantity: float,
     return (True, None)
 
 
+# Ray's own get_all_accelerator_managers and lookup table, kept when install() replaces them.
+_rays_get_all_accelerator_managers = None
+_rays_table: Dict[str, type] = {}
+
+
+def _rays_managers(resource: str, first: Optional[str]) -> list:
+    """Ray's own managers of `resource`, the one named `first` before the others."""
+    try:
+        import ray._private.accelerators as accelerators
+    except ImportError:
+        return []
+    everything = (_rays_get_all_accelerator_managers or
+                  accelerators.get_all_accelerator_managers)()
+    theirs = [m for m in everything
+              if not getattr(m, "_rayaccel", False) and m.get_resource_name() == resource]
+    return sorted(theirs, key=lambda m: (m.__name__ != first, m.__name__))
+
+
+def _rays_ec2_answer(resource: str, variable, method: str, instance_type: str,
+                     instances: dict):
+    """The first answer of Ray's own managers of the family (None without Ray)."""
+    family = rules.FAMILIES.get((resource, rules.DEFAULT_VARIABLES.get(resource, "")))
+    try:
+        family = variable()[1] or family
+    except Exception:  # the node's variables say nothing about EC2's catalogue
+        pass
+    for manager in _rays_managers(resource, family.manager if family else None):
+        answer = getattr(manager, method)(instance_type, instances)
+        if answer is not None:
+            return answer
+    return None
+
+
 def _registry_for_validation():
     """Questions for the plugins themselves go to the local registry (created on first use)
     when the source cannot answer them."""
@@ -215,8 +288,9 @@ def _registry_for_validation():
 def _environment_for(snapshot: SnapshotSource, resource: str, var: str, ids: List[str],
                      source) -> Dict[str, str]:
     """What a worker given `ids` (values of the visible-devices variable, as Ray holds them)
-    needs: the plugin's own answer (prepare_allocation: TPU adds its chip bounds, MIG names
-    instances) when each id is one of the family's devices, else Ray's plain join."""
+    needs: the plugin's own answer (prepare_allocation: MIG names instances) when each id is
+    one of the family's devices and the plugin sets `var`, else Ray's plain join ("" for no
+    ids: the worker sees no device)."""
     plain = {var: ",".join(ids)}
     if not ids:
         return plain
@@ -237,22 +311,26 @@ def _environment_for(snapshot: SnapshotSource, resource: str, var: str, ids: Lis
 
 
 def install(source=None) -> List[type]:
-    """Puts rayaccel's managers in Ray's place, in this process, for every family on this
-    node: Ray's get_all_accelerator_managers() and get_accelerator_manager_for_resource() then
-    answer with them (Ray's own stay for families rayaccel does not find). Returns the
-    managers. Ray's workers are processes of their own: install there too, with
-    ray.init(runtime_env={"worker_process_setup_hook": "rayaccel.ray.install"}), so that a
-    worker's visible devices are set the plugin's way."""
+    """Puts rayaccel's managers in Ray's place, in this process, for each family a loaded
+    plugin of this node serves (it runs and found devices): Ray's
+    get_all_accelerator_managers() and get_accelerator_manager_for_resource() then answer with
+    them. Every other family (Neuron, NPU, Intel GPU, RBLN, ...) stays with Ray's own manager,
+    untouched. Returns the managers. Ray's workers are processes of their own: install there
+    too, with ray.init(runtime_env={"worker_process_setup_hook": "rayaccel.ray.install"}), so
+    that a worker's visible devices are set the plugin's way."""
+    global _rays_get_all_accelerator_managers, _rays_table
     import ray._private.accelerators as accelerators
 
     snap = _source_of(source)()
     managers = [accelerator_manager(r, source) for r in _families(snap)]
     ours = {m.get_resource_name(): m for m in managers}
-    theirs = accelerators.get_all_accelerator_managers
     lookup = accelerators.get_accelerator_manager_for_resource
-    # Ray's own table first (its choice among the GPU vendors on this node), then ours over it.
-    lookup("GPU")
-    table = dict(getattr(lookup, "_resource_name_to_accelerator_manager", {}))
+    if _rays_get_all_accelerator_managers is None:  # the first install: Ray's, as Ray made them
+        _rays_get_all_accelerator_managers = accelerators.get_all_accelerator_managers
+        lookup("GPU")  # Ray's table, with its choice among the GPU vendors on this node
+        _rays_table = dict(getattr(lookup, "_resource_name_to_accelerator_manager", {}))
+    theirs = _rays_get_all_accelerator_managers
+    table = dict(_rays_table)
     table.update(ours)
 
     def get_all_accelerator_managers():

@@ -12,8 +12,15 @@
 
 namespace rayaccel::cli {
 
-absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
-    const AgentClientOptions& options) {
+namespace {
+
+// A call to the agent: its stub, and a context with the deadline and the bearer token.
+struct Call {
+  std::unique_ptr<v1::AcceleratorRegistry::Stub> stub;
+  grpc::ClientContext context;
+};
+
+absl::Status Open(const AgentClientOptions& options, Call* call) {
   absl::StatusOr<rpc::ListenAddress> address = rpc::ParseListenAddress(options.address);
   if (!address.ok()) return address.status();
   if (absl::Status st =
@@ -27,23 +34,50 @@ absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
     if (!ca.ok()) return ca.status();
     credentials = grpc::SslCredentials(grpc::SslCredentialsOptions{*ca, "", ""});
   }
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   if (!options.token_file.empty()) {
     absl::StatusOr<std::string> token = rpc::ReadTokenFile(options.token_file);
     if (!token.ok()) return token.status();
-    context.AddMetadata("authorization", "Bearer " + *token);
+    call->context.AddMetadata("authorization", "Bearer " + *token);
   }
-  auto stub = v1::AcceleratorRegistry::NewStub(grpc::CreateChannel(address->grpc_uri, credentials));
+  call->stub =
+      v1::AcceleratorRegistry::NewStub(grpc::CreateChannel(address->grpc_uri, credentials));
+  return absl::OkStatus();
+}
+
+absl::Status FromGrpc(const AgentClientOptions& options, const grpc::Status& st) {
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat("agent at ", options.address, ": ", st.error_message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
+    const AgentClientOptions& options) {
+  Call call;
+  if (absl::Status st = Open(options, &call); !st.ok()) return st;
   v1::NodeSnapshot reply;
-  grpc::Status st = stub->GetSnapshot(&context, {}, &reply);
-  if (!st.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                        absl::StrCat("agent at ", options.address, ": ", st.error_message()));
+  if (grpc::Status st = call.stub->GetSnapshot(&call.context, {}, &reply); !st.ok()) {
+    return FromGrpc(options, st);
   }
   absl::StatusOr<NodeSnapshot> snapshot = rpc::FromProto(reply);
   if (!snapshot.ok()) return snapshot.status();
   return std::make_shared<const NodeSnapshot>(*std::move(snapshot));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> PrepareAllocationAt(
+    const AgentClientOptions& options, const std::vector<std::string>& device_ids,
+    uint64_t generation) {
+  Call call;
+  if (absl::Status st = Open(options, &call); !st.ok()) return st;
+  v1::PrepareAllocationRequest request;
+  request.set_generation(generation);
+  for (const std::string& id : device_ids) request.add_device_ids(id);
+  v1::PrepareAllocationResponse reply;
+  if (grpc::Status st = call.stub->PrepareAllocation(&call.context, request, &reply); !st.ok()) {
+    return FromGrpc(options, st);
+  }
+  return std::map<std::string, std::string>(reply.env().begin(), reply.env().end());
 }
 
 }  // namespace rayaccel::cli

@@ -3,8 +3,10 @@
 #ifndef RAYACCEL_CLI_AGENT_CLIENT_H_
 #define RAYACCEL_CLI_AGENT_CLIENT_H_
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
@@ -21,6 +23,11 @@ struct AgentClientOptions {
 // The agent's current snapshot (GetSnapshot, 10 s deadline), checked as any peer's message is.
 absl::StatusOr<std::shared_ptr<const NodeSnapshot>> FetchSnapshot(
     const AgentClientOptions& options);
+
+// What the agent's plugin sets for a worker given these devices (PrepareAllocation).
+absl::StatusOr<std::map<std::string, std::string>> PrepareAllocationAt(
+    const AgentClientOptions& options, const std::vector<std::string>& device_ids,
+    uint64_t generation);
 
 }  // namespace rayaccel::cli
 

@@ -59,7 +59,9 @@ Commands:
   discover         plugins, devices, links, domains, and what Ray would be given
   plugins          which plugins were found, loaded or refused, and why
   resources        the Ray resources of this node
-  ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels)
+  ray-start-args   the arguments for `ray start` (--num-gpus, --resources, --labels);
+                   --env: the variables to start it with instead, so that Ray's own
+                   managers learn only the devices counted here (CUDA_VISIBLE_DEVICES=...)
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot, --svg)
   allocate         the best devices for a request, and the environment a worker given them
                    gets: --size N [--available IDS] [--must-include IDS] [--resource NAME]
@@ -171,6 +173,7 @@ struct Args {
   std::string out;                   // capture --out FILE
   bool include_hostname = false;     // capture --include-hostname
   bool anonymize = false;            // capture --anonymize
+  bool env = false;                  // ray-start-args --env
 };
 
 #if !RAYACCEL_CLI_RPC
@@ -365,6 +368,8 @@ int Parse(int argc, char** argv, Args* args) {
       args->include_hostname = true;
     } else if (flag == "--anonymize") {
       args->anonymize = true;
+    } else if (flag == "--env") {
+      args->env = true;
     } else if (flag == "--config-file") {
       if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
     } else if (flag == "--log-format") {
@@ -471,6 +476,7 @@ int Run(int argc, char** argv) {
       }
     }
   }
+  if (args.env && args.command != "ray-start-args") return Usage("--env goes with ray-start-args");
   if ((!args.out.empty() || args.include_hostname || args.anonymize) && args.command != "capture") {
     return Usage("--out, --include-hostname and --anonymize are capture's");
   }
@@ -683,6 +689,23 @@ int Run(int argc, char** argv) {
                          " devices to ", args.out, "; replay: rayaccel discover --replay ",
                          args.out, "\n");
     }
+  } else if (args.env) {
+    PrepareAllocationFn prepare = [&](const std::vector<std::string>& ids, uint64_t generation) {
+#if RAYACCEL_CLI_RPC
+      if (!args.agent.empty()) {
+        return PrepareAllocationAt({args.agent, args.server.token_file, args.tls_ca_file,
+                                    args.server.allow_insecure_tcp},
+                                   ids, generation);
+      }
+#endif
+      return (*registry)->PrepareAllocation(ids, generation);
+    };
+    absl::StatusOr<std::string> env = RayStartEnvironment(*snap, prepare);
+    if (!env.ok()) {
+      std::fprintf(stderr, "rayaccel: %s\n", std::string(env.status().message()).c_str());
+      return kExitFailure;
+    }
+    out = *std::move(env);
   } else {
     out = RayStartArgs(snap->ray);
   }

@@ -29,6 +29,16 @@ std::string TpuTypeFromPodType(const std::string& pod_type) {
 
 }  // namespace
 
+const std::vector<TopologyLevel>& TopologyLevels() {
+  static const std::vector<TopologyLevel> kLevels = {
+      {"nvlink", "rayaccel.io/nvlink-domain"},
+      {"xgmi", "rayaccel.io/xgmi-hive"},
+      {"tpu-slice", "rayaccel.io/tpu-slice"},
+      {"rack", "rayaccel.io/rack"},
+  };
+  return kLevels;
+}
+
 bool IsRayDefinedLabelKey(const std::string& key) {
   static const std::set<std::string> kKeys = {
       "ray.io/accelerator-type",  "ray.io/market-type",   "ray.io/availability-region",
@@ -93,18 +103,54 @@ std::string ForeignResourceWarning(const std::string& resource, const std::strin
   return "";
 }
 
+namespace {
+
+// Whether Ray is given a device: not unhealthy, and not the parent of a reported partition
+// (its partitions are what gets scheduled).
+class CountedForRay {
+ public:
+  explicit CountedForRay(const NodeSnapshot& snapshot) {
+    for (const Device& d : snapshot.devices) {
+      if (!d.parent_id.empty()) parents_.insert({d.plugin, d.parent_id});
+    }
+  }
+  bool operator()(const Device& d) const {
+    return d.health != Health::kUnhealthy && parents_.count({d.plugin, d.id}) == 0;
+  }
+
+ private:
+  std::set<std::pair<std::string, std::string>> parents_;  // (plugin, id)
+};
+
+}  // namespace
+
+std::vector<CountedFamily> CountedFamilies(const NodeSnapshot& snapshot) {
+  const CountedForRay counted(snapshot);
+  const std::map<std::string, std::string> owners = MapToRay(snapshot).owners;
+  std::vector<CountedFamily> out;
+  std::set<std::string> seen;
+  for (const PluginStatus& p : snapshot.plugins) {
+    if (p.resource_name.empty() || seen.count(p.resource_name) > 0) continue;
+    auto owner = owners.find(p.resource_name);
+    if (owner != owners.end() && owner->second != p.name) continue;
+    CountedFamily family{p.resource_name, p.name, p.visible_devices_env, {}};
+    bool listed = false;
+    for (const Device& d : snapshot.devices) {
+      if (d.plugin != p.name) continue;
+      listed = true;
+      if (counted(d)) family.device_ids.push_back(d.id);
+    }
+    if (!listed) continue;
+    seen.insert(p.resource_name);
+    out.push_back(std::move(family));
+  }
+  return out;
+}
+
 RayMapping MapToRay(const NodeSnapshot& snapshot) {
   RayMapping out;
   RayView& ray = out.view;
-
-  // Which devices are partition parents (their partitions are what gets scheduled).
-  std::set<std::pair<std::string, std::string>> parents;  // (plugin, id)
-  for (const Device& d : snapshot.devices) {
-    if (!d.parent_id.empty()) parents.insert({d.plugin, d.parent_id});
-  }
-  auto counted = [&](const Device& d) {
-    return d.health != Health::kUnhealthy && parents.count({d.plugin, d.id}) == 0;
-  };
+  const CountedForRay counted(snapshot);
 
   std::map<std::string, std::string> owner;  // resource -> plugin
   std::string first_type;
@@ -155,28 +201,49 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
     }
   }
 
-  // ray.io/gpu-domain: one NVLink domain holding every counted GPU.
-  auto gpu_owner = owner.find("GPU");
-  if (gpu_owner != owner.end()) {
-    std::set<size_t> gpus;
+  // Topology levels: a plugin's domain of a kind that holds every device it gives Ray is a
+  // level the whole node is in. ray.io/gpu-domain is Ray's key for the GPUs' NVLink domain;
+  // each level also has a rayaccel.io/ key of its own, for label selectors and for a second
+  // topology level.
+  auto holding = [&](const std::string& plugin, const std::string& kind) -> const Domain* {
+    std::set<size_t> devices;
     for (size_t i = 0; i < snapshot.devices.size(); ++i) {
       const Device& d = snapshot.devices[i];
-      if (d.plugin == gpu_owner->second && counted(d)) gpus.insert(i);
+      if (d.plugin == plugin && counted(d)) devices.insert(i);
     }
-    std::vector<const Domain*> holding;
+    const Domain* found = nullptr;
     for (const Domain& dom : snapshot.domains) {
-      if (dom.plugin != gpu_owner->second || dom.kind != "nvlink") continue;
+      if (dom.plugin != plugin || dom.kind != kind) continue;
       std::set<size_t> members(dom.devices.begin(), dom.devices.end());
-      bool all = std::includes(members.begin(), members.end(), gpus.begin(), gpus.end());
-      if (all) holding.push_back(&dom);
+      if (!std::includes(members.begin(), members.end(), devices.begin(), devices.end())) continue;
+      if (found != nullptr) return nullptr;  // two of one kind hold them all: no one answer
+      found = &dom;
     }
-    if (holding.size() == 1) {
-      if (CheckLabelValue(holding[0]->id).ok()) {
-        ray.labels["ray.io/gpu-domain"] = holding[0]->id;
-      } else {
-        out.notes[gpu_owner->second].push_back(
-            absl::StrCat("NVLink domain id \"", holding[0]->id,
-                         "\" is not a valid label value; ray.io/gpu-domain not set"));
+    return found;
+  };
+  auto label_domain = [&](const std::string& key, const Domain& dom) {
+    if (!CheckLabelValue(dom.id).ok()) {
+      out.notes[dom.plugin].push_back(absl::StrCat(dom.kind, " domain id \"", dom.id,
+                                                   "\" is not a valid label value; ", key,
+                                                   " not set"));
+      return;
+    }
+    auto [it, inserted] = ray.labels.emplace(key, dom.id);
+    if (!inserted && it->second != dom.id) {
+      out.notes[dom.plugin].push_back(absl::StrCat(key, " is \"", it->second,
+                                                   "\" by another plugin; this one's \"",
+                                                   dom.id, "\" not set"));
+    }
+  };
+  if (auto gpu = owner.find("GPU"); gpu != owner.end()) {
+    if (const Domain* dom = holding(gpu->second, "nvlink")) {
+      label_domain("ray.io/gpu-domain", *dom);
+    }
+  }
+  for (const TopologyLevel& level : TopologyLevels()) {
+    for (const auto& [resource, plugin] : owner) {
+      if (const Domain* dom = holding(plugin, level.domain_kind)) {
+        label_domain(level.label_key, *dom);
       }
     }
   }

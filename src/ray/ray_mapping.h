@@ -38,6 +38,14 @@ std::string ForeignResourceWarning(const std::string& resource, const std::strin
 // The rayaccel label namespace for everything Ray does not define.
 inline constexpr char kRayaccelLabelPrefix[] = "rayaccel.io/";
 
+// The topology levels rayaccel labels a node with: a plugin's domain of `domain_kind` that holds
+// every device the plugin gives Ray becomes the label `label_key` = the domain's id.
+struct TopologyLevel {
+  const char* domain_kind;  // "nvlink", "xgmi", "tpu-slice", "rack"
+  const char* label_key;    // "rayaccel.io/nvlink-domain", ...
+};
+const std::vector<TopologyLevel>& TopologyLevels();
+
 struct RayMapping {
   RayView view;
   // Per plugin name: what was not passed to Ray and why (a dropped label, a resource
@@ -53,11 +61,24 @@ struct RayMapping {
 //    resource name owns it, later ones are noted and not counted.
 //  - `accelerator_type:<T>: 1` for each type among the counted devices.
 //  - `ray.io/accelerator-type`: the type of the first counted device of the first family.
-//  - `ray.io/gpu-domain`: the NVLink domain id when every counted GPU is in one.
+//  - `ray.io/gpu-domain`: the NVLink domain id when every counted GPU is in one, and per
+//    TopologyLevels() the domain holding every counted device of a family as its own label
+//    (rayaccel.io/nvlink-domain, -xgmi-hive, -tpu-slice, -rack).
 //  - TPU: `<slice name>: 1` and `TPU-<pod type>-head: 1` on worker 0, from the plugin's
 //    ray.io/tpu-* labels.
 //  - `rayaccel.io/<resource>-{count,type,vendor}` per family, and the plugins' own labels.
 RayMapping MapToRay(const NodeSnapshot& snapshot);
+
+// Device by device, what MapToRay gives Ray of each family: per resource, the plugin that
+// gives it (or, when none counts a device, the first that lists one) and the ids of the
+// devices counted, in snapshot order; empty when the plugin lists devices and counts none.
+struct CountedFamily {
+  std::string resource;
+  std::string plugin;
+  std::string visible_devices_env;  // the plugin's; may be empty
+  std::vector<std::string> device_ids;
+};
+std::vector<CountedFamily> CountedFamilies(const NodeSnapshot& snapshot);
 
 }  // namespace rayaccel
 

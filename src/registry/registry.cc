@@ -81,6 +81,9 @@ const char* PluginStateName(PluginStatus::State state) {
 
 namespace {
 
+// The configuration name of the node's own settings (node.rack).
+constexpr char kNodeConfig[] = "node";
+
 // A plugin slot: the loaded plugin (null when refused) and its status. Each slot has its own
 // lock, so a plugin stuck in a call holds up callers of that plugin only.
 struct Slot {
@@ -469,12 +472,38 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
       slots_.push_back(std::move(slot));
     }
     host_description_ = options_.host_topology ? "not needed: no PCI devices" : "disabled";
+    LoadNodeConfig(file_config, names);
     for (const auto& [plugin, unused] : options_.config) {
-      if (names.count(plugin) == 0) {
+      if (names.count(plugin) == 0 && plugin != kNodeConfig) {
         Log().warn("configuration for plugin \"{}\", which is not loaded", plugin);
       }
     }
     return absl::OkStatus();
+  }
+
+  // The node's own settings, configured as a plugin's are under the name "node" (--config
+  // node.rack=R12, RAYACCEL_NODE_RACK, "node.rack = R12" in the config file): what no plugin
+  // can know about the machine it runs on. A plugin named "node" keeps its own configuration.
+  void LoadNodeConfig(const PluginConfig& file_config, const std::set<std::string>& plugins) {
+    if (plugins.count(kNodeConfig) > 0) return;
+    std::map<std::string, std::string> config;
+    if (auto it = file_config.find(kNodeConfig); it != file_config.end()) config = it->second;
+    if (options_.use_environment) {
+      for (auto& [k, v] : EnvironmentConfig(kNodeConfig, environment_)) config[k] = v;
+    }
+    if (auto it = options_.config.find(kNodeConfig); it != options_.config.end()) {
+      for (auto& [k, v] : it->second) config[k] = v;
+    }
+    for (const auto& [key, value] : config) {
+      if (key != "rack") {
+        Log().warn("node.{}: not a node setting (node.rack is); ignored", key);
+      } else if (absl::Status st = CheckLabelValue(value); !st.ok()) {
+        Log().warn("node.rack \"{}\" is not a label value ({}); rayaccel.io/rack not set", value,
+                   std::string(st.message()));
+      } else {
+        rack_ = value;
+      }
+    }
   }
 
   // Runs each opened plugin's initialize and first discover on a thread of its own, so one
@@ -675,6 +704,8 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     RayMapping mapping = MapToRay(*snap);
     snap->ray = std::move(mapping.view);
     snap->resource_owners = std::move(mapping.owners);
+    // A configured rack is the operator's word, over any plugin's rack domain.
+    if (!rack_.empty()) snap->ray.labels["rayaccel.io/rack"] = rack_;
     for (PluginStatus& p : snap->plugins) {
       auto it = mapping.notes.find(p.name);
       if (it == mapping.notes.end()) continue;
@@ -1293,6 +1324,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
  private:
   RegistryOptions options_;
   std::vector<std::string> environment_;  // RAYACCEL_* as it was before any plugin ran
+  std::string rack_;                      // node.rack, checked
   // One scan at a time (Rescan, Capture); it guards what a scan builds from: the five below and
   // last_inputs_. Lease calls take only the lock of the plugin they ask (Slot::mu), so a
   // plugin stuck in a scan holds up no lease on another plugin.

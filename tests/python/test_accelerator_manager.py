@@ -127,16 +127,28 @@ def test_a_family_the_node_lacks_answers_as_ray_does_without_devices(sim_h100):
     manager = rayaccel.ray.accelerator_manager("HPU", sim_h100)
     assert manager.get_current_node_num_accelerators() == 0
     assert manager.get_current_node_accelerator_type() is None
-    assert manager.get_visible_accelerator_ids_env_var() is None
-    # No plugin to ask: nothing is refused, as Ray's default manager answers.
+    # Ray's HPU manager names its variable on any node.
+    assert manager.get_visible_accelerator_ids_env_var() == "HABANA_VISIBLE_MODULES"
+    # No plugin to ask: only Ray's own rule for the family refuses (hpu.py: whole numbers).
     assert manager.validate_resource_request_quantity(1) == (True, None)
+    assert not manager.validate_resource_request_quantity(0.5)[0]
+    # A family Ray has no manager for: no variable, nothing refused.
+    other = rayaccel.ray.accelerator_manager("ACME", sim_h100)
+    assert other.get_visible_accelerator_ids_env_var() is None
+    assert other.get_current_process_visible_accelerator_ids() is None
+    assert other.validate_resource_request_quantity(0.5) == (True, None)
 
 
 def test_quantities_that_are_not_quantities(sim_h100):
+    # Ray refuses negatives before it asks a manager, and cannot scale nan or infinity: no
+    # request reaches the manager with them, and a direct caller is told.
     manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
-    for bad in (float("nan"), 0, -1, 2 ** 40, "2"):
+    for bad in (float("nan"), float("inf"), -1, -0.5, "2", None):
         valid, message = manager.validate_resource_request_quantity(bad)
         assert not valid and message, bad
+    # As Ray's NVIDIA manager: num_gpus=0 (Ray's documentation uses it) and any count.
+    for good in (0, 0.0, 2 ** 40):
+        assert manager.validate_resource_request_quantity(good) == (True, None), good
 
 
 def test_install_puts_the_managers_in_rays_place(tmp_path):

@@ -1,0 +1,166 @@
+"""Ray's own rules, family by family, as its accelerator managers apply them.
+
+Each rule here restates what a file of Ray's `python/ray/_private/accelerators/` does (newest
+Ray), so that rayaccel's managers answer exactly as the manager they stand in for: how the
+visible-devices variable is chosen and read, how `RAY_EXPERIMENTAL_NOSET_<VAR>` is read, which
+request quantities are refused, and (TPU) what a worker's chips set. rayaccel.ray applies them;
+nothing here reads a snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+Answer = Tuple[bool, Optional[str]]
+
+
+def env_bool(name: str) -> bool:
+    """ray_constants.env_bool(name, False): set only by "1" or "true" in any case."""
+    value = os.environ.get(name)
+    return value is not None and (value.lower() == "true" or value == "1")
+
+
+def present(name: str) -> bool:
+    """`if os.environ.get(name)`: set by any non-empty value, "0" and "false" included."""
+    return bool(os.environ.get(name))
+
+
+def _any_quantity(resource: str, quantity: float) -> Answer:
+    return (True, None)
+
+
+def _whole_quantity(resource: str, quantity: float) -> Answer:
+    # hpu.py, neuron.py: a float that is not whole is refused; ints (0 too) are not.
+    if isinstance(quantity, float) and not quantity.is_integer():
+        return (False, f"{resource} resource quantity must be whole numbers. "
+                       f"The specified quantity {quantity} is invalid.")
+    return (True, None)
+
+
+TPU_VALID_CHIP_OPTIONS = (1, 2, 4, 8)
+
+
+def _tpu_quantity(resource: str, quantity: float) -> Answer:
+    # tpu.py: one of the chip configurations, 0 and fractions refused.
+    if quantity not in TPU_VALID_CHIP_OPTIONS:
+        return (False, f"The number of requested 'TPU' was set to {quantity} which is not a "
+                       f"supported chip configuration. Supported configs: "
+                       f"{TPU_VALID_CHIP_OPTIONS}")
+    return (True, None)
+
+
+# Ray's validate_resource_request_quantity per resource name: whichever vendor's manager Ray
+# picks for the name, this is what it answers.
+QUANTITY_RULES: Dict[str, Callable[[str, float], Answer]] = {
+    "GPU": _any_quantity,            # nvidia_gpu.py, amd_gpu.py, intel_gpu.py
+    "TPU": _tpu_quantity,            # tpu.py
+    "HPU": _whole_quantity,          # hpu.py
+    "neuron_cores": _whole_quantity,  # neuron.py
+    "NPU": _any_quantity,            # npu.py
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one of Ray's managers treats its visible-devices variable."""
+    manager: str                    # Ray's class: the one whose EC2 answers are passed on
+    variable: str                   # the variable it names
+    noset: Callable[[str], bool]    # how it reads RAY_EXPERIMENTAL_NOSET_<...>
+    noset_variable: str             # which NOSET variable it reads
+    no_dev_files_is_none: bool      # reads the value "NoDevFiles" as no device
+
+
+def _family(manager, variable, noset, no_dev_files_is_none, noset_variable=None):
+    return Family(manager, variable, noset, noset_variable or "RAY_EXPERIMENTAL_NOSET_" + variable,
+                  no_dev_files_is_none)
+
+
+# Keyed by (resource, the variable the plugin names): that pair says which of Ray's managers a
+# plugin stands in for.
+FAMILIES: Dict[Tuple[str, str], Family] = {
+    ("GPU", "CUDA_VISIBLE_DEVICES"):
+        _family("NvidiaGPUAcceleratorManager", "CUDA_VISIBLE_DEVICES", env_bool, True),
+    # amd_gpu.py reads HIP's NOSET variable whichever variable it sets.
+    ("GPU", "HIP_VISIBLE_DEVICES"):
+        _family("AMDGPUAcceleratorManager", "HIP_VISIBLE_DEVICES", present, True),
+    ("TPU", "TPU_VISIBLE_CHIPS"):
+        _family("TPUAcceleratorManager", "TPU_VISIBLE_CHIPS", env_bool, False),
+    ("HPU", "HABANA_VISIBLE_MODULES"):
+        _family("HPUAcceleratorManager", "HABANA_VISIBLE_MODULES", present, False),
+    ("neuron_cores", "NEURON_RT_VISIBLE_CORES"):
+        _family("NeuronAcceleratorManager", "NEURON_RT_VISIBLE_CORES", env_bool, False),
+    ("NPU", "ASCEND_RT_VISIBLE_DEVICES"):
+        _family("NPUAcceleratorManager", "ASCEND_RT_VISIBLE_DEVICES", present, True),
+}
+
+# The variable Ray's manager of a resource names when no plugin of this node says (GPU: the
+# NVIDIA manager, Ray's choice on a node without AMD or Intel GPUs).
+DEFAULT_VARIABLES = {"GPU": "CUDA_VISIBLE_DEVICES", "TPU": "TPU_VISIBLE_CHIPS",
+                     "HPU": "HABANA_VISIBLE_MODULES", "neuron_cores": "NEURON_RT_VISIBLE_CORES",
+                     "NPU": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def family_of(resource: str, variable: str) -> Family:
+    """Ray's manager for a plugin of `resource` naming `variable`; a family Ray has no manager
+    for follows the newest managers' common rules."""
+    known = FAMILIES.get((resource, variable))
+    return known or _family(None, variable, env_bool, False)
+
+
+def amd_variable() -> str:
+    """amd_gpu.py's get_visible_accelerator_ids_env_var: HIP_VISIBLE_DEVICES, or
+    CUDA_VISIBLE_DEVICES when only that is set; ROCR_VISIBLE_DEVICES alone, or HIP and CUDA
+    disagreeing, raise as Ray raises."""
+    hip, cuda = os.environ.get("HIP_VISIBLE_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hip is None and "ROCR_VISIBLE_DEVICES" in os.environ:
+        raise RuntimeError("Please use HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES")
+    if cuda is not None:
+        if hip is None:
+            return "CUDA_VISIBLE_DEVICES"
+        if hip != cuda:
+            raise ValueError("Inconsistent values found. Please use either HIP_VISIBLE_DEVICES "
+                             "or CUDA_VISIBLE_DEVICES.")
+    return "HIP_VISIBLE_DEVICES"
+
+
+def tpu_resource_per_chip() -> int:
+    """tpu.py's get_tpu_resource_per_chip: RAY_TPU_RESOURCE_PER_CHIP, a positive integer
+    (default 1) of Ray TPU resources per physical chip."""
+    value = os.environ.get("RAY_TPU_RESOURCE_PER_CHIP")
+    if value is None:
+        return 1
+    if not value.isdecimal() or int(value) < 1:
+        raise ValueError(f"RAY_TPU_RESOURCE_PER_CHIP must be a positive integer, got: {value!r}")
+    return int(value)
+
+
+def tpu_visible_ids(value: str) -> List[str]:
+    """tpu.py: TPU_VISIBLE_CHIPS names chips; with several resources per chip, Ray's ids are
+    the chips' logical devices."""
+    per_chip = tpu_resource_per_chip()
+    if per_chip == 1:
+        return value.split(",")
+    return [str(int(chip) * per_chip + device)
+            for chip in value.split(",") if chip.strip() for device in range(per_chip)]
+
+
+def tpu_environment(ids: List[str], chips_on_node: List[int]) -> Tuple[Dict[str, str], List[str]]:
+    """tpu.py's set_current_process_visible_accelerator_ids, as (variables to set, variables to
+    remove). As many ids as the host has chips is the whole host: the framework's defaults, so
+    nothing is set and the chip bounds are removed. With several resources per chip, that also
+    needs the ids to cover every chip (Ray compares the count alone, and would give half a host
+    the whole of it). One or two chips take their bounds with them."""
+    per_chip = tpu_resource_per_chip()
+    chips = ids if per_chip == 1 else [str(c) for c in sorted({int(i) // per_chip for i in ids})]
+    whole = len(ids) == len(chips_on_node) and (
+        per_chip == 1 or {int(c) for c in chips} == set(chips_on_node))
+    bounds = ["TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS"]
+    if whole:
+        return {}, bounds
+    env = {"TPU_VISIBLE_CHIPS": ",".join(chips)}
+    if len(chips) in (1, 2):
+        env["TPU_CHIPS_PER_HOST_BOUNDS"] = "1,1,1" if len(chips) == 1 else "1,2,1"
+        env["TPU_HOST_BOUNDS"] = "1,1,1"
+    return env, []
