@@ -96,6 +96,64 @@ TEST(Cli, ResourcesAndRayStartArgs) {
   EXPECT_EQ(r.out.find("--num-gpus"), std::string::npos);
 }
 
+// ray-start-args --env: what to start Ray with so that its own managers learn the devices
+// counted here and no others.
+TEST(Cli, RayStartEnvironmentLeavesOutSickDevices) {
+  const std::string dir = testing::MakeTempDir("cli-env");
+  std::ifstream in(Example("dgx-h100.json"));
+  const std::string healthy((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+  CommandResult r = Cli({"ray-start-args", "--env", "--config", "sim.spec=" + Example("dgx-h100.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "CUDA_VISIBLE_DEVICES='0,1,2,3,4,5,6,7'\n");
+
+  // GPU 3 unhealthy: Ray must not see it.
+  std::string text = healthy;
+  size_t at = 0;
+  for (int i = 0; i <= 3; ++i) at = text.find("\"health\": \"healthy\"", at + 1);
+  text.replace(at, 19, "\"health\": \"unhealthy\", \"health_reason\": \"XID 79\"");
+  std::ofstream(dir + "/sick.json") << text;
+  r = Cli({"ray-start-args", "--env", "--config", "sim.spec=" + dir + "/sick.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "CUDA_VISIBLE_DEVICES='0,1,2,4,5,6,7'\n");
+  r = Cli({"ray-start-args", "--config", "sim.spec=" + dir + "/sick.json"});
+  EXPECT_EQ(r.out.rfind("--num-gpus=7 ", 0), 0u) << r.out;
+
+  // Every GPU sick: an empty list, or Ray would count them all.
+  text = healthy;
+  for (at = text.find("\"health\": \"healthy\""); at != std::string::npos;
+       at = text.find("\"health\": \"healthy\"", at)) {
+    text.replace(at, 19, "\"health\": \"unhealthy\"");
+  }
+  std::ofstream(dir + "/dead.json") << text;
+  r = Cli({"ray-start-args", "--env", "--config", "sim.spec=" + dir + "/dead.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "CUDA_VISIBLE_DEVICES=''\n");
+
+  // --env is ray-start-args' alone.
+  r = Cli({"discover", "--env", "--config", "sim.spec=" + Example("dgx-h100.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--env goes with ray-start-args"), std::string::npos) << r.err;
+}
+
+// node.rack: the operator says which rack the node is in; it becomes rayaccel.io/rack.
+TEST(Cli, ConfiguredRackIsALabel) {
+  const std::string spec = "sim.spec=" + Example("dgx-h100.json");
+  CommandResult r = Cli({"ray-start-args", "--config", spec, "--config", "node.rack=r12"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rayaccel.io/rack=r12"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("not loaded"), std::string::npos) << r.err;
+  r = Cli({"ray-start-args", "--config", spec}, {{"RAYACCEL_NODE_RACK", "r14"}});
+  EXPECT_NE(r.out.find("rayaccel.io/rack=r14"), std::string::npos) << r.out;
+  r = Cli({"ray-start-args", "--config", spec, "--config", "node.rack=not a label"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("rayaccel.io/rack"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("node.rack \"not a label\" is not a label value"), std::string::npos)
+      << r.err;
+  r = Cli({"resources", "--config", spec, "--config", "node.shelf=3"});
+  EXPECT_NE(r.err.find("node.shelf: not a node setting"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ZeroDevicesAndRefusedPluginsStillExitZero) {
   CommandResult r = Cli({"discover", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -65,18 +65,18 @@ TEST(TpuPlugin, RayStartArgsEqualRaysOwnForEachHost) {
   const Case cases[] = {
       // A v4-32 slice: 4 hosts of 4 chips (2x2x4); worker 0 carries the head resource.
       {"v4-host", Gke("v4-32", "2x2x4", "0", "my-v4-32"),
-       R"(--resources='{"TPU": 4, "TPU-v4-32-head": 1, "accelerator_type:TPU-V4": 1, "my-v4-32": 1}' --labels='ray.io/accelerator-type=TPU-V4,ray.io/tpu-pod-type=v4-32,ray.io/tpu-slice-name=my-v4-32,ray.io/tpu-topology=2x2x4,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=4,rayaccel.io/tpu-type=TPU-V4,rayaccel.io/tpu-vendor=google')"},
+       R"(--resources='{"TPU": 4, "TPU-v4-32-head": 1, "accelerator_type:TPU-V4": 1, "my-v4-32": 1}' --labels='ray.io/accelerator-type=TPU-V4,ray.io/tpu-pod-type=v4-32,ray.io/tpu-slice-name=my-v4-32,ray.io/tpu-topology=2x2x4,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=4,rayaccel.io/tpu-slice=my-v4-32,rayaccel.io/tpu-type=TPU-V4,rayaccel.io/tpu-vendor=google')"},
       {"v4-host", Gke("v4-32", "2x2x4", "3", "my-v4-32"),
-       R"(--resources='{"TPU": 4, "accelerator_type:TPU-V4": 1, "my-v4-32": 1}' --labels='ray.io/accelerator-type=TPU-V4,ray.io/tpu-pod-type=v4-32,ray.io/tpu-slice-name=my-v4-32,ray.io/tpu-topology=2x2x4,ray.io/tpu-worker-id=3,rayaccel.io/tpu-count=4,rayaccel.io/tpu-type=TPU-V4,rayaccel.io/tpu-vendor=google')"},
+       R"(--resources='{"TPU": 4, "accelerator_type:TPU-V4": 1, "my-v4-32": 1}' --labels='ray.io/accelerator-type=TPU-V4,ray.io/tpu-pod-type=v4-32,ray.io/tpu-slice-name=my-v4-32,ray.io/tpu-topology=2x2x4,ray.io/tpu-worker-id=3,rayaccel.io/tpu-count=4,rayaccel.io/tpu-slice=my-v4-32,rayaccel.io/tpu-type=TPU-V4,rayaccel.io/tpu-vendor=google')"},
       // A single-host v5e-8 (Ray's "v5litepod"), chips behind vfio.
       {"v5e-8-host", Gke("v5litepod-8", "2x4", "0", "lite"),
-       R"(--resources='{"TPU": 8, "TPU-v5litepod-8-head": 1, "accelerator_type:TPU-V5LITEPOD": 1, "lite": 1}' --labels='ray.io/accelerator-type=TPU-V5LITEPOD,ray.io/tpu-pod-type=v5litepod-8,ray.io/tpu-slice-name=lite,ray.io/tpu-topology=2x4,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=8,rayaccel.io/tpu-type=TPU-V5LITEPOD,rayaccel.io/tpu-vendor=google')"},
+       R"(--resources='{"TPU": 8, "TPU-v5litepod-8-head": 1, "accelerator_type:TPU-V5LITEPOD": 1, "lite": 1}' --labels='ray.io/accelerator-type=TPU-V5LITEPOD,ray.io/tpu-pod-type=v5litepod-8,ray.io/tpu-slice-name=lite,ray.io/tpu-topology=2x4,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=8,rayaccel.io/tpu-slice=lite,rayaccel.io/tpu-type=TPU-V5LITEPOD,rayaccel.io/tpu-vendor=google')"},
       // Worker 1 of a v6e-16 (4x4: 4 hosts of 4 chips).
       {"v6e-4-host", Gke("v6e-16", "4x4", "1", "trillium"),
-       R"(--resources='{"TPU": 4, "accelerator_type:TPU-V6E": 1, "trillium": 1}' --labels='ray.io/accelerator-type=TPU-V6E,ray.io/tpu-pod-type=v6e-16,ray.io/tpu-slice-name=trillium,ray.io/tpu-topology=4x4,ray.io/tpu-worker-id=1,rayaccel.io/tpu-count=4,rayaccel.io/tpu-type=TPU-V6E,rayaccel.io/tpu-vendor=google')"},
+       R"(--resources='{"TPU": 4, "accelerator_type:TPU-V6E": 1, "trillium": 1}' --labels='ray.io/accelerator-type=TPU-V6E,ray.io/tpu-pod-type=v6e-16,ray.io/tpu-slice-name=trillium,ray.io/tpu-topology=4x4,ray.io/tpu-worker-id=1,rayaccel.io/tpu-count=4,rayaccel.io/tpu-slice=trillium,rayaccel.io/tpu-type=TPU-V6E,rayaccel.io/tpu-vendor=google')"},
       // "tpu7x-8" is Ray's spelling for v7x-8.
       {"v4-host", Gke("tpu7x-8", "2x2x1", "0", "ironwood"),
-       R"(--resources='{"TPU": 4, "TPU-v7x-8-head": 1, "accelerator_type:TPU-V7X": 1, "ironwood": 1}' --labels='ray.io/accelerator-type=TPU-V7X,ray.io/tpu-pod-type=v7x-8,ray.io/tpu-slice-name=ironwood,ray.io/tpu-topology=2x2x1,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=4,rayaccel.io/tpu-type=TPU-V7X,rayaccel.io/tpu-vendor=google')"},
+       R"(--resources='{"TPU": 4, "TPU-v7x-8-head": 1, "accelerator_type:TPU-V7X": 1, "ironwood": 1}' --labels='ray.io/accelerator-type=TPU-V7X,ray.io/tpu-pod-type=v7x-8,ray.io/tpu-slice-name=ironwood,ray.io/tpu-topology=2x2x1,ray.io/tpu-worker-id=0,rayaccel.io/tpu-count=4,rayaccel.io/tpu-slice=ironwood,rayaccel.io/tpu-type=TPU-V7X,rayaccel.io/tpu-vendor=google')"},
       // No slice known (no GKE variables, no metadata): chips only, no type, as Ray.
       {"v4-host",
        {},
@@ -283,7 +283,8 @@ TEST(TpuPlugin, TheMetadataServerFillsWhatTheEnvironmentDoesNotSay) {
             "--resources='{\"1234567890123\": 1, \"TPU\": 4, \"accelerator_type:TPU-V4\": 1}' "
             "--labels='ray.io/accelerator-type=TPU-V4,ray.io/tpu-pod-type=v4-16,"
             "ray.io/tpu-slice-name=1234567890123,ray.io/tpu-topology=2x2x2,"
-            "ray.io/tpu-worker-id=1,rayaccel.io/tpu-count=4,rayaccel.io/tpu-type=TPU-V4,"
+            "ray.io/tpu-worker-id=1,rayaccel.io/tpu-count=4,"
+            "rayaccel.io/tpu-slice=1234567890123,rayaccel.io/tpu-type=TPU-V4,"
             "rayaccel.io/tpu-vendor=google'\n");
   EXPECT_TRUE(server.saw_flavor) << "every request carries Metadata-Flavor: Google";
   // The environment wins where it speaks: GKE's worker id and name, metadata for the rest.

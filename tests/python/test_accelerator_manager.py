@@ -151,53 +151,137 @@ def test_quantities_that_are_not_quantities(sim_h100):
         assert manager.validate_resource_request_quantity(good) == (True, None), good
 
 
-def test_install_puts_the_managers_in_rays_place(tmp_path):
-    """Against a stand-in for Ray's accelerators package with Ray's three entry points (Ray
-    itself cannot be installed here): after install(), Ray's lookups answer with rayaccel's
-    managers, which subclass Ray's AcceleratorManager."""
+# A stand-in for Ray's accelerators package (Ray itself cannot be installed here): Ray's
+# managers by name and resource, its three entry points, and the EC2 answers of nvidia_gpu.py
+# (GpuInfo.Gpus[0]) and neuron.py (its instance table), written from Ray's source.
+RAY_STAND_IN = """
+from ray._private.accelerators.accelerator import AcceleratorManager
+
+def _manager(name, resource, **methods):
+    methods["get_resource_name"] = staticmethod(lambda: resource)
+    methods["get_current_node_num_accelerators"] = staticmethod(lambda: 0)
+    return type(name, (AcceleratorManager,), methods)
+
+def _gpus(instance_type, instances):
+    if instance_type not in instances:
+        return None
+    return instances[instance_type].get("GpuInfo", {}).get("Gpus")
+
+NvidiaGPUAcceleratorManager = _manager(
+    "NvidiaGPUAcceleratorManager", "GPU",
+    get_ec2_instance_num_accelerators=staticmethod(
+        lambda t, i: _gpus(t, i)[0]["Count"] if _gpus(t, i) else None),
+    get_ec2_instance_accelerator_type=staticmethod(
+        lambda t, i: _gpus(t, i)[0]["Name"] if _gpus(t, i) else None))
+AMDGPUAcceleratorManager = _manager("AMDGPUAcceleratorManager", "GPU")
+IntelGPUAcceleratorManager = _manager("IntelGPUAcceleratorManager", "GPU")
+TPUAcceleratorManager = _manager("TPUAcceleratorManager", "TPU")
+HPUAcceleratorManager = _manager("HPUAcceleratorManager", "HPU")
+NPUAcceleratorManager = _manager("NPUAcceleratorManager", "NPU")
+RBLNAcceleratorManager = _manager("RBLNAcceleratorManager", "RBLN")
+NeuronAcceleratorManager = _manager(
+    "NeuronAcceleratorManager", "neuron_cores",
+    get_ec2_instance_num_accelerators=staticmethod(
+        lambda t, i: {"trn1.32xlarge": 32, "inf2.48xlarge": 24}.get(t.lower())))
+
+def get_all_accelerator_managers():
+    return {NvidiaGPUAcceleratorManager, AMDGPUAcceleratorManager, IntelGPUAcceleratorManager,
+            TPUAcceleratorManager, HPUAcceleratorManager, NPUAcceleratorManager,
+            RBLNAcceleratorManager, NeuronAcceleratorManager}
+
+def get_accelerator_manager_for_resource(resource_name):
+    try:
+        return get_accelerator_manager_for_resource._resource_name_to_accelerator_manager.get(
+            resource_name)
+    except AttributeError:
+        table = {m.get_resource_name(): m for m in get_all_accelerator_managers()}
+        table["GPU"] = NvidiaGPUAcceleratorManager  # no AMD or Intel GPU counted here
+        get_accelerator_manager_for_resource._resource_name_to_accelerator_manager = table
+        return table.get(resource_name)
+"""
+
+
+def stand_in_ray(tmp_path):
     pkg = tmp_path / "ray" / "_private" / "accelerators"
     pkg.mkdir(parents=True)
     (tmp_path / "ray" / "__init__.py").write_text("")
     (tmp_path / "ray" / "_private" / "__init__.py").write_text("")
-    (pkg / "accelerator.py").write_text("class AcceleratorManager:\n    pass\n")
-    (pkg / "__init__.py").write_text(textwrap.dedent("""
-        from ray._private.accelerators.accelerator import AcceleratorManager
-        class NvidiaGPUAcceleratorManager(AcceleratorManager):
+    (pkg / "accelerator.py").write_text(textwrap.dedent("""
+        class AcceleratorManager:
             @staticmethod
-            def get_resource_name():
-                return "GPU"
-        class NeuronAcceleratorManager(AcceleratorManager):
+            def get_ec2_instance_num_accelerators(instance_type, instances):
+                return None
             @staticmethod
-            def get_resource_name():
-                return "neuron_cores"
-        def get_all_accelerator_managers():
-            return {NvidiaGPUAcceleratorManager, NeuronAcceleratorManager}
-        def get_accelerator_manager_for_resource(resource_name):
-            try:
-                return get_accelerator_manager_for_resource._resource_name_to_accelerator_manager.get(resource_name)
-            except AttributeError:
-                table = {m.get_resource_name(): m for m in get_all_accelerator_managers()}
-                get_accelerator_manager_for_resource._resource_name_to_accelerator_manager = table
-                return table.get(resource_name)
+            def get_ec2_instance_accelerator_type(instance_type, instances):
+                return None
     """))
-    from conftest import BUILD, plugin, source
-    script = textwrap.dedent(f"""
+    (pkg / "__init__.py").write_text(RAY_STAND_IN)
+    from conftest import BUILD
+    return dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.path.join(BUILD, 'python')}")
+
+
+def run_with_ray(tmp_path, script):
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
+                         env=stand_in_ray(tmp_path), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_install_replaces_only_the_families_a_plugin_serves(tmp_path):
+    """After install(), Ray's lookups answer with rayaccel's GPU manager (the sim plugin
+    serves GPU); TPU, whose plugin runs but found no chip, and every family no plugin serves
+    keep Ray's own manager, the very class, unchanged."""
+    from conftest import plugin, source
+    gb200 = source("tests", "fixtures", "tpu", "gb200-host")
+    lines = run_with_ray(tmp_path, f"""
+        import rayaccel, rayaccel.ray
+        import ray._private.accelerators as acc
+        before = {{m: dict(vars(m)) for m in acc.get_all_accelerator_managers()}}
+        r = rayaccel.Registry(plugins=[{plugin("sim")!r}, {plugin("tpu")!r}],
+                              host_topology=False,
+                              config={{"sim.spec": {source("examples", "dgx-h100.json")!r},
+                                      "tpu.dev_root": {gb200 + "/dev"!r},
+                                      "tpu.sysfs_root": {gb200 + "/sys"!r},
+                                      "tpu.metadata": "off"}})
+        installed = rayaccel.ray.install(r)
+        assert rayaccel.ray.install(r) and len(installed) == 1  # again: the same answer
+        gpu = acc.get_accelerator_manager_for_resource("GPU")
+        print(gpu.__name__, issubclass(gpu, acc.AcceleratorManager))
+        print(sorted(m.__name__ for m in acc.get_all_accelerator_managers()))
+        for name in ("TPU", "HPU", "NPU", "RBLN", "neuron_cores"):
+            m = acc.get_accelerator_manager_for_resource(name)
+            assert m is getattr(acc, m.__name__) and dict(vars(m)) == before[m], name
+        print(gpu.get_current_node_num_accelerators(), gpu.get_current_node_accelerator_type())
+        r.close()
+    """)
+    assert lines == [
+        "RayaccelGPUAcceleratorManager True",
+        "['HPUAcceleratorManager', 'NPUAcceleratorManager', 'NeuronAcceleratorManager', "
+        "'RBLNAcceleratorManager', 'RayaccelGPUAcceleratorManager', 'TPUAcceleratorManager']",
+        "8 H100"], lines
+
+
+def test_ec2_answers_are_rays_own(tmp_path):
+    """Ray's autoscaler sizes AWS node types with get_ec2_instance_*: rayaccel's managers pass
+    on what Ray's own managers of the family say (nvidia_gpu.py reads GpuInfo; neuron.py its
+    instance table); without an answer, None."""
+    from conftest import plugin, source
+    lines = run_with_ray(tmp_path, f"""
         import rayaccel, rayaccel.ray
         import ray._private.accelerators as acc
         r = rayaccel.Registry(plugins=[{plugin("sim")!r}], host_topology=False,
                               config={{"sim.spec": {source("examples", "dgx-h100.json")!r}}})
         rayaccel.ray.install(r)
+        instances = {{"p4d.24xlarge": {{"GpuInfo": {{"Gpus": [
+            {{"Name": "A100", "Manufacturer": "NVIDIA", "Count": 8}}]}}}},
+            "m5.large": {{}}}}
         gpu = acc.get_accelerator_manager_for_resource("GPU")
-        print(gpu.__name__, issubclass(gpu, acc.AcceleratorManager))
-        print(sorted(m.__name__ for m in acc.get_all_accelerator_managers()))
-        print(gpu.get_current_node_num_accelerators(), gpu.get_current_node_accelerator_type())
+        print(gpu.get_ec2_instance_num_accelerators("p4d.24xlarge", instances),
+              gpu.get_ec2_instance_accelerator_type("p4d.24xlarge", instances))
+        print(gpu.get_ec2_instance_num_accelerators("m5.large", instances),
+              gpu.get_ec2_instance_accelerator_type("x1.unknown", instances))
+        neuron = rayaccel.ray.accelerator_manager("neuron_cores", r)
+        print(neuron.get_ec2_instance_num_accelerators("trn1.32xlarge", {{}}))
         r.close()
     """)
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.path.join(BUILD, 'python')}")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
-        "RayaccelGPUAcceleratorManager True",
-        "['NeuronAcceleratorManager', 'RayaccelGPUAcceleratorManager']",
-        "8 H100"], out.stdout
+    assert lines == ["8 A100", "None None", "32"], lines

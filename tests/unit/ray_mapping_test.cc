@@ -93,6 +93,69 @@ TEST(MapToRay, GpuDomainWhenOneNvlinkDomainHoldsEveryGpu) {
   EXPECT_EQ(MapToRay(s).view.labels.count("ray.io/gpu-domain"), 0u);
 }
 
+TEST(MapToRay, EachTopologyLevelIsALabelOfItsOwn) {
+  NodeSnapshot s;
+  s.plugins = {Plugin("cuda", "GPU", "nvidia"), Plugin("tpu", "TPU", "google"),
+               Plugin("gaudi", "HPU", "intel")};
+  for (int i = 0; i < 2; ++i) s.devices.push_back(Gpu("cuda", "GPU-" + std::to_string(i), "GB200"));
+  for (int i = 0; i < 2; ++i) s.devices.push_back(Gpu("tpu", "chip" + std::to_string(i), "TPU-V4"));
+  s.devices.push_back(Gpu("gaudi", "hpu0", "Intel-GAUDI2"));
+  s.domains = {Domain{"cuda", "nvlink", "cluster-1.7", {0, 1}},
+               Domain{"tpu", "tpu-slice", "my-slice", {2, 3}},
+               Domain{"gaudi", "rack", "r12", {4}}};
+  RayMapping m = MapToRay(s);
+  EXPECT_EQ(m.view.labels.at("ray.io/gpu-domain"), "cluster-1.7");
+  EXPECT_EQ(m.view.labels.at("rayaccel.io/nvlink-domain"), "cluster-1.7");
+  EXPECT_EQ(m.view.labels.at("rayaccel.io/tpu-slice"), "my-slice");
+  EXPECT_EQ(m.view.labels.at("rayaccel.io/rack"), "r12");
+  EXPECT_EQ(m.view.labels.count("rayaccel.io/xgmi-hive"), 0u);
+
+  // An xGMI hive holding every counted AMD GPU; a sick one outside it does not matter.
+  NodeSnapshot amd;
+  amd.plugins = {Plugin("rocm", "GPU", "amd")};
+  for (int i = 0; i < 3; ++i) amd.devices.push_back(Gpu("rocm", "amd" + std::to_string(i), "X"));
+  amd.devices[2].health = Health::kUnhealthy;
+  amd.domains = {Domain{"rocm", "xgmi", "0x1b2c3d4e5f607182", {0, 1}}};
+  EXPECT_EQ(MapToRay(amd).view.labels.at("rayaccel.io/xgmi-hive"), "0x1b2c3d4e5f607182");
+  EXPECT_EQ(MapToRay(amd).view.labels.count("ray.io/gpu-domain"), 0u);  // NVLink's only
+  // Two hives: the node is in neither as a whole.
+  amd.devices[2].health = Health::kHealthy;
+  amd.domains.push_back(Domain{"rocm", "xgmi", "0x2", {2}});
+  EXPECT_EQ(MapToRay(amd).view.labels.count("rayaccel.io/xgmi-hive"), 0u);
+
+  // Two plugins that disagree on the rack: the first keeps it, the second is told.
+  s.domains.push_back(Domain{"cuda", "rack", "r13", {0, 1}});
+  m = MapToRay(s);
+  EXPECT_EQ(m.view.labels.at("rayaccel.io/rack"), "r13");  // cuda comes first (GPU < HPU)
+  ASSERT_EQ(m.notes["gaudi"].size(), 1u);
+  EXPECT_NE(m.notes["gaudi"][0].find("rayaccel.io/rack is \"r13\""), std::string::npos);
+  // An id that is no label value is noted, never published.
+  s.domains[0].id = "not a label value";
+  m = MapToRay(s);
+  EXPECT_EQ(m.view.labels.count("ray.io/gpu-domain"), 0u);
+  EXPECT_EQ(m.view.labels.count("rayaccel.io/nvlink-domain"), 0u);
+  EXPECT_FALSE(m.notes["cuda"].empty());
+}
+
+TEST(MapToRay, CountedFamiliesAreWhatRayIsGiven) {
+  NodeSnapshot s;
+  s.plugins = {Plugin("cuda", "GPU", "nvidia"), Plugin("rocm", "GPU", "amd"),
+               Plugin("gaudi", "HPU", "intel")};
+  s.plugins[0].visible_devices_env = "CUDA_VISIBLE_DEVICES";
+  s.plugins[2].visible_devices_env = "HABANA_VISIBLE_MODULES";
+  s.devices = {Gpu("cuda", "GPU-0", "H100"), Gpu("cuda", "GPU-1", "H100", Health::kUnhealthy),
+               Gpu("cuda", "GPU-2", "H100"), Gpu("rocm", "amd-0", "X"),
+               Gpu("gaudi", "hpu0", "G", Health::kUnhealthy)};
+  std::vector<CountedFamily> families = CountedFamilies(s);
+  ASSERT_EQ(families.size(), 2u);
+  EXPECT_EQ(families[0].resource, "GPU");
+  EXPECT_EQ(families[0].plugin, "cuda");  // rocm's GPU is not given to Ray
+  EXPECT_EQ(families[0].visible_devices_env, "CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(families[0].device_ids, (std::vector<std::string>{"GPU-0", "GPU-2"}));
+  EXPECT_EQ(families[1].resource, "HPU");  // listed, none counted: an empty set
+  EXPECT_TRUE(families[1].device_ids.empty());
+}
+
 TEST(MapToRay, TpuSliceAndHeadResources) {
   NodeSnapshot s;
   s.plugins = {Plugin("tpu", "TPU", "google")};
