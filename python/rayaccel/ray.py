@@ -263,12 +263,13 @@ def _rays_managers(resource: str, first: Optional[str]) -> list:
     return sorted(theirs, key=lambda m: (m.__name__ != first, m.__name__))
 
 
-def _rays_ec2_answer(resource: str, variable, method: str, instance_type: str,
+def _rays_ec2_answer(resource: str, current_variable, method: str, instance_type: str,
                      instances: dict):
-    """The first answer of Ray's own managers of the family (None without Ray)."""
+    """The first answer of Ray's own managers of the family (None without Ray), the manager
+    this node's plugin stands in for asked first."""
     family = rules.FAMILIES.get((resource, rules.DEFAULT_VARIABLES.get(resource, "")))
     try:
-        family = variable()[1] or family
+        family = current_variable()[1] or family
     except Exception:  # the node's variables say nothing about EC2's catalogue
         pass
     for manager in _rays_managers(resource, family.manager if family else None):

@@ -205,6 +205,8 @@ TEST(Capture, AnonymizedBundlesLineUpWithoutTheOriginalIds) {
                                absl::StrContains(path, "serial") ||
                                absl::StrContains(path, "unique_id") ||
                                absl::EndsWith(path, "ray.io/gpu-domain") ||
+                               absl::EndsWith(path, "rayaccel.io/nvlink-domain") ||
+                               absl::EndsWith(path, "rayaccel.io/xgmi-hive") ||
                                absl::EndsWith(path, "nvidia.com/gpu.clique");
       EXPECT_TRUE(identifying) << path << " changed";
     }
