@@ -693,9 +693,9 @@ int Run(int argc, char** argv) {
     PrepareAllocationFn prepare = [&](const std::vector<std::string>& ids, uint64_t generation) {
 #if RAYACCEL_CLI_RPC
       if (!args.agent.empty()) {
-        return PrepareAllocationAt({args.agent, args.server.token_file, args.tls_ca_file,
-                                    args.server.allow_insecure_tcp},
-                                   ids, generation);
+        return PrepareAllocationAt(
+            {args.agent, args.server.token_file, args.tls_ca_file, args.server.allow_insecure_tcp},
+            ids, generation);
       }
 #endif
       return (*registry)->PrepareAllocation(ids, generation);

@@ -223,16 +223,14 @@ RayMapping MapToRay(const NodeSnapshot& snapshot) {
   };
   auto label_domain = [&](const std::string& key, const Domain& dom) {
     if (!CheckLabelValue(dom.id).ok()) {
-      out.notes[dom.plugin].push_back(absl::StrCat(dom.kind, " domain id \"", dom.id,
-                                                   "\" is not a valid label value; ", key,
-                                                   " not set"));
+      out.notes[dom.plugin].push_back(absl::StrCat(
+          dom.kind, " domain id \"", dom.id, "\" is not a valid label value; ", key, " not set"));
       return;
     }
     auto [it, inserted] = ray.labels.emplace(key, dom.id);
     if (!inserted && it->second != dom.id) {
-      out.notes[dom.plugin].push_back(absl::StrCat(key, " is \"", it->second,
-                                                   "\" by another plugin; this one's \"",
-                                                   dom.id, "\" not set"));
+      out.notes[dom.plugin].push_back(absl::StrCat(
+          key, " is \"", it->second, "\" by another plugin; this one's \"", dom.id, "\" not set"));
     }
   };
   if (auto gpu = owner.find("GPU"); gpu != owner.end()) {

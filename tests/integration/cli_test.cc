@@ -101,9 +101,9 @@ TEST(Cli, ResourcesAndRayStartArgs) {
 TEST(Cli, RayStartEnvironmentLeavesOutSickDevices) {
   const std::string dir = testing::MakeTempDir("cli-env");
   std::ifstream in(Example("dgx-h100.json"));
-  const std::string healthy((std::istreambuf_iterator<char>(in)),
-                            std::istreambuf_iterator<char>());
-  CommandResult r = Cli({"ray-start-args", "--env", "--config", "sim.spec=" + Example("dgx-h100.json")});
+  const std::string healthy((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CommandResult r =
+      Cli({"ray-start-args", "--env", "--config", "sim.spec=" + Example("dgx-h100.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "CUDA_VISIBLE_DEVICES='0,1,2,3,4,5,6,7'\n");
 

@@ -101,8 +101,7 @@ TEST(MapToRay, EachTopologyLevelIsALabelOfItsOwn) {
   for (int i = 0; i < 2; ++i) s.devices.push_back(Gpu("tpu", "chip" + std::to_string(i), "TPU-V4"));
   s.devices.push_back(Gpu("gaudi", "hpu0", "Intel-GAUDI2"));
   s.domains = {Domain{"cuda", "nvlink", "cluster-1.7", {0, 1}},
-               Domain{"tpu", "tpu-slice", "my-slice", {2, 3}},
-               Domain{"gaudi", "rack", "r12", {4}}};
+               Domain{"tpu", "tpu-slice", "my-slice", {2, 3}}, Domain{"gaudi", "rack", "r12", {4}}};
   RayMapping m = MapToRay(s);
   EXPECT_EQ(m.view.labels.at("ray.io/gpu-domain"), "cluster-1.7");
   EXPECT_EQ(m.view.labels.at("rayaccel.io/nvlink-domain"), "cluster-1.7");
