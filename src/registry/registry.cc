@@ -486,15 +486,7 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
   // can know about the machine it runs on. A plugin named "node" keeps its own configuration.
   void LoadNodeConfig(const PluginConfig& file_config, const std::set<std::string>& plugins) {
     if (plugins.count(kNodeConfig) > 0) return;
-    std::map<std::string, std::string> config;
-    if (auto it = file_config.find(kNodeConfig); it != file_config.end()) config = it->second;
-    if (options_.use_environment) {
-      for (auto& [k, v] : EnvironmentConfig(kNodeConfig, environment_)) config[k] = v;
-    }
-    if (auto it = options_.config.find(kNodeConfig); it != options_.config.end()) {
-      for (auto& [k, v] : it->second) config[k] = v;
-    }
-    for (const auto& [key, value] : config) {
+    for (const auto& [key, value] : ConfigOf(kNodeConfig, file_config)) {
       if (key != "rack") {
         Log().warn("node.{}: not a node setting (node.rack is); ignored", key);
       } else if (absl::Status st = CheckLabelValue(value); !st.ok()) {
@@ -1101,8 +1093,9 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     return out;
   }
 
-  void Initialize(Slot* slot, const PluginConfig& file_config) {
-    const std::string& name = slot->plugin->name();
+  // What `name` is configured with: the config file, then the environment, then the options.
+  std::map<std::string, std::string> ConfigOf(const std::string& name,
+                                              const PluginConfig& file_config) const {
     std::map<std::string, std::string> config;
     if (auto it = file_config.find(name); it != file_config.end()) config = it->second;
     if (options_.use_environment) {
@@ -1111,6 +1104,12 @@ class Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
     if (auto it = options_.config.find(name); it != options_.config.end()) {
       for (auto& [k, v] : it->second) config[k] = v;
     }
+    return config;
+  }
+
+  void Initialize(Slot* slot, const PluginConfig& file_config) {
+    const std::string& name = slot->plugin->name();
+    std::map<std::string, std::string> config = ConfigOf(name, file_config);
     for (auto& [k, v] : options_.sole_plugin_config) config[k] = v;  // one plugin: checked
     PluginStatus& status = slot->status;
     auto fail = [&](const std::string& why) {
