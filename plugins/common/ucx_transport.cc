@@ -327,6 +327,11 @@ struct rayaccel_request {
   std::string why;
   std::string header;   // the wire header, alive until UCX is done with it
   std::string payload;  // a notification's bytes, likewise
+  // Device memory UCX cannot reach: the bytes travel through this host copy, copied from the
+  // device before a write goes out and to it once a read has landed.
+  bool staged = false;
+  uint32_t device = 0;
+  std::vector<char> staging;
 };
 
 struct rayaccel_memory_region {
@@ -337,6 +342,11 @@ struct rayaccel_memory_region {
   ucp_mem_h memh[2] = {nullptr, nullptr};  // per fabric
   int allocated_by = -1;                   // the fabric whose mapping owns the memory
   std::string descriptor;
+  // Device memory the plugin's driver copies through host memory (DeviceMemoryOps): no UCX
+  // mapping; `owned` when the driver allocated it for us.
+  bool staged = false;
+  bool owned = false;
+  uint32_t device = 0;
 };
 
 namespace rayaccel::plugin::ucx {
@@ -603,12 +613,22 @@ void TransferSent(void* ucx_request, ucs_status_t status, void* user_data) {
   MaybeFree(r);
 }
 
+// A read's bytes have arrived: done, once a staged read has copied them to the device.
+void LandRead(Request* r) {
+  if (!r->staged) return Complete(r, RAYACCEL_STATUS_OK);
+  std::string why;
+  rayaccel_status st = r->endpoint->options.device_ops->FromHost(r->local, r->staging.data(),
+                                                                 r->length, r->device, &why);
+  std::vector<char>().swap(r->staging);
+  Complete(r, st, st == RAYACCEL_STATUS_OK ? "" : "to device memory: " + why);
+}
+
 void ReadReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, void* user_data) {
   auto* r = static_cast<Request*>(user_data);
   Lib().ucp_request_free(ucx_request);
   r->ucx--;
   if (status == UCS_OK) {
-    Complete(r, RAYACCEL_STATUS_OK);
+    LandRead(r);
   } else {
     Complete(r, FromUcs(status), "the read's bytes did not arrive: " + StatusText(status));
   }
@@ -720,6 +740,11 @@ unsigned ProgressWorkers(Ep* ep) {
 // Unmaps a region from every fabric; the one that allocated its memory last, since that frees
 // it.
 void UnmapRegion(Ep* ep, Region* region) {
+  if (region->staged) {
+    if (region->owned) ep->options.device_ops->Free(region->base, region->device);
+    region->owned = false;
+    return;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (Ep::Fabric& f : ep->fabrics) {
       ucp_mem_h& memh = region->memh[f.index];
@@ -924,6 +949,10 @@ struct Serve {
   uint64_t token, id, region;
   bool write;
   std::string header;
+  // A staged device region: the bytes' host copy, and (a write) where they go on the device.
+  std::vector<char> staging;
+  void* device_at = nullptr;
+  uint32_t device = 0;
 };
 
 void EndServe(Serve* s, ucs_status_t status) {
@@ -948,13 +977,22 @@ void ServeSent(void* request, ucs_status_t status, void* user_data) {
 
 void ServeReceived(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
   Lib().ucp_request_free(request);
-  EndServe(static_cast<Serve*>(user_data), status);
+  auto* s = static_cast<Serve*>(user_data);
+  if (status == UCS_OK && s->device_at != nullptr) {
+    std::string why;
+    if (s->ep->options.device_ops->FromHost(s->device_at, s->staging.data(), s->staging.size(),
+                                            s->device, &why) != RAYACCEL_STATUS_OK) {
+      LogTo(s->ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
+      status = UCS_ERR_IO_ERROR;
+    }
+  }
+  EndServe(s, status);
 }
 
 Serve* StartServe(Ep* ep, Peer* p, uint64_t token, uint64_t id, uint64_t region, bool write) {
   ep->serving[region]++;
   p->serving++;
-  return new Serve{ep, token, id, region, write, {}};
+  return new Serve{ep, token, id, region, write, {}, {}, nullptr, 0};
 }
 
 // Sends the reads validated in the handler: the region's bytes, or the status alone.
@@ -973,17 +1011,33 @@ void ServeGets(Ep* ep) {
       SendMessage(data, kGetReply, ReplyHeader(g.token, g.id, status), {});
       continue;
     }
+    const char* from = static_cast<char*>(region->base) + g.offset;
+    std::vector<char> staging;
+    if (region->staged) {
+      // Only the range asked for leaves the device, into host memory of this read's own.
+      staging.resize(g.length);
+      std::string why;
+      if (ep->options.device_ops->ToHost(staging.data(), from, g.length, region->device, &why) !=
+          RAYACCEL_STATUS_OK) {
+        LogTo(ep, RAYACCEL_LOG_WARN, "a read of device memory failed: " + why);
+        SendMessage(data, kGetReply, ReplyHeader(g.token, g.id, RAYACCEL_STATUS_INTERNAL), {});
+        continue;
+      }
+      from = staging.data();
+    }
     Serve* s = StartServe(ep, p, g.token, g.id, g.region, /*write=*/false);
     s->header = ReplyHeader(g.token, g.id, RAYACCEL_STATUS_OK);
+    s->staging = std::move(staging);
     ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = ServeSent;
     param.user_data = s;
-    param.memh = region->memh[p->link->fabric];
-    ucs_status_ptr_t r =
-        Lib().ucp_am_send_nbx(data, kGetReply, s->header.data(), s->header.size(),
-                              static_cast<char*>(region->base) + g.offset, g.length, &param);
+    if (!region->staged) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = region->memh[p->link->fabric];
+    }
+    ucs_status_ptr_t r = Lib().ucp_am_send_nbx(data, kGetReply, s->header.data(), s->header.size(),
+                                               from, g.length, &param);
     if (r == nullptr || UCS_PTR_IS_ERR(r)) {
       EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
     }
@@ -1009,17 +1063,35 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
   }
   void* at = static_cast<char*>(target->base) + offset;
   if (!rndv) {
-    std::memcpy(at, data, length);
-    ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, RAYACCEL_STATUS_OK)});
+    status = RAYACCEL_STATUS_OK;
+    if (target->staged) {
+      std::string why;
+      status = ep->options.device_ops->FromHost(at, data, length, target->device, &why);
+      if (status != RAYACCEL_STATUS_OK) {
+        LogTo(ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
+        status = RAYACCEL_STATUS_INTERNAL;
+      }
+    } else {
+      std::memcpy(at, data, length);
+    }
+    ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, status)});
     return;
   }
   Serve* s = StartServe(ep, p, token, id, region, /*write=*/true);
   ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.recv_am = ServeReceived;
   param.user_data = s;
-  param.memh = target->memh[fabric->index];
+  if (target->staged) {
+    // Lands in host memory first; ServeReceived copies it to the device.
+    s->staging.resize(length);
+    s->device_at = at;
+    s->device = target->device;
+    at = s->staging.data();
+  } else {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = target->memh[fabric->index];
+  }
   ucs_status_ptr_t r = Lib().ucp_am_recv_data_nbx(fabric->worker, data, at, length, &param);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
 }
@@ -1241,20 +1313,33 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
         return UCS_OK;
       }
       if (!rndv) {
-        std::memcpy(r->local, data, length);
-        Complete(r, RAYACCEL_STATUS_OK);
+        if (r->staged) {
+          std::string why;
+          rayaccel_status st =
+              ep->options.device_ops->FromHost(r->local, data, length, r->device, &why);
+          Complete(r, st, st == RAYACCEL_STATUS_OK ? "" : "to device memory: " + why);
+        } else {
+          std::memcpy(r->local, data, length);
+          Complete(r, RAYACCEL_STATUS_OK);
+        }
         MaybeFree(r);
         return UCS_OK;
       }
       ucp_request_param_t p{};
-      p.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.recv_am = ReadReceived;
       p.user_data = r;
-      p.memh = r->memh;
-      ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(fabric->worker, data, r->local, length, &p);
+      void* into = r->local;
+      if (r->staged) {
+        r->staging.resize(length);
+        into = r->staging.data();
+      } else {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = r->memh;
+      }
+      ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(fabric->worker, data, into, length, &p);
       if (got == nullptr) {
-        Complete(r, RAYACCEL_STATUS_OK);
+        LandRead(r);
       } else if (UCS_PTR_IS_ERR(got)) {
         Complete(r, FromUcs(UCS_PTR_STATUS(got)),
                  "the read's bytes did not arrive: " + StatusText(UCS_PTR_STATUS(got)));
@@ -1612,6 +1697,44 @@ const char* DeviceMemoryName(DeviceMemory m) {
   return m == DeviceMemory::kCuda ? "CUDA" : m == DeviceMemory::kRocm ? "ROCm" : "device";
 }
 
+// Gives `region` its id and descriptor and puts it among the endpoint's live regions. mu held.
+void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region> region) {
+  region->id = ep->next_region_id++;
+  region->base = args->address;
+  region->length = args->length;
+  // Names the region, nothing more: the owner checks every transfer against its own record
+  // of the region, so the bytes grant nothing a forger could widen.
+  Writer w;
+  w.U32(kDescriptorMagic).U16(kWireVersion).U16(0);
+  w.U64(ep->uuid).U64(region->id).U64(args->length);
+  region->descriptor = std::move(w.str());
+  ep->regions[region->id] = region.get();
+  args->region = region.release();
+}
+
+// Device memory UCX cannot reach, which the plugin's driver copies through host memory: the
+// driver checks (or allocates) it; transfers stage it (docs/transport.md, "Device memory").
+rayaccel_status RegisterStaged(Ep* ep, rayaccel_register_args* args, bool allocate,
+                               rayaccel_error* error) {
+  DeviceMemoryOps* ops = ep->options.device_ops;
+  std::string why;
+  rayaccel_status st = allocate
+                           ? ops->Allocate(args->device_index, args->length, &args->address, &why)
+                           : ops->Check(args->address, args->length, args->device_index, &why);
+  if (st != RAYACCEL_STATUS_OK) {
+    if (allocate) args->address = nullptr;
+    return Fail(error, st, why);
+  }
+  auto region = std::make_unique<Region>();
+  region->endpoint = ep;
+  region->staged = true;
+  region->owned = allocate;
+  region->device = args->device_index;
+  std::lock_guard<std::mutex> lock(ep->mu);
+  Publish(ep, args, std::move(region));
+  return RAYACCEL_STATUS_OK;
+}
+
 rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* error) {
   const bool allocate = args != nullptr && (args->flags & RAYACCEL_REGISTER_ALLOCATE) != 0;
   if (args == nullptr || args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_register_args, region) ||
@@ -1630,6 +1753,7 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
                     "this plugin's devices have no memory the transport can reach");
       }
       if ((ep->memory_types & (uint64_t{1} << type)) == 0) {
+        if (ep->options.device_ops != nullptr) return RegisterStaged(ep, args, allocate, error);
         return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
                     std::string("UCX on this host was built without ") +
                         DeviceMemoryName(ep->options.device_memory) +
@@ -1667,17 +1791,7 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
         return FailUcs(error, "ucp_mem_map", s);
       }
     }
-    region->id = ep->next_region_id++;
-    region->base = args->address;
-    region->length = args->length;
-    // Names the region, nothing more: the owner checks every transfer against its own record
-    // of the region, so the bytes grant nothing a forger could widen.
-    Writer w;
-    w.U32(kDescriptorMagic).U16(kWireVersion).U16(0);
-    w.U64(ep->uuid).U64(region->id).U64(args->length);
-    region->descriptor = std::move(w.str());
-    ep->regions[region->id] = region.get();
-    args->region = region.release();
+    Publish(ep, args, std::move(region));
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -1872,17 +1986,33 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       return Fail(error, RAYACCEL_STATUS_PEER_LOST, "the connection has no data path");
     }
     const int fabric = c->link->fabric;
-    auto* r = new Request();
+    auto owned = std::make_unique<Request>();
+    Request* r = owned.get();
     r->endpoint = ep;
     r->connection = c;
     r->kind = a->op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
-    r->id = c->next_id++;
     r->local = static_cast<char*>(a->local->base) + a->local_offset;
     r->length = a->length;
     r->memh = a->local->memh[fabric];
+    r->staged = a->local->staged;
+    r->device = a->local->device;
+    const void* send_from = r->local;
+    if (r->staged && r->kind == Request::Kind::kWrite) {
+      // The bytes leave the device before the write goes out.
+      r->staging.resize(a->length);
+      std::string why;
+      if (rayaccel_status st = ep->options.device_ops->ToHost(r->staging.data(), r->local,
+                                                              a->length, r->device, &why);
+          st != RAYACCEL_STATUS_OK) {
+        return Fail(error, st, "from device memory: " + why);
+      }
+      send_from = r->staging.data();
+    }
+    r->id = c->next_id++;
     Writer w;
     w.U64(c->token).U64(r->id).U64(remote.id).U64(a->remote_offset).U64(a->length);
     r->header = std::move(w.str());
+    owned.release();  // the endpoint's from here: freed by poll, abandon or close
     ep->requests[r] = true;
     c->transfers[r->id] = r;
     ucp_request_param_t p{};
@@ -1896,10 +2026,12 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(),
                                       nullptr, 0, &p);
     } else {
-      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      p.memh = a->local->memh[fabric];
+      if (!r->staged) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = a->local->memh[fabric];
+      }
       started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
-                                      r->local, r->length, &p);
+                                      send_from, r->length, &p);
     }
     if (!Started(r, started, "transfer")) {
       rayaccel_status s = r->status;

@@ -1,7 +1,8 @@
 // The CUDA plugin: NVIDIA GPUs through NVML, loaded at run time with dlopen (config key
 // `nvml_library`, default libnvidia-ml.so.1), so it builds without the CUDA toolkit and loads
 // on hosts without a driver, reporting zero devices with the reason.
-// Config keys: nvml_library; visible_devices_by = index (default, what Ray sets) | uuid.
+// Config keys: nvml_library; visible_devices_by = index (default, what Ray sets) | uuid;
+// cuda_library (default libcuda.so.1): the driver the transport copies device memory with.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/plugin_util.h"
 #include "common/sysfs.h"
 #include "common/ucx_transport.h"
+#include "cuda/cuda_memory.h"
 #include "cuda/nvml.h"
 
 namespace rayaccel::cuda {
@@ -265,6 +267,9 @@ std::string RecoveryActionText(int action) {
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string library;
+  // Device memory for the transport, through the CUDA driver (loaded on first use).
+  std::unique_ptr<rayaccel::cuda::CudaMemory> memory;
+  rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
   bool by_uuid = false;
   std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
   // Faults learned from events, by GPU UUID: kept across rescans (guarded by mu).
@@ -288,11 +293,31 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 
+void Scan(rayaccel_plugin_instance* self);
+
+// The GPUs whose memory the transport copies, by the plugin's index: the ones NVML reads now.
+// MIG instances are not among them (CUDA addresses their memory through the parent's context
+// only from a process that sees the instance alone). mu held.
+std::map<uint32_t, std::string> CopiedGpus(const rayaccel_plugin_instance* self) {
+  std::map<uint32_t, std::string> out;
+  for (const Gpu& g : self->gpus) {
+    if (!g.vanished && g.lost.empty()) out[g.index] = g.pci_bus_id;
+  }
+  return out;
+}
+
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
   return plugin::Guard(error, [&] {
     auto self = std::make_unique<rayaccel_plugin_instance>();
     self->host = args->host;
     self->library = plugin::ConfigValue(args, "nvml_library", "libnvidia-ml.so.1");
+    rayaccel_plugin_instance* instance = self.get();
+    self->memory = std::make_unique<CudaMemory>(
+        plugin::ConfigValue(args, "cuda_library", "libcuda.so.1"), [instance] {
+          std::lock_guard<std::mutex> lock(instance->mu);
+          if (instance->ready) Scan(instance);
+          return CopiedGpus(instance);
+        });
     std::string by = plugin::ConfigValue(args, "visible_devices_by", "index");
     if (by != "index" && by != "uuid") {
       return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
@@ -493,6 +518,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       return RAYACCEL_STATUS_OK;
     }
     Scan(self);
+    self->memory->SetDevices(CopiedGpus(self));
     if (self->gpus.empty())
       plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: NVML sees no GPU");
     for (const Gpu& g : self->gpus) {

@@ -1,0 +1,203 @@
+// Device memory through the transport: the CUDA plugin over the fake NVML and the fake CUDA
+// driver (tests/fixtures/fake-cuda). Debian's UCX has no CUDA support, so the UCX helper stages
+// device memory through host memory with the plugin's driver calls: these tests run that path
+// on real UCX between two endpoints, and the driver's refusals.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rayaccel/transport.h"
+#include "support/test_support.h"
+
+namespace rayaccel {
+namespace {
+
+using ::rayaccel::testing::ScopedEnv;
+
+// The fake driver, as a program of its own would use it: to fill device memory and read it
+// back, and to allocate memory the transport did not.
+struct Driver {
+  using CUresult = int;
+  void* handle = nullptr;
+  CUresult (*Init)(unsigned) = nullptr;
+  CUresult (*Retain)(void**, int) = nullptr;
+  CUresult (*Push)(void*) = nullptr;
+  CUresult (*Pop)(void**) = nullptr;
+  CUresult (*Alloc)(unsigned long long*, size_t) = nullptr;
+  CUresult (*Free)(unsigned long long) = nullptr;
+  CUresult (*HtoD)(unsigned long long, const void*, size_t) = nullptr;
+  CUresult (*DtoH)(void*, unsigned long long, size_t) = nullptr;
+
+  bool Load() {
+    handle = dlopen(RAYACCEL_FAKE_CUDA, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) return false;
+    auto get = [&](const char* name, auto* out) {
+      *out = reinterpret_cast<std::remove_pointer_t<decltype(out)>>(dlsym(handle, name));
+      return *out != nullptr;
+    };
+    return get("cuInit", &Init) && get("cuDevicePrimaryCtxRetain", &Retain) &&
+           get("cuCtxPushCurrent_v2", &Push) && get("cuCtxPopCurrent_v2", &Pop) &&
+           get("cuMemAlloc_v2", &Alloc) && get("cuMemFree_v2", &Free) &&
+           get("cuMemcpyHtoD_v2", &HtoD) && get("cuMemcpyDtoH_v2", &DtoH) && Init(0) == 0;
+  }
+  // Runs `f` with CUDA device `ordinal`'s primary context current.
+  template <typename F>
+  CUresult On(int ordinal, F f) {
+    void* ctx = nullptr;
+    if (CUresult r = Retain(&ctx, ordinal); r != 0) return r;
+    Push(ctx);
+    CUresult r = f();
+    Pop(&ctx);
+    return r;
+  }
+  void Upload(void* device, const std::vector<char>& bytes) {
+    ASSERT_EQ(
+        On(0,
+           [&] { return HtoD(reinterpret_cast<uintptr_t>(device), bytes.data(), bytes.size()); }),
+        0);
+  }
+  std::vector<char> Download(const void* device, size_t n) {
+    std::vector<char> out(n);
+    EXPECT_EQ(On(0, [&] { return DtoH(out.data(), reinterpret_cast<uintptr_t>(device), n); }), 0);
+    return out;
+  }
+};
+
+std::vector<char> Pattern(size_t size, char seed) {
+  std::vector<char> v(size);
+  for (size_t i = 0; i < size; ++i) v[i] = static_cast<char>(seed + i * 13 + (i >> 11));
+  return v;
+}
+
+absl::Status Done(absl::StatusOr<Request> r) {
+  if (!r.ok()) return r.status();
+  return r->Wait(absl::Now() + absl::Seconds(20));
+}
+
+class CudaDeviceMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = std::make_unique<ScopedEnv>("FAKE_NVML_FIXTURE",
+                                       RAYACCEL_FIXTURES_DIR "/fake-nvml/dgx-h100.json");
+    ASSERT_TRUE(driver_.Load()) << dlerror();
+    owner_ = Open();
+    reader_ = Open();
+    ASSERT_NE(owner_, nullptr);
+    ASSERT_NE(reader_, nullptr);
+  }
+  static std::unique_ptr<Transport> Open() {
+    TransportOptions o;
+    o.plugin = "cuda";
+    o.search_path = {RAYACCEL_PLUGIN_DIR};
+    o.config = {{"nvml_library", RAYACCEL_FAKE_NVML}, {"cuda_library", RAYACCEL_FAKE_CUDA}};
+    absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *std::move(t) : nullptr;
+  }
+  std::unique_ptr<ScopedEnv> env_;
+  Driver driver_;
+  std::unique_ptr<Transport> owner_, reader_;
+};
+
+// Every pairing of host and device memory, read and written, small (one eager message) and
+// large (rendezvous), lands byte for byte.
+TEST_F(CudaDeviceMemory, DeviceToDeviceAndEveryMixMoveTheBytes) {
+  for (size_t size : {size_t{8}, size_t{4} << 20}) {
+    SCOPED_TRACE(size);
+    auto remote_dev = owner_->Allocate(size, MemoryKind::kDevice, 2);
+    auto local_dev = reader_->Allocate(size, MemoryKind::kDevice, 5);
+    ASSERT_TRUE(remote_dev.ok()) << remote_dev.status();
+    ASSERT_TRUE(local_dev.ok()) << local_dev.status();
+    std::vector<char> remote_host(size), local_host(size);
+    auto remote_host_region = owner_->Register(remote_host.data(), size);
+    auto local_host_region = reader_->Register(local_host.data(), size);
+    ASSERT_TRUE(remote_host_region.ok() && local_host_region.ok());
+    const std::vector<char> want = Pattern(size, 3);
+    driver_.Upload(remote_dev->data, want);
+    auto conn = reader_->Connect(owner_->address());
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    const std::string dev_desc = *owner_->Describe(remote_dev->region);
+    const std::string host_desc = *owner_->Describe(*remote_host_region);
+
+    // Device to device, and device to host.
+    ASSERT_TRUE(Done(reader_->Read(*conn, local_dev->region, 0, dev_desc, 0, size)).ok());
+    EXPECT_EQ(driver_.Download(local_dev->data, size), want);
+    ASSERT_TRUE(Done(reader_->Read(*conn, *local_host_region, 0, dev_desc, 0, size)).ok());
+    EXPECT_EQ(local_host, want);
+
+    // Host to device, read and written; device to device written, at an offset.
+    // Into the registered buffers themselves (assigning a new vector would move them away).
+    const std::vector<char> remote_want = Pattern(size, 41);
+    std::copy(remote_want.begin(), remote_want.end(), remote_host.begin());
+    ASSERT_TRUE(Done(reader_->Read(*conn, local_dev->region, 0, host_desc, 0, size)).ok());
+    EXPECT_EQ(driver_.Download(local_dev->data, size), remote_host);
+    const std::vector<char> local_want = Pattern(size, 77);
+    std::copy(local_want.begin(), local_want.end(), local_host.begin());
+    ASSERT_TRUE(Done(reader_->Write(*conn, *local_host_region, 0, dev_desc, 0, size)).ok());
+    EXPECT_EQ(driver_.Download(remote_dev->data, size), local_host);
+    const std::vector<char> tail = Pattern(size / 2, 101);
+    driver_.Upload(local_dev->data, Pattern(size, 101));
+    ASSERT_TRUE(
+        Done(reader_->Write(*conn, local_dev->region, 0, dev_desc, size / 2, size / 2)).ok());
+    std::vector<char> now = driver_.Download(remote_dev->data, size);
+    EXPECT_TRUE(std::equal(now.begin() + size / 2, now.end(), tail.begin()));
+    EXPECT_TRUE(std::equal(now.begin(), now.begin() + size / 2, local_host.begin()));
+
+    // The owner still decides: a range past its region is refused, a gone region is stale.
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        Done(reader_->Read(*conn, local_dev->region, 0, dev_desc, 1, size))));
+    ASSERT_TRUE(owner_->Deregister(remote_dev->region).ok());
+    EXPECT_TRUE(IsStale(Done(reader_->Read(*conn, local_dev->region, 0, dev_desc, 0, size))));
+    ASSERT_TRUE(reader_->Deregister(local_dev->region).ok());
+    ASSERT_TRUE(owner_->Deregister(*remote_host_region).ok());
+    ASSERT_TRUE(reader_->Deregister(*local_host_region).ok());
+    ASSERT_TRUE(reader_->Close(*conn).ok());
+  }
+}
+
+// What the driver says of memory handed in is the answer, with its reason.
+TEST_F(CudaDeviceMemory, PointersTheDriverDoesNotVouchForAreRefused) {
+  std::vector<char> host(4096);
+  absl::Status s = owner_->Register(host.data(), host.size(), MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("not CUDA device memory"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << s;
+
+  unsigned long long p = 0;
+  ASSERT_EQ(driver_.On(1, [&] { return driver_.Alloc(&p, 1 << 20); }), 0);
+  void* on_gpu1 = reinterpret_cast<void*>(p);
+  // Memory of CUDA device 1 named as plugin device 0's.
+  s = owner_->Register(on_gpu1, 4096, MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("memory of CUDA device 1, not of device 0"), std::string::npos) << s;
+  // Inside the allocation, and past its end.
+  EXPECT_TRUE(
+      owner_->Register(static_cast<char*>(on_gpu1) + 4096, 4096, MemoryKind::kDevice, 1).ok());
+  s = owner_->Register(static_cast<char*>(on_gpu1) + 4096, 1 << 20, MemoryKind::kDevice, 1)
+          .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("run past the end of their 1048576-byte allocation"),
+            std::string::npos)
+      << s;
+  // Freed.
+  ASSERT_EQ(driver_.On(1, [&] { return driver_.Free(p); }), 0);
+  s = owner_->Register(on_gpu1, 4096, MemoryKind::kDevice, 1).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+
+  // No such device; more than the GPU holds.
+  s = owner_->Allocate(4096, MemoryKind::kDevice, 99).status();
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("device 99 is not a GPU whose memory"), std::string::npos) << s;
+  s = owner_->Allocate(uint64_t{200} << 30, MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("CUDA_ERROR_OUT_OF_MEMORY (out of memory)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace rayaccel
