@@ -308,6 +308,29 @@ constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
 // ---------------------------------------------------------------------------------------
 // The handles.
 
+namespace rayaccel::plugin::ucx {
+// Host memory a staged transfer passes through: uninitialized (it is written whole before it
+// is read), freed with the transfer.
+class Staging {
+ public:
+  char* Take(uint64_t size) {
+    bytes_.reset(new char[size]);
+    size_ = size;
+    return bytes_.get();
+  }
+  char* data() const { return bytes_.get(); }
+  uint64_t size() const { return size_; }
+  void Release() {
+    bytes_.reset();
+    size_ = 0;
+  }
+
+ private:
+  std::unique_ptr<char[]> bytes_;
+  uint64_t size_ = 0;
+};
+}  // namespace rayaccel::plugin::ucx
+
 struct rayaccel_request {
   enum class Kind { kRead, kWrite, kFlush, kNotify };
   rayaccel_transport_endpoint* endpoint = nullptr;
@@ -331,7 +354,7 @@ struct rayaccel_request {
   // device before a write goes out and to it once a read has landed.
   bool staged = false;
   uint32_t device = 0;
-  std::vector<char> staging;
+  rayaccel::plugin::ucx::Staging staging;
 };
 
 struct rayaccel_memory_region {
@@ -619,7 +642,7 @@ void LandRead(Request* r) {
   std::string why;
   rayaccel_status st = r->endpoint->options.device_ops->FromHost(r->local, r->staging.data(),
                                                                  r->length, r->device, &why);
-  std::vector<char>().swap(r->staging);
+  r->staging.Release();
   Complete(r, st, st == RAYACCEL_STATUS_OK ? "" : "to device memory: " + why);
 }
 
@@ -950,7 +973,7 @@ struct Serve {
   bool write;
   std::string header;
   // A staged device region: the bytes' host copy, and (a write) where they go on the device.
-  std::vector<char> staging;
+  Staging staging;
   void* device_at = nullptr;
   uint32_t device = 0;
 };
@@ -1012,10 +1035,10 @@ void ServeGets(Ep* ep) {
       continue;
     }
     const char* from = static_cast<char*>(region->base) + g.offset;
-    std::vector<char> staging;
+    Staging staging;
     if (region->staged) {
       // Only the range asked for leaves the device, into host memory of this read's own.
-      staging.resize(g.length);
+      staging.Take(g.length);
       std::string why;
       if (ep->options.device_ops->ToHost(staging.data(), from, g.length, region->device, &why) !=
           RAYACCEL_STATUS_OK) {
@@ -1084,7 +1107,7 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
   param.user_data = s;
   if (target->staged) {
     // Lands in host memory first; ServeReceived copies it to the device.
-    s->staging.resize(length);
+    s->staging.Take(length);
     s->device_at = at;
     s->device = target->device;
     at = s->staging.data();
@@ -1331,8 +1354,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       p.user_data = r;
       void* into = r->local;
       if (r->staged) {
-        r->staging.resize(length);
-        into = r->staging.data();
+        into = r->staging.Take(length);
       } else {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = r->memh;
@@ -1999,7 +2021,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
     const void* send_from = r->local;
     if (r->staged && r->kind == Request::Kind::kWrite) {
       // The bytes leave the device before the write goes out.
-      r->staging.resize(a->length);
+      r->staging.Take(a->length);
       std::string why;
       if (rayaccel_status st = ep->options.device_ops->ToHost(r->staging.data(), r->local,
                                                               a->length, r->device, &why);

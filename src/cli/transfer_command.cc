@@ -51,6 +51,10 @@ Options:
                            key on this host (created on first use), which no other host has
   --own-memory             register memory this process allocated (a tensor in place) rather
                            than buffers the transport allocates (staging buffers)
+  --memory host|device[:N] the buffers' memory (default host): device N's (default 0), which
+                           the plugin allocates; each side chooses its own. This command fills
+                           and checks device memory through the transport itself, from a host
+                           copy on an endpoint of its own
   --token-file FILE        the server writes its token here; the client may read it from here
                            (waiting up to the peer timeout for it to appear)
   --json                   one JSON object as the client's result
@@ -72,17 +76,53 @@ struct Options {
   int iters = 100, warmup = 10;
   bool json = false;
   bool own_memory = false;
+  MemoryKind memory = MemoryKind::kHost;
+  uint32_t device = 0;
 };
 
-// A buffer of `size` bytes registered on `t`: the transport's own, or ours with --own-memory.
+// Device memory, which this command cannot touch: a second endpoint of the same plugin holds
+// a host copy of each device buffer and moves it there and back through the transport.
+struct Mirror {
+  std::unique_ptr<Transport> endpoint;
+  Transport::ConnectionId connection = 0;
+};
+
+// A buffer of `size` bytes registered on `t`: the transport's own, or ours with --own-memory;
+// of device memory, with its host copy on the mirror.
 struct Buffer {
   std::vector<char> own;
   Transport::Buffer registered;
-  char* data() { return static_cast<char*>(registered.data); }
+  std::string descriptor;
+  std::vector<char> copy;  // device memory: the host copy
+  Transport::RegionId copy_region = 0;
+  // Where this command reads and writes the bytes.
+  char* data() { return copy.empty() ? static_cast<char*>(registered.data) : copy.data(); }
 };
 
-absl::Status MakeBuffer(Transport& t, uint64_t size, bool own_memory, Buffer* b) {
-  if (own_memory) {
+absl::Status MakeBuffer(Transport& t, const Options& o, Mirror* mirror, Buffer* b) {
+  const uint64_t size = o.size;
+  if (o.memory == MemoryKind::kDevice) {
+    absl::StatusOr<Transport::Buffer> a = t.Allocate(size, MemoryKind::kDevice, o.device);
+    if (!a.ok()) return a.status();
+    b->registered = *a;
+    absl::StatusOr<std::string> d = t.Describe(a->region);
+    if (!d.ok()) return d.status();
+    b->descriptor = *d;
+    if (mirror->endpoint == nullptr) {
+      absl::StatusOr<std::unique_ptr<Transport>> m = Transport::Open(o.transport);
+      if (!m.ok()) return m.status();
+      mirror->endpoint = *std::move(m);
+      absl::StatusOr<Transport::ConnectionId> c = mirror->endpoint->Connect(t.address());
+      if (!c.ok()) return c.status();
+      mirror->connection = *c;
+    }
+    b->copy.assign(size, 0);
+    absl::StatusOr<Transport::RegionId> r = mirror->endpoint->Register(b->copy.data(), size);
+    if (!r.ok()) return r.status();
+    b->copy_region = *r;
+    return absl::OkStatus();
+  }
+  if (o.own_memory) {
     b->own.assign(size, 0);
     absl::StatusOr<Transport::RegionId> r = t.Register(b->own.data(), size);
     if (!r.ok()) return r.status();
@@ -94,6 +134,19 @@ absl::Status MakeBuffer(Transport& t, uint64_t size, bool own_memory, Buffer* b)
   b->registered = *a;
   return absl::OkStatus();
 }
+
+// Device memory only: its first `n` bytes from the host copy (Push) or to it (Pull).
+absl::Status Move(Mirror& mirror, Buffer& b, uint64_t n, bool push) {
+  if (b.copy.empty() || n == 0) return absl::OkStatus();
+  Transport& m = *mirror.endpoint;
+  absl::StatusOr<Request> r = push
+                                  ? m.Write(mirror.connection, b.copy_region, 0, b.descriptor, 0, n)
+                                  : m.Read(mirror.connection, b.copy_region, 0, b.descriptor, 0, n);
+  if (!r.ok()) return r.status();
+  return r->Wait(absl::Now() + absl::Seconds(60));
+}
+absl::Status Push(Mirror& m, Buffer& b, uint64_t n) { return Move(m, b, n, true); }
+absl::Status Pull(Mirror& m, Buffer& b, uint64_t n) { return Move(m, b, n, false); }
 
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel transfer: %s\n\n%s", problem.c_str(), kUsage);
@@ -145,6 +198,18 @@ int Parse(int argc, char** argv, Options* o) {
       o->json = true;
     } else if (flag == "--own-memory") {
       o->own_memory = true;
+    } else if (flag == "--memory") {
+      if (!take()) return Usage("--memory is host or device[:N]");
+      if (value == "host") {
+        o->memory = MemoryKind::kHost;
+      } else if (value == "device" || value.rfind("device:", 0) == 0) {
+        o->memory = MemoryKind::kDevice;
+        if (value.size() > 6 && !absl::SimpleAtoi(value.substr(7), &o->device)) {
+          return Usage("--memory device:N needs a device index");
+        }
+      } else {
+        return Usage("--memory is host or device[:N]");
+      }
     } else if (flag == "--connect") {
       if (!take() || value.empty()) return Usage("--connect needs a token");
       o->token = value;
@@ -189,6 +254,11 @@ int Parse(int argc, char** argv, Options* o) {
     }
   }
   if (o->serve && !o->token.empty()) return Usage("--serve and --connect exclude each other");
+  if (o->own_memory && o->memory == MemoryKind::kDevice) {
+    return Usage(
+        "--own-memory is host memory this command allocates; device memory the plugin "
+        "allocates");
+  }
   if (!o->serve && o->token.empty() && o->token_file.empty()) {
     return Usage("give --serve, or --connect TOKEN (or --token-file FILE)");
   }
@@ -244,11 +314,15 @@ int Fail(const absl::Status& s) {
 int Serve(const Options& o) {
   absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
   if (!t.ok()) return Fail(t.status());
+  Mirror mirror;
   Buffer read_buf, write_buf;
-  if (absl::Status s = MakeBuffer(**t, o.size, o.own_memory, &read_buf); !s.ok()) return Fail(s);
-  if (absl::Status s = MakeBuffer(**t, o.size, o.own_memory, &write_buf); !s.ok()) return Fail(s);
+  if (absl::Status s = MakeBuffer(**t, o, &mirror, &read_buf); !s.ok()) return Fail(s);
+  if (absl::Status s = MakeBuffer(**t, o, &mirror, &write_buf); !s.ok()) return Fail(s);
   Fill(read_buf.data(), o.size, kReadSeed);
   std::memset(write_buf.data(), 0, o.size);
+  for (Buffer* b : {&read_buf, &write_buf}) {
+    if (absl::Status s = Push(mirror, *b, o.size); !s.ok()) return Fail(s);
+  }
   std::string token = Token(**t, *(*t)->Describe(read_buf.registered.region),
                             *(*t)->Describe(write_buf.registered.region));
   if (!o.token_file.empty()) {
@@ -276,11 +350,13 @@ int Serve(const Options& o) {
         ++bad;
         continue;
       }
+      if (absl::Status s = Pull(mirror, write_buf, length); !s.ok()) return Fail(s);
       uint64_t at = FirstMismatch(write_buf.data(), length, kWriteSeed);
       std::printf("{\"write\": %llu, \"verified\": %s}\n", static_cast<unsigned long long>(length),
                   at == length ? "true" : "false");
       if (at != length) ++bad;
       std::memset(write_buf.data(), 0, length);  // the next write must land again
+      if (absl::Status s = Push(mirror, write_buf, length); !s.ok()) return Fail(s);
     }
     std::fflush(stdout);
   }
@@ -327,10 +403,16 @@ int Connect(const Options& o) {
   absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
   if (!t.ok()) return Fail(t.status());
   Transport& tr = **t;
+  Options sized = o;
+  sized.size = size;
+  Mirror mirror;
   Buffer buf, check;
-  if (absl::Status s = MakeBuffer(tr, size, o.own_memory, &buf); !s.ok()) return Fail(s);
-  if (absl::Status s = MakeBuffer(tr, size, o.own_memory, &check); !s.ok()) return Fail(s);
-  if (o.write) Fill(buf.data(), size, kWriteSeed);
+  if (absl::Status s = MakeBuffer(tr, sized, &mirror, &buf); !s.ok()) return Fail(s);
+  if (absl::Status s = MakeBuffer(tr, sized, &mirror, &check); !s.ok()) return Fail(s);
+  if (o.write) {
+    Fill(buf.data(), size, kWriteSeed);
+    if (absl::Status s = Push(mirror, buf, size); !s.ok()) return Fail(s);
+  }
   const Transport::RegionId local = buf.registered.region;
   const Transport::RegionId check_region = check.registered.region;
   absl::StatusOr<Transport::ConnectionId> conn = tr.Connect(address);
@@ -368,27 +450,33 @@ int Connect(const Options& o) {
     absl::StatusOr<Request> back = tr.Read(*conn, check_region, 0, write_desc, 0, size);
     if (!back.ok()) return Fail(back.status());
     if (absl::Status s = back->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
+    if (absl::Status s = Pull(mirror, check, size); !s.ok()) return Fail(s);
     mismatch = FirstMismatch(check.data(), size, kWriteSeed);
     absl::StatusOr<Request> n = tr.Notify(*conn, absl::StrCat("write ", size));
     if (!n.ok()) return Fail(n.status());
     if (absl::Status s = n->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
   } else {
+    if (absl::Status s = Pull(mirror, buf, size); !s.ok()) return Fail(s);
     mismatch = FirstMismatch(buf.data(), size, kReadSeed);
   }
   double bandwidth = static_cast<double>(size) * o.iters / seconds;
   double p50 = Percentile(latencies, 0.5), p99 = Percentile(latencies, 0.99);
   bool verified = mismatch == size;
+  const std::string memory =
+      o.memory == MemoryKind::kDevice ? absl::StrCat("device:", o.device) : "host";
   if (o.json) {
     std::printf(
         "{\"op\": \"%s\", \"bytes\": %llu, \"iters\": %d, \"bandwidth_bytes_per_s\": %.0f, "
-        "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"verified\": %s}\n",
+        "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"memory\": \"%s\", "
+        "\"verified\": %s}\n",
         o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters, bandwidth, p50,
-        p99, verified ? "true" : "false");
+        p99, memory.c_str(), verified ? "true" : "false");
   } else {
-    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s\n",
+    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s%s\n",
                 o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters,
                 bandwidth / 1e9, p50, p99,
-                verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str());
+                verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str(),
+                memory == "host" ? "" : absl::StrCat(" (", memory, " memory)").c_str());
   }
   std::fflush(stdout);
   tr.Close(*conn).IgnoreError();

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
+#include "support/child_process.h"
 #include "support/test_support.h"
 
 namespace rayaccel {
@@ -197,6 +198,73 @@ TEST_F(CudaDeviceMemory, PointersTheDriverDoesNotVouchForAreRefused) {
   s = owner_->Allocate(uint64_t{200} << 30, MemoryKind::kDevice, 0).status();
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_NE(s.message().find("CUDA_ERROR_OUT_OF_MEMORY (out of memory)"), std::string::npos) << s;
+}
+
+// `rayaccel transfer --memory device:N` on both sides, two processes: every read and write is
+// verified (through the command's own host copies), whichever side's memory is the GPU's.
+TEST_F(CudaDeviceMemory, TransferCommandMovesDeviceMemoryBetweenProcesses) {
+  const std::string dir = testing::MakeTempDir("transfer-device");
+  const std::vector<std::string> plugin = {
+      "--plugin",      "cuda",
+      "--plugin-path", RAYACCEL_PLUGIN_DIR,
+      "--config",      std::string("nvml_library=") + RAYACCEL_FAKE_NVML,
+      "--config",      std::string("cuda_library=") + RAYACCEL_FAKE_CUDA};
+  std::vector<std::string> serve = {"transfer", "--serve", "--memory",     "device:2",
+                                    "--size",   "1MiB",    "--token-file", dir + "/token"};
+  serve.insert(serve.end(), plugin.begin(), plugin.end());
+  pid_t server = testing::Spawn(RAYACCEL_CLI, serve, dir + "/server.out", dir + "/server.err");
+  ASSERT_TRUE(testing::WaitForFile(dir + "/token"));
+  for (const char* memory : {"device:5", "host"}) {
+    for (const char* op : {"read", "write"}) {
+      std::vector<std::string> client = {RAYACCEL_CLI, "transfer", "--token-file", dir + "/token",
+                                         "--memory",   memory,     "--op",         op,
+                                         "--iters",    "3",        "--size",       "1MiB"};
+      client.insert(client.end(), plugin.begin(), plugin.end());
+      testing::CommandResult r = testing::Run(client);
+      EXPECT_EQ(r.exit_code, 0) << memory << " " << op << ": " << r.out << r.err;
+      EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("device:5 memory") != std::string::npos,
+                std::string(memory) == "device:5")
+          << r.out;
+    }
+  }
+  EXPECT_EQ(testing::Stop(server), 0) << testing::Lines(dir + "/server.err").size();
+  // Each write the server checked in its own device memory.
+  int verified = 0;
+  for (const std::string& line : testing::Lines(dir + "/server.out")) {
+    if (line.find("\"verified\": true") != std::string::npos) ++verified;
+    EXPECT_EQ(line.find("\"verified\": false"), std::string::npos) << line;
+  }
+  EXPECT_EQ(verified, 2);
+  // CUDA_VISIBLE_DEVICES=3,2 renumbers the GPUs for CUDA (GPU 2 is CUDA's device 1), not for
+  // NVML: device 2 is still the plugin's GPU 2, found by its PCI bus id; GPU 0 is not visible.
+  {
+    const std::string token = dir + "/token-visible";
+    std::vector<std::string> args = {"transfer", "--serve", "--memory",     "device:2",
+                                     "--size",   "64KiB",   "--token-file", token};
+    args.insert(args.end(), plugin.begin(), plugin.end());
+    testing::ScopedEnv visible("CUDA_VISIBLE_DEVICES", "3,2");
+    pid_t renumbered = testing::Spawn(RAYACCEL_CLI, args, dir + "/visible.out", dir + "/v.err");
+    ASSERT_TRUE(testing::WaitForFile(token));
+    std::vector<std::string> client = {RAYACCEL_CLI, "transfer", "--token-file", token,
+                                       "--memory",   "device:3", "--iters",      "2"};
+    client.insert(client.end(), plugin.begin(), plugin.end());
+    testing::CommandResult r = testing::Run(client);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("verified (device:3 memory)"), std::string::npos) << r.out;
+    client[5] = "device:0";
+    r = testing::Run(client);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.err.find("is not among the GPUs CUDA shows this process"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(testing::Stop(renumbered), 0);
+  }
+  // No device memory to give: the reason, and a failure.
+  std::vector<std::string> bad = {RAYACCEL_CLI, "transfer", "--serve", "--memory", "device:99"};
+  bad.insert(bad.end(), plugin.begin(), plugin.end());
+  testing::CommandResult r = testing::Run(bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("device 99 is not a GPU whose memory"), std::string::npos) << r.err;
 }
 
 }  // namespace
