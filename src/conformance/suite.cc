@@ -1196,6 +1196,81 @@ Outcome Transport(const Options& o) {
       });
 }
 
+// --- transport.device_memory: the round trip on the plugin's device memory, where it offers any.
+//
+// Two endpoints of the plugin: bytes written from host memory into device memory, read back,
+// copied from one device region into another and read back again; the owner's bounds and
+// invalidation hold for device regions too. The suite never touches device memory itself.
+Outcome DeviceMemory(const Options& o) {
+  return RunIn(o, [&](const LoadedPlugin& p) {
+    if ((p.api().capabilities & RAYACCEL_CAP_TRANSPORT) == 0) {
+      return Outcome::Skip("RAYACCEL_CAP_TRANSPORT not claimed");
+    }
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (d.report.devices.empty()) return Outcome::Skip("no devices");
+    const uint32_t device = d.report.devices[0].index;
+    auto a = Transport::Open(RoundTripOptions(o));
+    auto b = Transport::Open(RoundTripOptions(o));
+    if (!a.ok() || !b.ok()) return FailStep("open_endpoint", (!a.ok() ? a : b).status());
+    auto owner = (*a)->Allocate(kRoundTripBytes, MemoryKind::kDevice, device);
+    if (absl::IsUnimplemented(owner.status())) {
+      return Outcome::Skip(absl::StrCat("no device memory: ", owner.status().message()));
+    }
+    if (!owner.ok()) return FailStep("register_memory (device, allocated)", owner.status());
+    auto copy = (*b)->Allocate(kRoundTripBytes, MemoryKind::kDevice, device);
+    if (!copy.ok()) return FailStep("register_memory (device, allocated)", copy.status());
+    std::vector<char> host(kRoundTripBytes), back(kRoundTripBytes);  // outlive the endpoints
+    for (size_t i = 0; i < host.size(); ++i) host[i] = PatternByte(i, 3);
+    auto host_region = (*b)->Register(host.data(), host.size());
+    auto back_region = (*a)->Register(back.data(), back.size());
+    if (!host_region.ok() || !back_region.ok()) {
+      return FailStep("register_memory (host)", (!host_region.ok() ? host_region : back_region)
+                                                    .status());
+    }
+    auto ab = (*b)->Connect((*a)->address());
+    auto ba = (*a)->Connect((*b)->address());
+    if (!ab.ok() || !ba.ok()) return FailStep("connect", (!ab.ok() ? ab : ba).status());
+    const std::string owner_desc = *(*a)->Describe(owner->region);
+    const std::string copy_desc = *(*b)->Describe(copy->region);
+    // host (b) -> device (a); device (a) -> device (b); device (b) -> host (a).
+    if (absl::Status s =
+            WaitFor((*b)->Write(*ab, *host_region, 0, owner_desc, 0, kRoundTripBytes));
+        !s.ok()) {
+      return FailStep("write into device memory", s);
+    }
+    if (absl::Status s = WaitFor((*b)->Read(*ab, copy->region, 0, owner_desc, 0, kRoundTripBytes));
+        !s.ok()) {
+      return FailStep("read device memory into device memory", s);
+    }
+    if (absl::Status s =
+            WaitFor((*a)->Read(*ba, *back_region, 0, copy_desc, 0, kRoundTripBytes));
+        !s.ok()) {
+      return FailStep("read device memory into host memory", s);
+    }
+    for (size_t i = 0; i < back.size(); ++i) {
+      if (back[i] != host[i]) {
+        return Outcome::Fail(
+            absl::StrCat("byte ", i, " differs after host -> device -> device -> host"));
+      }
+    }
+    absl::Status past = WaitFor((*b)->Read(*ab, copy->region, 0, owner_desc, 1, kRoundTripBytes));
+    if (!absl::IsInvalidArgument(past)) {
+      return FailStep("a read past a device region's end must be refused", past);
+    }
+    if (absl::Status s = (*a)->Deregister(owner->region); !s.ok()) {
+      return FailStep("deregister_memory (device)", s);
+    }
+    absl::Status stale = WaitFor((*b)->Read(*ab, copy->region, 0, owner_desc, 0, 16));
+    if (!IsStale(stale)) {
+      return FailStep("a read of a deregistered device region must fail STALE", stale);
+    }
+    return Outcome::Pass(absl::StrCat("device ", device,
+                                      ": host to device, device to device, device to host; "
+                                      "bounds and invalidation"));
+  });
+}
+
 // --- transport.owner_bounds: forged descriptors, checksums recomputed, reach nothing.
 
 Outcome OwnerBounds(const Options& o) {
@@ -1425,6 +1500,10 @@ const std::vector<Check>& AllChecks() {
        "two processes: register, pack, connect, read, write, notify, flush; a truncated and a "
        "deregistered descriptor are refused; a killed peer is reported lost; close",
        false, Transport},
+      {"transport.device_memory", 3,
+       "where the plugin offers device memory: host to device, device to device and device to "
+       "host move the bytes; the owner's bounds and invalidation hold for device regions",
+       true, DeviceMemory},
       {"transport.owner_bounds", 3,
        "forged descriptors (a doubled length, damaged plugin bytes, checksums recomputed) reach "
        "nothing outside the region the owner registered, and do not bring the owner down",

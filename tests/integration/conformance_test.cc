@@ -68,6 +68,21 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(t3.tier, 3);
   EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass")
       << t3.checks["transport.round_trip"].second;
+  // Sim devices have no memory: device_memory is skipped, with the reason.
+  EXPECT_EQ(t3.checks["transport.device_memory"].first, "skip");
+  EXPECT_NE(t3.checks["transport.device_memory"].second.find("no device memory"),
+            std::string::npos);
+  // The CUDA plugin's device memory on the fake NVML and the fake CUDA driver.
+  const std::string nvml_fixture = Fixture("fake-nvml/dgx-h100.json");
+  testing::ScopedEnv fixture("FAKE_NVML_FIXTURE", nvml_fixture.c_str());
+  Report cuda = Conform(plugins + "/librayaccel-cuda.so",
+                        {"--config", std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--config",
+                         std::string("cuda_library=") + RAYACCEL_FAKE_CUDA, "--tier", "3",
+                         "--timeout", "60"});
+  EXPECT_EQ(cuda.exit_code, 0);
+  EXPECT_EQ(cuda.tier, 3);
+  EXPECT_EQ(cuda.checks["transport.device_memory"].first, "pass")
+      << cuda.checks["transport.device_memory"].second;
   // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
   Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
   EXPECT_EQ(no_transport.exit_code, 1);
