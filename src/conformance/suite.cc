@@ -1225,8 +1225,8 @@ Outcome DeviceMemory(const Options& o) {
     auto host_region = (*b)->Register(host.data(), host.size());
     auto back_region = (*a)->Register(back.data(), back.size());
     if (!host_region.ok() || !back_region.ok()) {
-      return FailStep("register_memory (host)", (!host_region.ok() ? host_region : back_region)
-                                                    .status());
+      return FailStep("register_memory (host)",
+                      (!host_region.ok() ? host_region : back_region).status());
     }
     auto ab = (*b)->Connect((*a)->address());
     auto ba = (*a)->Connect((*b)->address());
@@ -1234,8 +1234,7 @@ Outcome DeviceMemory(const Options& o) {
     const std::string owner_desc = *(*a)->Describe(owner->region);
     const std::string copy_desc = *(*b)->Describe(copy->region);
     // host (b) -> device (a); device (a) -> device (b); device (b) -> host (a).
-    if (absl::Status s =
-            WaitFor((*b)->Write(*ab, *host_region, 0, owner_desc, 0, kRoundTripBytes));
+    if (absl::Status s = WaitFor((*b)->Write(*ab, *host_region, 0, owner_desc, 0, kRoundTripBytes));
         !s.ok()) {
       return FailStep("write into device memory", s);
     }
@@ -1243,8 +1242,7 @@ Outcome DeviceMemory(const Options& o) {
         !s.ok()) {
       return FailStep("read device memory into device memory", s);
     }
-    if (absl::Status s =
-            WaitFor((*a)->Read(*ba, *back_region, 0, copy_desc, 0, kRoundTripBytes));
+    if (absl::Status s = WaitFor((*a)->Read(*ba, *back_region, 0, copy_desc, 0, kRoundTripBytes));
         !s.ok()) {
       return FailStep("read device memory into host memory", s);
     }
@@ -1274,86 +1272,87 @@ Outcome DeviceMemory(const Options& o) {
 // --- transport.owner_bounds: forged descriptors, checksums recomputed, reach nothing.
 
 Outcome OwnerBounds(const Options& o) {
-  return WithPeer(o, [](Peer& peer, rayaccel::Transport& t, std::vector<char>& /*local*/,
-                        uint64_t mine) {
-    auto conn = t.Connect(peer.address);
-    if (!conn.ok()) return FailStep("connect", conn.status());
-    absl::StatusOr<transport::Envelope> genuine = transport::Decode(peer.src);
-    if (!genuine.ok()) return FailStep("the peer's descriptor", genuine.status());
-    auto forge = [&](uint64_t length, const std::string& payload) {
-      DescriptorInfo info = genuine->info;
-      info.length = length;
-      absl::StatusOr<std::string> d = transport::Encode(info, payload);
-      return d.ok() ? *d : std::string();
-    };
-    const std::string payload(genuine->payload);
-    // The envelope claims twice the region: the host's own check passes, the owner must not.
-    const std::string doubled = forge(2 * kRoundTripBytes, payload);
-    for (bool write : {false, true}) {
-      for (uint64_t offset : {kRoundTripBytes - 16, kRoundTripBytes, kRoundTripBytes + 4096}) {
-        absl::Status s = write ? WaitFor(t.Write(*conn, mine, 0, doubled, offset, 4096))
-                               : WaitFor(t.Read(*conn, mine, 0, doubled, offset, 4096));
-        if (s.ok()) {
-          return Outcome::Fail(absl::StrCat(
-              write ? "a write" : "a read", " of 4096 bytes at ", offset,
-              ", past the region's end, through a descriptor whose length was doubled, "
-              "succeeded: the owner must refuse a range outside the region it registered"));
+  return WithPeer(
+      o, [](Peer& peer, rayaccel::Transport& t, std::vector<char>& /*local*/, uint64_t mine) {
+        auto conn = t.Connect(peer.address);
+        if (!conn.ok()) return FailStep("connect", conn.status());
+        absl::StatusOr<transport::Envelope> genuine = transport::Decode(peer.src);
+        if (!genuine.ok()) return FailStep("the peer's descriptor", genuine.status());
+        auto forge = [&](uint64_t length, const std::string& payload) {
+          DescriptorInfo info = genuine->info;
+          info.length = length;
+          absl::StatusOr<std::string> d = transport::Encode(info, payload);
+          return d.ok() ? *d : std::string();
+        };
+        const std::string payload(genuine->payload);
+        // The envelope claims twice the region: the host's own check passes, the owner must not.
+        const std::string doubled = forge(2 * kRoundTripBytes, payload);
+        for (bool write : {false, true}) {
+          for (uint64_t offset : {kRoundTripBytes - 16, kRoundTripBytes, kRoundTripBytes + 4096}) {
+            absl::Status s = write ? WaitFor(t.Write(*conn, mine, 0, doubled, offset, 4096))
+                                   : WaitFor(t.Read(*conn, mine, 0, doubled, offset, 4096));
+            if (s.ok()) {
+              return Outcome::Fail(absl::StrCat(
+                  write ? "a write" : "a read", " of 4096 bytes at ", offset,
+                  ", past the region's end, through a descriptor whose length was doubled, "
+                  "succeeded: the owner must refuse a range outside the region it registered"));
+            }
+          }
         }
-      }
-    }
-    // The plugin's own bytes: wherever they hold the region's length (a little-endian 64- or
-    // 32-bit field), it is doubled, so that a reader-side check passes; then the end of the
-    // region and past it must still be refused, by the owner.
-    const uint64_t length = genuine->info.length;
-    for (size_t at = 0; at + 4 <= payload.size(); ++at) {
-      for (size_t width : {size_t{8}, size_t{4}}) {
-        if (at + width > payload.size()) continue;
-        uint64_t v = 0;
-        for (size_t i = 0; i < width; ++i) {
-          v |= static_cast<uint64_t>(static_cast<uint8_t>(payload[at + i])) << (8 * i);
+        // The plugin's own bytes: wherever they hold the region's length (a little-endian 64- or
+        // 32-bit field), it is doubled, so that a reader-side check passes; then the end of the
+        // region and past it must still be refused, by the owner.
+        const uint64_t length = genuine->info.length;
+        for (size_t at = 0; at + 4 <= payload.size(); ++at) {
+          for (size_t width : {size_t{8}, size_t{4}}) {
+            if (at + width > payload.size()) continue;
+            uint64_t v = 0;
+            for (size_t i = 0; i < width; ++i) {
+              v |= static_cast<uint64_t>(static_cast<uint8_t>(payload[at + i])) << (8 * i);
+            }
+            if (v != length) continue;
+            std::string p = payload;
+            for (size_t i = 0; i < width; ++i)
+              p[at + i] = static_cast<char>((2 * length) >> (8 * i));
+            const std::string d = forge(2 * length, p);
+            absl::Status s = WaitFor(t.Read(*conn, mine, 0, d, length, 4096));
+            if (s.ok()) {
+              return Outcome::Fail(absl::StrCat(
+                  "a read past the region's end, through a descriptor whose length field (byte ",
+                  at, " of the plugin's bytes) was doubled, succeeded: the owner must refuse it"));
+            }
+          }
         }
-        if (v != length) continue;
-        std::string p = payload;
-        for (size_t i = 0; i < width; ++i) p[at + i] = static_cast<char>((2 * length) >> (8 * i));
-        const std::string d = forge(2 * length, p);
-        absl::Status s = WaitFor(t.Read(*conn, mine, 0, d, length, 4096));
-        if (s.ok()) {
-          return Outcome::Fail(absl::StrCat(
-              "a read past the region's end, through a descriptor whose length field (byte ", at,
-              " of the plugin's bytes) was doubled, succeeded: the owner must refuse it"));
+        // Random damage to the plugin's bytes, checksum recomputed, read around the region's end.
+        std::mt19937_64 random(7);
+        for (int i = 0; i < 200 && peer.Alive(); ++i) {
+          std::string p = payload;
+          for (int flips = 1 + static_cast<int>(random() % 3); flips > 0 && !p.empty(); --flips) {
+            p[random() % p.size()] ^= static_cast<char>(1 << (random() % 8));
+          }
+          const std::string d = forge(2 * length, p);
+          if (d.empty()) continue;
+          const uint64_t offset = length - 4096 + random() % 8192;
+          absl::Status s =
+              WaitFor(t.Read(*conn, mine, 0, d, offset, 1 + random() % 4096), absl::Seconds(10));
+          if (absl::IsDeadlineExceeded(s)) return Outcome::Fail("a forged descriptor's read hung");
         }
-      }
-    }
-    // Random damage to the plugin's bytes, checksum recomputed, read around the region's end.
-    std::mt19937_64 random(7);
-    for (int i = 0; i < 200 && peer.Alive(); ++i) {
-      std::string p = payload;
-      for (int flips = 1 + static_cast<int>(random() % 3); flips > 0 && !p.empty(); --flips) {
-        p[random() % p.size()] ^= static_cast<char>(1 << (random() % 8));
-      }
-      const std::string d = forge(2 * length, p);
-      if (d.empty()) continue;
-      const uint64_t offset = length - 4096 + random() % 8192;
-      absl::Status s =
-          WaitFor(t.Read(*conn, mine, 0, d, offset, 1 + random() % 4096), absl::Seconds(10));
-      if (absl::IsDeadlineExceeded(s)) return Outcome::Fail("a forged descriptor's read hung");
-    }
-    if (!peer.Alive()) {
-      return Outcome::Fail(
-          "the peer died serving forged descriptors (a transfer strayed outside "
-          "its region into a guard page, or its parser crashed)");
-    }
-    peer.ch.Send("canary?");
-    if (std::string answer = peer.ch.Receive(10); answer != "ok") {
-      return Outcome::Fail("the peer's unregistered memory was changed: " + answer);
-    }
-    if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 4096)); !s.ok()) {
-      return FailStep("after the forgeries, the genuine descriptor", s);
-    }
-    return Outcome::Pass(
-        "doubled lengths (envelope and plugin bytes) refused by the owner, 200 damaged "
-        "descriptors harmless");
-  });
+        if (!peer.Alive()) {
+          return Outcome::Fail(
+              "the peer died serving forged descriptors (a transfer strayed outside "
+              "its region into a guard page, or its parser crashed)");
+        }
+        peer.ch.Send("canary?");
+        if (std::string answer = peer.ch.Receive(10); answer != "ok") {
+          return Outcome::Fail("the peer's unregistered memory was changed: " + answer);
+        }
+        if (absl::Status s = WaitFor(t.Read(*conn, mine, 0, peer.src, 0, 4096)); !s.ok()) {
+          return FailStep("after the forgeries, the genuine descriptor", s);
+        }
+        return Outcome::Pass(
+            "doubled lengths (envelope and plugin bytes) refused by the owner, 200 damaged "
+            "descriptors harmless");
+      });
 }
 
 // --- transport.authentication: a peer without the key is refused.

@@ -120,6 +120,26 @@ kill -TERM $server
 wait $server
 step transfer-device-memory "$bin/rayaccel_hw_cuda_memory" "$plugins"
 
+# GPU memory between two processes through the transport (staged through host memory where
+# UCX has no CUDA support), 8 B to 1 GiB, against cuMemcpyDtoD in one process (above); then
+# host to device and device to host at 64 MiB.
+"${transfer[@]}" --serve --memory device:0 --token-file "$tmp/dtoken" --size 1GiB \
+  >"$out/transfer-device-server.txt" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -s "$tmp/dtoken" ] && break; sleep 0.1; done
+for size in 8 512 32KiB 2MiB 64MiB 1GiB; do
+  iters=20
+  [ "$size" = 1GiB ] && iters=5
+  step "transfer-device-read-$size" "${transfer[@]}" --token-file "$tmp/dtoken" \
+    --memory device:0 --size "$size" --iters "$iters" --json
+  step "transfer-device-write-$size" "${transfer[@]}" --token-file "$tmp/dtoken" \
+    --memory device:0 --size "$size" --iters "$iters" --op write --json
+done
+step transfer-host-from-device-64MiB "${transfer[@]}" --token-file "$tmp/dtoken" \
+  --memory host --size 64MiB --iters 20 --json
+kill -TERM $server
+wait $server
+
 # Side by side with NVIDIA's tools: the median wall time of 11 runs, the first included.
 {
   echo "nvidia-smi -L:                       $(times 11 nvidia-smi -L)"

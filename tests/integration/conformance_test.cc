@@ -75,10 +75,10 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   // The CUDA plugin's device memory on the fake NVML and the fake CUDA driver.
   const std::string nvml_fixture = Fixture("fake-nvml/dgx-h100.json");
   testing::ScopedEnv fixture("FAKE_NVML_FIXTURE", nvml_fixture.c_str());
-  Report cuda = Conform(plugins + "/librayaccel-cuda.so",
-                        {"--config", std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--config",
-                         std::string("cuda_library=") + RAYACCEL_FAKE_CUDA, "--tier", "3",
-                         "--timeout", "60"});
+  Report cuda = Conform(
+      plugins + "/librayaccel-cuda.so",
+      {"--config", std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--config",
+       std::string("cuda_library=") + RAYACCEL_FAKE_CUDA, "--tier", "3", "--timeout", "60"});
   EXPECT_EQ(cuda.exit_code, 0);
   EXPECT_EQ(cuda.tier, 3);
   EXPECT_EQ(cuda.checks["transport.device_memory"].first, "pass")
