@@ -20,6 +20,7 @@
 #include "support/child_process.h"
 #include "support/test_support.h"
 #include "transport/descriptor.h"
+#include "util/json.h"
 
 namespace rayaccel {
 namespace {
@@ -562,6 +563,24 @@ class TransportNetns : public ::testing::Test {
   bool created_ = false;
 };
 
+// Bytes sent and received on `dev` in namespace `ns` so far (ip's JSON statistics).
+uint64_t VethBytes(const std::string& ns, const std::string& dev) {
+  testing::CommandResult r = testing::Run({"/usr/bin/env", "ip", "-n", ns, "-j", "-s", "link",
+                                           "show", dev});
+  json::ParseError error;
+  std::optional<json::Value> doc = json::Parse(r.out, &error);
+  if (!doc || doc->array().empty()) return 0;
+  const json::Value* stats = doc->array()[0].Find("stats64");
+  if (stats == nullptr) return 0;
+  uint64_t total = 0;
+  for (const char* way : {"rx", "tx"}) {
+    if (const json::Value* w = stats->Find(way); w != nullptr && w->Find("bytes") != nullptr) {
+      total += w->Find("bytes")->as_uint64().value_or(0);
+    }
+  }
+  return total;
+}
+
 TEST_F(TransportNetns, ReadAndWriteCrossAVethPair) {
   std::string dir = MakeTempDir("transport-netns");
   // TCP on the veth only: the namespaces share no memory path UCX could take instead.
@@ -596,20 +615,28 @@ TEST_F(TransportNetns, APartitionMidTransferIsALostPeer) {
     absl::SleepFor(absl::Milliseconds(300));
     Server server = StartServer(dir, "256MiB", {"/usr/bin/env", "ip", "netns", "exec", a_});
     ASSERT_FALSE(server.address.empty()) << "no token from the server in " << a_;
+    // Cut once the transfers are under way: 32 MiB more through the server's interface than
+    // before the client started (a client slowed by sanitizers may take seconds to fill its
+    // buffers first).
+    const uint64_t before = VethBytes(a_, veth_a_);
+    absl::Time cut_at = absl::InfiniteFuture();
     std::thread cutter([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (VethBytes(a_, veth_a_) < before + (32u << 20) && absl::Now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       testing::Run({"/usr/bin/env", "ip", "-n", a_, "link", "set", veth_a_, "down"});
+      cut_at = absl::Now();
     });
-    absl::Time began = absl::Now();
     auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec",
                            b_, RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op",
                            op, "--size", "256MiB", "--iters", "1000", "--warmup", "0",
                            "--peer-timeout-ms", "2000"});
-    absl::Duration took = absl::Now() - began;
+    const absl::Time ended = absl::Now();
     cutter.join();
     EXPECT_EQ(r.exit_code, 3) << op << ": " << r.err;
-    // Cut after 1 s; lost within the 2 s timeout and a margin, not TCP's own minutes.
-    EXPECT_LT(took, absl::Seconds(1 + 2 + 3)) << op << ": " << r.err;
+    // Lost within the 2 s timeout of the cut and a margin, not TCP's own minutes.
+    EXPECT_LT(ended - cut_at, absl::Seconds(2 + 3)) << op << ": " << r.err;
     kill(server.pid, SIGKILL);
     WaitExit(server.pid);
   }
