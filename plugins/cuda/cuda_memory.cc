@@ -236,7 +236,7 @@ rayaccel_status CudaMemory::Allocate(uint32_t device, uint64_t length, void** ad
     return r == CUDA_ERROR_OUT_OF_MEMORY ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED
                                          : RAYACCEL_STATUS_INTERNAL;
   }
-  *address = reinterpret_cast<void*>(p);
+  *address = reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): CUdeviceptr
   return RAYACCEL_STATUS_OK;
 }
 
