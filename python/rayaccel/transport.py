@@ -10,10 +10,15 @@ reads in flight. A peer that dies fails the reads within the transport's peer ti
 exception, never a hang.
 
     import ray, rayaccel.transport
-    ray.experimental.register_tensor_transport("RAYACCEL", ["cpu"], rayaccel.transport.TensorTransport)
+    ray.experimental.register_tensor_transport("RAYACCEL", ["cpu", "cuda"],
+                                               rayaccel.transport.TensorTransport)
 
 Host memory: NumPy arrays, any C-contiguous buffer-protocol object (read back as uint8 arrays),
-and CPU tensors of PyTorch when it is installed.
+and CPU tensors of PyTorch when it is installed. Device memory, with the CUDA plugin
+(plugin="cuda"): PyTorch CUDA tensors and any object with `__cuda_array_interface__` (CuPy,
+Numba); the plugin moves it (docs/transport.md, "Device memory"). A destination receives device
+tensors into `target_buffers`, or into new CUDA tensors of its current device when PyTorch has
+CUDA.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _native
+from ._device_memory import CudaDevices, DeviceArray, device_array
 from .errors import AbortedError, Error, InvalidArgumentError, UnavailableError
 
 try:  # Ray's interface and metadata types, when Ray is installed
@@ -66,12 +72,24 @@ class RayaccelTransportMetadata(TensorTransportMetadata):
     nbytes: List[int] = field(default_factory=list)
 
 
+def _device_memory_of(tensor) -> Optional[Tuple[DeviceArray, Tuple[Any, Any], Any]]:
+    """(its device memory, (shape, dtype), what keeps it alive) for a device tensor, else
+    None."""
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        if tensor.device.type != "cuda":
+            return None
+        t = tensor.detach().contiguous()
+        return device_array(t), (t.shape, t.dtype), t
+    array = device_array(tensor)
+    return None if array is None else (array, (array.shape, array.dtype), tensor)
+
+
 def _bytes_of(tensor) -> Tuple[np.ndarray, Tuple[Any, Any], Any]:
     """(a flat uint8 view of the tensor's memory, (shape, dtype), what keeps it alive)."""
     if torch is not None and isinstance(tensor, torch.Tensor):
         if tensor.device.type != "cpu":
             raise InvalidArgumentError(
-                f"a {tensor.device.type} tensor: this transport moves host memory")
+                f"a {tensor.device.type} tensor: this transport moves host and CUDA memory")
         t = tensor.detach().contiguous()
         return t.reshape(-1).view(torch.uint8).numpy(), (t.shape, t.dtype), t
     if isinstance(tensor, (bytes, bytearray, memoryview)):
@@ -106,6 +124,15 @@ def _new_tensor(shape, dtype):
     return np.frombuffer(bytearray(count * dtype.itemsize), dtype=dtype).reshape(shape)
 
 
+def _new_device_tensor(shape, dtype):
+    """A new CUDA tensor on this process's current device, for a tensor that came from device
+    memory; without PyTorch's CUDA, the caller passes target_buffers."""
+    if torch is not None and isinstance(dtype, torch.dtype) and torch.cuda.is_available():
+        return torch.empty(shape, dtype=dtype, device="cuda")
+    raise InvalidArgumentError("these tensors are in device memory: give target_buffers with "
+                               "__cuda_array_interface__ (no PyTorch with CUDA here)")
+
+
 class TensorTransport(TensorTransportManager):
     """Ray's TensorTransportManager over rayaccel's transport (one per process, as Ray makes
     it). plugin: whose transport to use (default: $RAYACCEL_TRANSPORT_PLUGIN, else "sim",
@@ -126,6 +153,7 @@ class TensorTransport(TensorTransportManager):
         self._key_file = key_file or ""
         self._lock = threading.Lock()
         self._native: Optional[_native.Transport] = None
+        self._devices: Optional[CudaDevices] = None
         self._sources: Dict[str, List[Tuple[int, Any]]] = {}  # obj_id -> (region, keep-alive)
         self._connections: Dict[bytes, int] = {}  # peer address -> connection
         self._inflight: Dict[str, Tuple[bytes, int]] = {}  # obj_id -> (address, connection)
@@ -140,6 +168,23 @@ class TensorTransport(TensorTransportManager):
                 self._native = _native.Transport(self._plugin, self._config, self._search_path,
                                                  self._peer_timeout, self._key, self._key_file)
             return self._native
+
+    def _device_index(self, address: int) -> int:
+        """The plugin's index of the device holding `address`."""
+        transport = self._transport()
+        with self._lock:
+            if self._devices is None:
+                self._devices = CudaDevices(self._config.get("cuda_library", "libcuda.so.1"),
+                                            self._plugin, transport.plugin_name, self._config,
+                                            self._search_path)
+            devices = self._devices
+        return devices.index_of(address)
+
+    def _register_device(self, array: DeviceArray, writable: bool) -> int:
+        if writable and array.readonly:
+            raise InvalidArgumentError("a target device array must be writable")
+        return self._transport().register_device(array.address, array.nbytes,
+                                                 self._device_index(array.address))
 
     # Ray's interface.
 
@@ -165,15 +210,28 @@ class TensorTransport(TensorTransportManager):
                                           rdt_object: List[Any]) -> RayaccelTransportMetadata:
         transport = self._transport()
         meta, descriptors, sizes, held = [], [], [], []
+        devices = set()
         try:
             for tensor in rdt_object:
-                view, shape_dtype, keep = _bytes_of(tensor)
+                on_device = _device_memory_of(tensor)
+                if on_device is not None:
+                    array, shape_dtype, keep = on_device
+                    nbytes = array.nbytes
+                    devices.add("cuda")
+                else:
+                    view, shape_dtype, keep = _bytes_of(tensor)
+                    nbytes = view.nbytes
+                    devices.add("cpu")
+                if len(devices) > 1:
+                    raise InvalidArgumentError("one object's tensors are all host or all device "
+                                               "memory (Ray's metadata names one device)")
                 meta.append(shape_dtype)
-                sizes.append(view.nbytes)
-                if view.nbytes == 0:
+                sizes.append(nbytes)
+                if nbytes == 0:
                     descriptors.append(b"")
                     continue
-                region = transport.register(view, False)
+                region = self._register_device(array, False) if on_device is not None else \
+                    transport.register(view, False)
                 held.append((region, keep))
                 descriptors.append(transport.describe(region))
         except BaseException:
@@ -182,7 +240,7 @@ class TensorTransport(TensorTransportManager):
             raise
         with self._lock:
             self._sources.setdefault(obj_id, []).extend(held)
-        device = "cpu"
+        device = "cuda" if "cuda" in devices else "cpu"
         return RayaccelTransportMetadata(tensor_meta=meta, tensor_device=device,
                                          address=transport.address, descriptors=descriptors,
                                          nbytes=sizes)
@@ -221,18 +279,22 @@ class TensorTransport(TensorTransportManager):
         outputs, regions, requests = [], [], []
         finished = False
         try:
+            on_device = getattr(meta, "tensor_device", "cpu") == "cuda"
             for i, ((shape, dtype), descriptor, nbytes) in enumerate(
                     zip(meta.tensor_meta, meta.descriptors, meta.nbytes)):
                 out = target_buffers[i] if target_buffers is not None else \
-                    _new_tensor(shape, dtype)
-                view = _target_bytes(out)
-                if view.nbytes != nbytes:
-                    raise InvalidArgumentError(f"target buffer {i} holds {view.nbytes} bytes; "
+                    _new_device_tensor(shape, dtype) if on_device else _new_tensor(shape, dtype)
+                array = device_array(out)
+                view = None if array is not None else _target_bytes(out)
+                have = array.nbytes if array is not None else view.nbytes
+                if have != nbytes:
+                    raise InvalidArgumentError(f"target buffer {i} holds {have} bytes; "
                                                f"the tensor is {nbytes}")
                 outputs.append(out)
                 if nbytes == 0:
                     continue
-                region = transport.register(view, True)
+                region = self._register_device(array, True) if array is not None else \
+                    transport.register(view, True)
                 regions.append(region)
                 requests.append(transport.read(connection, region, 0, descriptor, 0, nbytes))
             for request in requests:

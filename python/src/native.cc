@@ -300,6 +300,19 @@ class PyTransport {
     return *region;
   }
 
+  // Device memory of the plugin's device `device` (its own index) at [address, address +
+  // length): the plugin's driver checks it.
+  uint64_t RegisterDevice(uintptr_t address, uint64_t length, uint32_t device) {
+    absl::StatusOr<uint64_t> region;
+    {
+      py::gil_scoped_release unlocked;
+      region = transport_->Register(reinterpret_cast<void*>(address),  // NOLINT: an address
+                                    length, rayaccel::MemoryKind::kDevice, device);
+    }
+    if (!region.ok()) Throw(region.status());
+    return *region;
+  }
+
   void Deregister(uint64_t region) {
     absl::Status st;
     {
@@ -401,6 +414,8 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("address", &PyTransport::Address)
       .def_property_readonly("plugin_name", &PyTransport::PluginName)
       .def("register", &PyTransport::Register, py::arg("buffer"), py::arg("writable"))
+      .def("register_device", &PyTransport::RegisterDevice, py::arg("address"), py::arg("length"),
+           py::arg("device"))
       .def("deregister", &PyTransport::Deregister)
       .def("describe", &PyTransport::Describe)
       .def("connect", &PyTransport::Connect)

@@ -1,0 +1,69 @@
+"""Device memory through TensorTransport between two processes: arrays with
+`__cuda_array_interface__` (as CuPy, Numba and PyTorch CUDA tensors expose it) on the fake CUDA
+driver's GPUs, moved by the CUDA plugin, into target buffers on another GPU."""
+
+import base64
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rayaccel
+from device_peer import contents
+from fake_cuda_array import CONFIG, FIXTURE, FakeCudaArray
+from rayaccel.transport import TensorTransport
+
+PEER = os.path.join(os.path.dirname(__file__), "device_peer.py")
+
+
+@pytest.fixture
+def source(monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_FIXTURE", FIXTURE)
+    proc = subprocess.Popen([sys.executable, PEER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    meta = pickle.loads(base64.b64decode(proc.stdout.readline()))
+    yield meta
+    proc.stdin.write("exit\n")
+    proc.stdin.flush()
+    proc.wait(timeout=20)
+
+
+def test_device_arrays_arrive_in_device_target_buffers(source):
+    assert source.tensor_device == "cuda"
+    want = contents()
+    targets = [FakeCudaArray(v.shape, v.dtype, 5) for v in want]
+    destination = TensorTransport(plugin="cuda", config=CONFIG, peer_timeout=2.0)
+    out = destination.recv_multiple_tensors("dev-1", source, None, target_buffers=targets)
+    assert out == targets
+    for target, values in zip(targets, want):
+        assert np.array_equal(target.download(), values)
+    # Into host memory as well: a device tensor read into a NumPy buffer.
+    host = [np.zeros_like(v) for v in want]
+    destination.recv_multiple_tensors("dev-1", source, None, target_buffers=host)
+    for got, values in zip(host, want):
+        assert np.array_equal(got, values)
+
+
+def test_device_tensors_without_a_place_to_land_are_refused_with_the_reason(source):
+    destination = TensorTransport(plugin="cuda", config=CONFIG, peer_timeout=2.0)
+    with pytest.raises(rayaccel.InvalidArgumentError, match="give target_buffers"):
+        destination.recv_multiple_tensors("dev-1", source, None)
+
+
+def test_device_arrays_the_driver_does_not_vouch_for(monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_FIXTURE", FIXTURE)
+    transport = TensorTransport(plugin="cuda", config=CONFIG)
+    strided = FakeCudaArray((8, 8), np.float32, 1, strides=(4, 32))
+    with pytest.raises(rayaccel.InvalidArgumentError, match="C-contiguous"):
+        transport.extract_tensor_transport_metadata("bad", [strided])
+    freed = FakeCudaArray((16,), np.float32, 1)
+    with freed:
+        assert freed.cuda.cuMemFree_v2(freed.address) == 0
+    with pytest.raises(rayaccel.InvalidArgumentError, match="not CUDA device memory"):
+        transport.extract_tensor_transport_metadata("bad", [freed])
+    mixed = [FakeCudaArray((4,), np.float32, 0), np.zeros(4, dtype=np.float32)]
+    with pytest.raises(rayaccel.InvalidArgumentError, match="all host or all device"):
+        transport.extract_tensor_transport_metadata("bad", mixed)
