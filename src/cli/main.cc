@@ -28,6 +28,7 @@
 #include "cli/capture_anonymize.h"
 #include "cli/capture_bundle.h"
 #include "cli/log_format.h"
+#include "cli/ray_start_env.h"
 #include "cli/render.h"
 #include "cli/transfer_command.h"
 #include "util/log.h"

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <regex>
 #include <set>
 #include <vector>
 
@@ -12,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ray/ray_mapping.h"
 #include "rayaccel/plugin.h"
 #include "topology/enrich.h"
 #include "util/json.h"
@@ -169,19 +167,6 @@ void WriteRay(json::Writer& w, const RayView& ray) {
   w.EndObject();
 }
 
-// 'text' quoted for a POSIX shell.
-std::string ShellQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "'";
-}
-
 std::string CompactJson(const std::map<std::string, double>& resources) {
   std::vector<std::string> parts;
   for (const auto& [name, quantity] : resources) {
@@ -194,6 +179,18 @@ std::string CompactJson(const std::map<std::string, double>& resources) {
 }
 
 }  // namespace
+
+std::string ShellQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "'";
+}
 
 std::string DiscoverJson(const NodeSnapshot& s) {
   json::Writer w;
@@ -379,39 +376,6 @@ std::string RayStartArgs(const RayView& ray) {
     args.push_back("--labels=" + ShellQuote(absl::StrJoin(pairs, ",")));
   }
   return absl::StrJoin(args, " ") + "\n";
-}
-
-absl::StatusOr<std::string> RayStartEnvironment(const NodeSnapshot& snapshot,
-                                                const PrepareAllocationFn& prepare) {
-  std::map<std::string, std::string> env;
-  for (const CountedFamily& family : CountedFamilies(snapshot)) {
-    if (family.visible_devices_env.empty()) continue;
-    std::map<std::string, std::string> set;
-    if (family.device_ids.empty()) {
-      set[family.visible_devices_env] = "";  // Ray would count every device it finds
-    } else {
-      absl::StatusOr<std::map<std::string, std::string>> prepared =
-          prepare(family.device_ids, snapshot.generation);
-      if (!prepared.ok()) {
-        return absl::Status(prepared.status().code(),
-                            absl::StrCat(family.resource, " (", family.plugin,
-                                         "): prepare_allocation: ", prepared.status().message()));
-      }
-      set = *std::move(prepared);
-    }
-    for (auto& [name, value] : set) {
-      // Printed for a shell to read: a name is a shell variable name, or nothing is printed.
-      static const std::regex kName("[A-Za-z_][A-Za-z0-9_]*");
-      if (!std::regex_match(name, kName)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            family.plugin, " sets \"", name, "\", which is not an environment variable name"));
-      }
-      env[name] = std::move(value);
-    }
-  }
-  std::vector<std::string> pairs;
-  for (const auto& [name, value] : env) pairs.push_back(name + "=" + ShellQuote(value));
-  return pairs.empty() ? "" : absl::StrJoin(pairs, " ") + "\n";
 }
 
 std::string TopoText(const NodeSnapshot& s) {

@@ -2,12 +2,9 @@
 #ifndef RAYACCEL_CLI_RENDER_H_
 #define RAYACCEL_CLI_RENDER_H_
 
-#include <functional>
 #include <map>
 #include <string>
-#include <vector>
 
-#include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
 
 namespace rayaccel::cli {
@@ -22,22 +19,12 @@ std::string PluginsText(const NodeSnapshot& snapshot);
 std::string ResourcesJson(const RayView& ray);
 std::string ResourcesText(const RayView& ray);
 
+// 'text' quoted for a POSIX shell.
+std::string ShellQuote(const std::string& text);
+
 // The arguments `ray start` takes today: --num-gpus for GPU (ray start refuses GPU inside
 // --resources), --resources for the rest, --labels as k=v pairs; shell-quoted, one line.
 std::string RayStartArgs(const RayView& ray);
-
-// What a family's devices set in a worker: the plugin's prepare_allocation, asked here or of
-// the agent.
-using PrepareAllocationFn = std::function<absl::StatusOr<std::map<std::string, std::string>>(
-    const std::vector<std::string>& device_ids, uint64_t generation)>;
-
-// `ray-start-args --env`: the variables to start Ray with so that it learns exactly the devices
-// rayaccel counts (Ray reads the visible-devices variable at `ray start` as the node's device
-// ids): per family, what prepare_allocation sets for the counted devices; the variable empty
-// when the family counts none; nothing for a family given whole (the plugin sets nothing).
-// Shell-quoted NAME='value' pairs on one line, or "" when there are none.
-absl::StatusOr<std::string> RayStartEnvironment(const NodeSnapshot& snapshot,
-                                                const PrepareAllocationFn& prepare);
 
 // `rayaccel topo`: a matrix like `nvidia-smi topo -m` over every device of every family, with
 // CPU affinity, NUMA affinity and nearest NIC columns and a legend; JSON; Graphviz.
