@@ -2,17 +2,20 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 
 namespace rayaccel::cuda {
+namespace {
 
 // The driver API's types and values (cuda.h), for the calls made here.
 using CUresult = int;
 using CUdevice = int;
-using CUdeviceptr = unsigned long long;
+using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver API's own type
 using CUcontext = void*;
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
@@ -22,7 +25,7 @@ constexpr int CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11;
 constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;
 constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 
-struct CudaMemory::Driver {
+struct Driver {
   void* handle = nullptr;
   CUresult (*Init)(unsigned) = nullptr;
   CUresult (*DeviceGetCount)(int*) = nullptr;
@@ -53,14 +56,6 @@ struct CudaMemory::Driver {
   }
 };
 
-namespace {
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 template <typename F>
 bool Resolve(void* handle, const char* name, F* out) {
   *out = reinterpret_cast<F>(dlsym(handle, name));
@@ -68,8 +63,8 @@ bool Resolve(void* handle, const char* name, F* out) {
 }
 
 // Loads the driver and initializes it, or says why not.
-std::unique_ptr<CudaMemory::Driver> Load(const std::string& library, std::string* why) {
-  auto d = std::make_unique<CudaMemory::Driver>();
+std::unique_ptr<Driver> Load(const std::string& library, std::string* why) {
+  auto d = std::make_unique<Driver>();
   d->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (d->handle == nullptr) {
     const char* e = dlerror();
@@ -104,170 +99,131 @@ std::unique_ptr<CudaMemory::Driver> Load(const std::string& library, std::string
   return d;
 }
 
-}  // namespace
-
-CudaMemory::~CudaMemory() {
-  if (driver_ == nullptr) return;
-  for (const auto& [ordinal, context] : contexts_) driver_->PrimaryCtxRelease(ordinal);
-  dlclose(driver_->handle);
-  delete driver_;
-}
-
-void CudaMemory::SetDevices(BusIds bus_ids) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [index, id] : bus_ids) id = Lower(id);
-  bus_ids_ = std::move(bus_ids);
-}
-
-std::string CudaMemory::BusIdOf(uint32_t device) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = bus_ids_.find(device); it != bus_ids_.end()) return it->second;
+// The driver API as GpuMemory uses it: primary contexts pushed around each call.
+class CudaRuntime : public plugin::GpuRuntime {
+ public:
+  explicit CudaRuntime(std::string library) : library_(std::move(library)) {}
+  ~CudaRuntime() override {
+    if (d_ == nullptr) return;
+    for (const auto& [ordinal, context] : contexts_) d_->PrimaryCtxRelease(ordinal);
+    dlclose(d_->handle);
   }
-  SetDevices(list_());
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = bus_ids_.find(device);
-  return it == bus_ids_.end() ? "" : it->second;
-}
+  const char* name() const override { return "CUDA"; }
+  const char* visible_variable() const override { return "CUDA_VISIBLE_DEVICES"; }
 
-rayaccel_status CudaMemory::Push(uint32_t device, int* ordinal, std::string* why) {
-  const std::string bus = BusIdOf(device);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (driver_ == nullptr && unavailable_.empty()) {
-    std::unique_ptr<Driver> d = Load(library_, &unavailable_);
-    if (d != nullptr) {
-      int count = 0;
-      if (CUresult r = d->DeviceGetCount(&count); r != CUDA_SUCCESS) count = 0;
-      for (int i = 0; i < count; ++i) {
-        CUdevice dev = 0;
-        char bus[32] = {};
-        if (d->DeviceGet(&dev, i) == CUDA_SUCCESS &&
-            d->DeviceGetPCIBusId(bus, sizeof(bus), dev) == CUDA_SUCCESS) {
-          ordinals_[Lower(bus)] = i;
+  bool Load(std::string* why) override {
+    d_ = rayaccel::cuda::Load(library_, why);
+    return d_ != nullptr;
+  }
+
+  std::map<std::string, int> Devices() override {
+    std::map<std::string, int> out;
+    int count = 0;
+    if (d_->DeviceGetCount(&count) != CUDA_SUCCESS) return out;
+    for (int i = 0; i < count; ++i) {
+      CUdevice dev = 0;
+      char bus[32] = {};
+      if (d_->DeviceGet(&dev, i) == CUDA_SUCCESS &&
+          d_->DeviceGetPCIBusId(bus, sizeof(bus), dev) == CUDA_SUCCESS) {
+        out[bus] = i;
+      }
+    }
+    return out;
+  }
+
+  bool Enter(int ordinal, std::string* why) override {
+    CUcontext context = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CUcontext& held = contexts_[ordinal];
+      if (held == nullptr) {
+        if (CUresult r = d_->PrimaryCtxRetain(&held, ordinal); r != CUDA_SUCCESS) {
+          contexts_.erase(ordinal);
+          *why = d_->Error("cuDevicePrimaryCtxRetain", r);
+          return false;
         }
       }
-      driver_ = d.release();
+      context = held;
     }
-  }
-  if (driver_ == nullptr) {  // the memory kind cannot be reached on this host
-    *why = unavailable_;
-    return RAYACCEL_STATUS_UNSUPPORTED;
-  }
-  if (bus.empty()) {
-    *why = "device " + std::to_string(device) +
-           " is not a GPU whose memory this plugin copies (a MIG instance, a GPU NVML no "
-           "longer lists, or no device of this plugin)";
-    return RAYACCEL_STATUS_UNSUPPORTED;
-  }
-  auto found = ordinals_.find(bus);
-  if (found == ordinals_.end()) {
-    *why = "GPU " + bus + " (device " + std::to_string(device) +
-           ") is not among the GPUs CUDA shows this process (CUDA_VISIBLE_DEVICES)";
-    return RAYACCEL_STATUS_INVALID_ARGUMENT;
-  }
-  *ordinal = found->second;
-  CUcontext& context = contexts_[*ordinal];
-  if (context == nullptr) {
-    if (CUresult r = driver_->PrimaryCtxRetain(&context, *ordinal); r != CUDA_SUCCESS) {
-      contexts_.erase(*ordinal);
-      *why = driver_->Error("cuDevicePrimaryCtxRetain", r);
-      return RAYACCEL_STATUS_UNAVAILABLE;
+    if (CUresult r = d_->CtxPush(context); r != CUDA_SUCCESS) {
+      *why = d_->Error("cuCtxPushCurrent", r);
+      return false;
     }
+    return true;
   }
-  if (CUresult r = driver_->CtxPush(context); r != CUDA_SUCCESS) {
-    *why = driver_->Error("cuCtxPushCurrent", r);
-    return RAYACCEL_STATUS_UNAVAILABLE;
+
+  void Leave() override {
+    CUcontext popped = nullptr;
+    d_->CtxPop(&popped);
   }
-  return RAYACCEL_STATUS_OK;
-}
 
-void CudaMemory::Pop() {
-  CUcontext popped = nullptr;
-  driver_->CtxPop(&popped);
-}
-
-rayaccel_status CudaMemory::Check(const void* address, uint64_t length, uint32_t device,
-                                  std::string* why) {
-  int ordinal = 0;
-  if (rayaccel_status st = Push(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
-  const auto p = reinterpret_cast<CUdeviceptr>(address);
-  unsigned type = 0;
-  int owner = -1;
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  rayaccel_status status = RAYACCEL_STATUS_INVALID_ARGUMENT;
-  if (CUresult r = driver_->PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-      r != CUDA_SUCCESS) {
-    *why = "not CUDA device memory (a host, freed or foreign pointer): " +
-           driver_->Error("cuPointerGetAttribute", r);
-  } else if (type != CU_MEMORYTYPE_DEVICE) {
-    *why = "CUDA memory of type " + std::to_string(type) + ", not device memory";
-  } else if (CUresult r =
-                 driver_->PointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-             r != CUDA_SUCCESS) {
-    *why = driver_->Error("cuPointerGetAttribute", r);
-  } else if (owner != ordinal) {
-    *why = "memory of CUDA device " + std::to_string(owner) + ", not of device " +
-           std::to_string(device) + " (CUDA device " + std::to_string(ordinal) + ")";
-  } else if (driver_->PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) !=
-                 CUDA_SUCCESS ||
-             driver_->PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) !=
-                 CUDA_SUCCESS) {
-    *why = "the driver does not say where the allocation ends";
-  } else if (p - start > size || length > size - (p - start)) {
-    *why = std::to_string(length) + " bytes at offset " + std::to_string(p - start) +
-           " run past the end of their " + std::to_string(size) + "-byte allocation";
-  } else {
-    status = RAYACCEL_STATUS_OK;
+  rayaccel_status Find(const void* address, Allocation* out, std::string* why) override {
+    const auto p = reinterpret_cast<CUdeviceptr>(address);
+    unsigned type = 0;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    if (CUresult r = d_->PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+        r != CUDA_SUCCESS) {
+      *why = "not CUDA device memory (a host, freed or foreign pointer): " +
+             d_->Error("cuPointerGetAttribute", r);
+      return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    }
+    if (type != CU_MEMORYTYPE_DEVICE) {
+      *why = "CUDA memory of type " + std::to_string(type) + ", not device memory";
+      return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    }
+    if (d_->PointerGetAttribute(&out->ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) !=
+            CUDA_SUCCESS ||
+        d_->PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) != CUDA_SUCCESS ||
+        d_->PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) != CUDA_SUCCESS) {
+      *why = "the driver does not say which allocation holds the pointer";
+      return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    }
+    out->start = start;
+    out->size = size;
+    return RAYACCEL_STATUS_OK;
   }
-  Pop();
-  return status;
-}
 
-rayaccel_status CudaMemory::Allocate(uint32_t device, uint64_t length, void** address,
-                                     std::string* why) {
-  int ordinal = 0;
-  if (rayaccel_status st = Push(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
-  CUdeviceptr p = 0;
-  CUresult r = driver_->MemAlloc(&p, length);
-  Pop();
-  if (r != CUDA_SUCCESS) {
-    *why = driver_->Error("cuMemAlloc", r);
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED
-                                         : RAYACCEL_STATUS_INTERNAL;
+  rayaccel_status Allocate(uint64_t n, void** p, std::string* why) override {
+    CUdeviceptr at = 0;
+    if (CUresult r = d_->MemAlloc(&at, n); r != CUDA_SUCCESS) {
+      *why = d_->Error("cuMemAlloc", r);
+      return r == CUDA_ERROR_OUT_OF_MEMORY ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED
+                                           : RAYACCEL_STATUS_INTERNAL;
+    }
+    *p = reinterpret_cast<void*>(at);  // NOLINT(performance-no-int-to-ptr): CUdeviceptr
+    return RAYACCEL_STATUS_OK;
   }
-  *address = reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): CUdeviceptr
-  return RAYACCEL_STATUS_OK;
-}
 
-void CudaMemory::Free(void* address, uint32_t device) {
-  int ordinal = 0;
-  std::string why;
-  if (Push(device, &ordinal, &why) != RAYACCEL_STATUS_OK) return;
-  driver_->MemFree(reinterpret_cast<CUdeviceptr>(address));
-  Pop();
-}
+  void Free(void* p) override { d_->MemFree(reinterpret_cast<CUdeviceptr>(p)); }
 
-rayaccel_status CudaMemory::ToHost(void* host, const void* device_memory, uint64_t length,
-                                   uint32_t device, std::string* why) {
-  int ordinal = 0;
-  if (rayaccel_status st = Push(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
-  CUresult r = driver_->MemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(device_memory), length);
-  Pop();
-  if (r == CUDA_SUCCESS) return RAYACCEL_STATUS_OK;
-  *why = driver_->Error("cuMemcpyDtoH", r);
-  return RAYACCEL_STATUS_INTERNAL;
-}
+  rayaccel_status ToHost(void* host, const void* device, uint64_t n, std::string* why) override {
+    CUresult r = d_->MemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(device), n);
+    if (r == CUDA_SUCCESS) return RAYACCEL_STATUS_OK;
+    *why = d_->Error("cuMemcpyDtoH", r);
+    return RAYACCEL_STATUS_INTERNAL;
+  }
 
-rayaccel_status CudaMemory::FromHost(void* device_memory, const void* host, uint64_t length,
-                                     uint32_t device, std::string* why) {
-  int ordinal = 0;
-  if (rayaccel_status st = Push(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
-  CUresult r = driver_->MemcpyHtoD(reinterpret_cast<CUdeviceptr>(device_memory), host, length);
-  Pop();
-  if (r == CUDA_SUCCESS) return RAYACCEL_STATUS_OK;
-  *why = driver_->Error("cuMemcpyHtoD", r);
-  return RAYACCEL_STATUS_INTERNAL;
+  rayaccel_status FromHost(void* device, const void* host, uint64_t n, std::string* why) override {
+    CUresult r = d_->MemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), host, n);
+    if (r == CUDA_SUCCESS) return RAYACCEL_STATUS_OK;
+    *why = d_->Error("cuMemcpyHtoD", r);
+    return RAYACCEL_STATUS_INTERNAL;
+  }
+
+ private:
+  const std::string library_;
+  std::unique_ptr<Driver> d_;
+  std::mutex mu_;                      // guards contexts_
+  std::map<int, CUcontext> contexts_;  // retained primary contexts, by ordinal
+};
+
+}  // namespace
+
+std::unique_ptr<plugin::GpuMemory> MakeCudaMemory(std::string library,
+                                                  std::function<plugin::GpuMemory::BusIds()> list) {
+  return std::make_unique<plugin::GpuMemory>(std::make_unique<CudaRuntime>(std::move(library)),
+                                             std::move(list));
 }
 
 }  // namespace rayaccel::cuda

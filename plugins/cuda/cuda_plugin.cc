@@ -268,7 +268,7 @@ struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string library;
   // Device memory for the transport, through the CUDA driver (loaded on first use).
-  std::unique_ptr<rayaccel::cuda::CudaMemory> memory;
+  std::unique_ptr<rayaccel::plugin::GpuMemory> memory;
   rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
   bool by_uuid = false;
   std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
@@ -312,8 +312,8 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->host = args->host;
     self->library = plugin::ConfigValue(args, "nvml_library", "libnvidia-ml.so.1");
     rayaccel_plugin_instance* instance = self.get();
-    self->memory = std::make_unique<CudaMemory>(
-        plugin::ConfigValue(args, "cuda_library", "libcuda.so.1"), [instance] {
+    self->memory =
+        MakeCudaMemory(plugin::ConfigValue(args, "cuda_library", "libcuda.so.1"), [instance] {
           std::lock_guard<std::mutex> lock(instance->mu);
           if (instance->ready) Scan(instance);
           return CopiedGpus(instance);
