@@ -2,15 +2,21 @@
 // ROCm user-space library, to build or to run. Config keys:
 //   kfd_topology_dir  the KFD topology folder (default /sys/class/kfd/kfd/topology)
 //   sysfs_root        where other sysfs reads start (default /sys): RAS counters, driver version
+//   hip_library       the HIP runtime the transport copies device memory with (default: the
+//                     first of libamdhip64.so, .so.6, .so.5 that loads), loaded on first use
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "common/gpu_memory.h"
 #include "common/plugin_util.h"
 #include "common/sysfs.h"
 #include "common/ucx_transport.h"
+#include "rocm/hip_memory.h"
 #include "rocm/kfd_topology.h"
 
 struct rayaccel_plugin_instance {
@@ -18,6 +24,9 @@ struct rayaccel_plugin_instance {
   std::string topology_dir;
   std::string sysfs_root;
   std::string driver_version;
+  // Device memory for the transport, through the HIP runtime (loaded on first use).
+  std::unique_ptr<rayaccel::plugin::GpuMemory> memory;
+  rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
   std::mutex mu;  // guards `topo`
   rayaccel::rocm::AmdTopology topo;
 };
@@ -62,6 +71,21 @@ std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance
   return {RAYACCEL_HEALTH_HEALTHY, ""};
 }
 
+// The GPUs whose memory the transport copies, by the plugin's index (the HIP ordinal): whole
+// devices with a bus id of their own. Compute partitions of one GPU share theirs, so HIP's bus
+// ids cannot tell them apart: they are left out.
+plugin::GpuMemory::BusIds CopiedGpus(const AmdTopology& topo) {
+  std::map<std::string, int> uses;
+  for (const AmdDevice& d : topo.devices) uses[d.pci_bus_id]++;
+  plugin::GpuMemory::BusIds out;
+  for (const AmdDevice& d : topo.devices) {
+    if (d.schedulable && d.parent_id.empty() && uses[d.pci_bus_id] == 1) {
+      out[d.index] = d.pci_bus_id;
+    }
+  }
+  return out;
+}
+
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
   return plugin::Guard(error, [&] {
     auto self = std::make_unique<rayaccel_plugin_instance>();
@@ -71,6 +95,20 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
     self->driver_version =
         plugin::ReadLine(self->sysfs_root + "/module/amdgpu/version").value_or("");
+    std::string hip = plugin::ConfigValue(args, "hip_library", "");
+    std::vector<std::string> libraries =
+        hip.empty()
+            ? std::vector<std::string>{"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"}
+            : std::vector<std::string>{hip};
+    rayaccel_plugin_instance* instance = self.get();
+    self->memory = MakeHipMemory(std::move(libraries), [instance] {
+      // No discover yet (a transport used alone): read the topology now.
+      std::vector<KfdNode> nodes;
+      std::vector<std::string> problems;
+      if (!ReadKfdNodes(instance->topology_dir, &nodes, &problems))
+        return plugin::GpuMemory::BusIds{};
+      return CopiedGpus(BuildTopology(nodes, &problems));
+    });
     args->instance = self.release();
     return RAYACCEL_STATUS_OK;
   });
@@ -145,6 +183,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       AddAttribute(sink, d.index, "gfx_target", d.gfx_target);
       if (d.unique_id != 0) AddAttribute(sink, d.index, "unique_id", std::string(unique));
     }
+    self->memory->SetDevices(CopiedGpus(topo));
     std::lock_guard<std::mutex> lock(self->mu);
     self->topo = std::move(topo);
     return RAYACCEL_STATUS_OK;

@@ -83,6 +83,16 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(cuda.tier, 3);
   EXPECT_EQ(cuda.checks["transport.device_memory"].first, "pass")
       << cuda.checks["transport.device_memory"].second;
+  // The ROCm plugin's, on a KFD capture and the fake HIP runtime.
+  const std::string hip_fixture = Fixture("fake-hip/mi210-xgmi-pcie.json");
+  testing::ScopedEnv hip("FAKE_HIP_FIXTURE", hip_fixture.c_str());
+  Report amd = Conform(
+      plugins + "/librayaccel-rocm.so",
+      {"--config", "kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi210-xgmi-pcie"), "--config",
+       std::string("hip_library=") + RAYACCEL_FAKE_HIP, "--tier", "3", "--timeout", "60"});
+  EXPECT_EQ(amd.tier, 3);
+  EXPECT_EQ(amd.checks["transport.device_memory"].first, "pass")
+      << amd.checks["transport.device_memory"].second;
   // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
   Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
   EXPECT_EQ(no_transport.exit_code, 1);

@@ -267,5 +267,99 @@ TEST_F(CudaDeviceMemory, TransferCommandMovesDeviceMemoryBetweenProcesses) {
   EXPECT_NE(r.err.find("device 99 is not a GPU whose memory"), std::string::npos) << r.err;
 }
 
+// The same through the ROCm plugin over its KFD capture and the fake HIP runtime
+// (tests/fixtures/fake-hip): eight MI210s, HIP's ordinals the plugin's indices.
+class RocmDeviceMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = std::make_unique<ScopedEnv>("FAKE_HIP_FIXTURE",
+                                       RAYACCEL_FIXTURES_DIR "/fake-hip/mi210-xgmi-pcie.json");
+    hip_ = dlopen(RAYACCEL_FAKE_HIP, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(hip_, nullptr) << dlerror();
+    set_device_ = reinterpret_cast<int (*)(int)>(dlsym(hip_, "hipSetDevice"));
+    malloc_ = reinterpret_cast<int (*)(void**, size_t)>(dlsym(hip_, "hipMalloc"));
+    memcpy_ = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(dlsym(hip_, "hipMemcpy"));
+    ASSERT_TRUE(set_device_ && malloc_ && memcpy_);
+    owner_ = Open();
+    reader_ = Open();
+    ASSERT_NE(owner_, nullptr);
+    ASSERT_NE(reader_, nullptr);
+  }
+  static std::unique_ptr<Transport> Open() {
+    TransportOptions o;
+    o.plugin = "rocm";
+    o.search_path = {RAYACCEL_PLUGIN_DIR};
+    o.config = {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
+                {"hip_library", RAYACCEL_FAKE_HIP}};
+    absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *std::move(t) : nullptr;
+  }
+  std::unique_ptr<ScopedEnv> env_;
+  void* hip_ = nullptr;
+  int (*set_device_)(int) = nullptr;
+  int (*malloc_)(void**, size_t) = nullptr;
+  int (*memcpy_)(void*, const void*, size_t, int) = nullptr;
+  std::unique_ptr<Transport> owner_, reader_;
+};
+
+TEST_F(RocmDeviceMemory, DeviceToDeviceMovesTheBytesAndTheRuntimeRefusesWhatItDoesNotHold) {
+  constexpr size_t kSize = 4 << 20;
+  constexpr int kHostToDevice = 1, kDeviceToHost = 2;
+  auto remote = owner_->Allocate(kSize, MemoryKind::kDevice, 2);
+  auto local = reader_->Allocate(kSize, MemoryKind::kDevice, 7);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::vector<char> want = Pattern(kSize, 9);
+  ASSERT_EQ(memcpy_(remote->data, want.data(), kSize, kHostToDevice), 0);
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  const std::string desc = *owner_->Describe(remote->region);
+  ASSERT_TRUE(Done(reader_->Read(*conn, local->region, 0, desc, 0, kSize)).ok());
+  std::vector<char> got(kSize);
+  ASSERT_EQ(memcpy_(got.data(), local->data, kSize, kDeviceToHost), 0);
+  EXPECT_EQ(got, want);
+  const std::vector<char> back = Pattern(kSize, 23);
+  ASSERT_EQ(memcpy_(local->data, back.data(), kSize, kHostToDevice), 0);
+  ASSERT_TRUE(Done(reader_->Write(*conn, local->region, 0, desc, 0, kSize)).ok());
+  ASSERT_EQ(memcpy_(got.data(), remote->data, kSize, kDeviceToHost), 0);
+  EXPECT_EQ(got, back);
+
+  std::vector<char> host(4096);
+  absl::Status s = owner_->Register(host.data(), host.size(), MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("not HIP device memory"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("hipErrorInvalidValue"), std::string::npos) << s;
+  void* on_gpu3 = nullptr;
+  ASSERT_EQ(set_device_(3), 0);
+  ASSERT_EQ(malloc_(&on_gpu3, 1 << 16), 0);
+  s = owner_->Register(on_gpu3, 4096, MemoryKind::kDevice, 4).status();
+  EXPECT_NE(s.message().find("memory of HIP device 3, not of device 4"), std::string::npos) << s;
+  s = owner_->Register(on_gpu3, 1 << 17, MemoryKind::kDevice, 3).status();
+  EXPECT_NE(s.message().find("run past the end of their 65536-byte allocation"), std::string::npos)
+      << s;
+  EXPECT_TRUE(owner_->Register(on_gpu3, 1 << 16, MemoryKind::kDevice, 3).ok());
+  s = owner_->Allocate(uint64_t{100} << 30, MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("hipMalloc: hipErrorOutOfMemory (out of memory)"), std::string::npos)
+      << s;
+}
+
+// No HIP runtime on the host: device memory is refused with the reason, host memory moves.
+TEST(RocmWithoutHip, DeviceMemoryIsUnsupportedWithTheReason) {
+  TransportOptions o;
+  o.plugin = "rocm";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.config = {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
+              {"hip_library", "/no/libamdhip64.so"}};
+  auto t = Transport::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status s = (*t)->Allocate(4096, MemoryKind::kDevice, 0).status();
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("cannot load the HIP runtime"), std::string::npos) << s;
+  std::vector<char> host(4096);
+  EXPECT_TRUE((*t)->Register(host.data(), host.size()).ok());
+}
+
 }  // namespace
 }  // namespace rayaccel
