@@ -28,11 +28,13 @@
 #include "rayaccel/transport.h"
 #include "support/child_process.h"
 #include "support/test_support.h"
+#include "support/transport_support.h"
 #include "transport/descriptor.h"
 
 namespace rayaccel {
 namespace {
 
+using ::rayaccel::testing::Done;
 using ::rayaccel::testing::MakeTempDir;
 using ::rayaccel::testing::ScopedEnv;
 
@@ -140,11 +142,6 @@ std::unique_ptr<Transport> Reader(const std::string& key_file,
   auto t = Transport::Open(o);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
-}
-
-absl::Status Done(absl::StatusOr<Request> r, absl::Duration limit = absl::Seconds(20)) {
-  if (!r.ok()) return r.status();
-  return r->Wait(absl::Now() + limit);
 }
 
 // The UCX payload's fields (docs/transport.md): magic, version, reserved, owner, region, length.

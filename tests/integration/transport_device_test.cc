@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,10 +16,13 @@
 #include "rayaccel/transport.h"
 #include "support/child_process.h"
 #include "support/test_support.h"
+#include "support/transport_support.h"
 
 namespace rayaccel {
 namespace {
 
+using ::rayaccel::testing::Done;
+using ::rayaccel::testing::Pattern;
 using ::rayaccel::testing::ScopedEnv;
 
 // The fake driver, as a program of its own would use it: to fill device memory and read it
@@ -70,15 +74,14 @@ struct Driver {
   }
 };
 
-std::vector<char> Pattern(size_t size, char seed) {
-  std::vector<char> v(size);
-  for (size_t i = 0; i < size; ++i) v[i] = static_cast<char>(seed + i * 13 + (i >> 11));
-  return v;
-}
-
-absl::Status Done(absl::StatusOr<Request> r) {
-  if (!r.ok()) return r.status();
-  return r->Wait(absl::Now() + absl::Seconds(20));
+// A transport of `plugin` from the build's plugins, configured with `config`.
+std::unique_ptr<Transport> OpenPlugin(const std::string& plugin,
+                                      std::map<std::string, std::string> config) {
+  TransportOptions o;
+  o.plugin = plugin;
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.config = std::move(config);
+  return testing::OpenTransport(o);
 }
 
 class CudaDeviceMemory : public ::testing::Test {
@@ -93,13 +96,8 @@ class CudaDeviceMemory : public ::testing::Test {
     ASSERT_NE(reader_, nullptr);
   }
   static std::unique_ptr<Transport> Open() {
-    TransportOptions o;
-    o.plugin = "cuda";
-    o.search_path = {RAYACCEL_PLUGIN_DIR};
-    o.config = {{"nvml_library", RAYACCEL_FAKE_NVML}, {"cuda_library", RAYACCEL_FAKE_CUDA}};
-    absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.ok() ? *std::move(t) : nullptr;
+    return OpenPlugin("cuda",
+                      {{"nvml_library", RAYACCEL_FAKE_NVML}, {"cuda_library", RAYACCEL_FAKE_CUDA}});
   }
   std::unique_ptr<ScopedEnv> env_;
   Driver driver_;
@@ -286,14 +284,9 @@ class RocmDeviceMemory : public ::testing::Test {
     ASSERT_NE(reader_, nullptr);
   }
   static std::unique_ptr<Transport> Open() {
-    TransportOptions o;
-    o.plugin = "rocm";
-    o.search_path = {RAYACCEL_PLUGIN_DIR};
-    o.config = {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
-                {"hip_library", RAYACCEL_FAKE_HIP}};
-    absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.ok() ? *std::move(t) : nullptr;
+    return OpenPlugin("rocm",
+                      {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
+                       {"hip_library", RAYACCEL_FAKE_HIP}});
   }
   std::unique_ptr<ScopedEnv> env_;
   void* hip_ = nullptr;
@@ -347,18 +340,15 @@ TEST_F(RocmDeviceMemory, DeviceToDeviceMovesTheBytesAndTheRuntimeRefusesWhatItDo
 
 // No HIP runtime on the host: device memory is refused with the reason, host memory moves.
 TEST(RocmWithoutHip, DeviceMemoryIsUnsupportedWithTheReason) {
-  TransportOptions o;
-  o.plugin = "rocm";
-  o.search_path = {RAYACCEL_PLUGIN_DIR};
-  o.config = {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
-              {"hip_library", "/no/libamdhip64.so"}};
-  auto t = Transport::Open(o);
-  ASSERT_TRUE(t.ok()) << t.status();
-  absl::Status s = (*t)->Allocate(4096, MemoryKind::kDevice, 0).status();
+  std::unique_ptr<Transport> t = OpenPlugin(
+      "rocm", {{"kfd_topology_dir", RAYACCEL_FIXTURES_DIR "/rocm-kfd/topo-mi210-xgmi-pcie"},
+               {"hip_library", "/no/libamdhip64.so"}});
+  ASSERT_NE(t, nullptr);
+  absl::Status s = t->Allocate(4096, MemoryKind::kDevice, 0).status();
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_NE(s.message().find("cannot load the HIP runtime"), std::string::npos) << s;
   std::vector<char> host(4096);
-  EXPECT_TRUE((*t)->Register(host.data(), host.size()).ok());
+  EXPECT_TRUE(t->Register(host.data(), host.size()).ok());
 }
 
 }  // namespace

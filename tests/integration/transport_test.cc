@@ -19,14 +19,17 @@
 #include "gtest/gtest.h"
 #include "support/child_process.h"
 #include "support/test_support.h"
+#include "support/transport_support.h"
 #include "transport/descriptor.h"
 #include "util/json.h"
 
 namespace rayaccel {
 namespace {
 
+using ::rayaccel::testing::Done;
 using ::rayaccel::testing::Lines;
 using ::rayaccel::testing::MakeTempDir;
+using ::rayaccel::testing::Pattern;
 using ::rayaccel::testing::ScopedEnv;
 using ::rayaccel::testing::Spawn;
 using ::rayaccel::testing::WaitExit;
@@ -38,20 +41,7 @@ std::unique_ptr<Transport> Open(const std::string& plugin = "sim",
   o.plugin = plugin;
   o.search_path = {RAYACCEL_PLUGIN_DIR};
   o.peer_timeout = peer_timeout;
-  absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *std::move(t) : nullptr;
-}
-
-std::vector<char> Pattern(size_t size, char seed) {
-  std::vector<char> v(size);
-  for (size_t i = 0; i < size; ++i) v[i] = static_cast<char>(seed + i * 7 + (i >> 12));
-  return v;
-}
-
-absl::Status Done(absl::StatusOr<Request> r) {
-  if (!r.ok()) return r.status();
-  return r->Wait(absl::Now() + absl::Seconds(20));
+  return testing::OpenTransport(o);
 }
 
 // Two endpoints of the sim plugin's UCX transport in this process.
@@ -565,8 +555,8 @@ class TransportNetns : public ::testing::Test {
 
 // Bytes sent and received on `dev` in namespace `ns` so far (ip's JSON statistics).
 uint64_t VethBytes(const std::string& ns, const std::string& dev) {
-  testing::CommandResult r = testing::Run({"/usr/bin/env", "ip", "-n", ns, "-j", "-s", "link",
-                                           "show", dev});
+  testing::CommandResult r =
+      testing::Run({"/usr/bin/env", "ip", "-n", ns, "-j", "-s", "link", "show", dev});
   json::ParseError error;
   std::optional<json::Value> doc = json::Parse(r.out, &error);
   if (!doc || doc->array().empty()) return 0;
@@ -628,10 +618,26 @@ TEST_F(TransportNetns, APartitionMidTransferIsALostPeer) {
       testing::Run({"/usr/bin/env", "ip", "-n", a_, "link", "set", veth_a_, "down"});
       cut_at = absl::Now();
     });
-    auto r = testing::Run({"/usr/bin/env", "UCX_NET_DEVICES=" + veth_b_, "ip", "netns", "exec",
-                           b_, RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op",
-                           op, "--size", "256MiB", "--iters", "1000", "--warmup", "0",
-                           "--peer-timeout-ms", "2000"});
+    auto r = testing::Run({"/usr/bin/env",
+                           "UCX_NET_DEVICES=" + veth_b_,
+                           "ip",
+                           "netns",
+                           "exec",
+                           b_,
+                           RAYACCEL_CLI,
+                           "transfer",
+                           "--token-file",
+                           dir + "/token",
+                           "--op",
+                           op,
+                           "--size",
+                           "256MiB",
+                           "--iters",
+                           "1000",
+                           "--warmup",
+                           "0",
+                           "--peer-timeout-ms",
+                           "2000"});
     const absl::Time ended = absl::Now();
     cutter.join();
     EXPECT_EQ(r.exit_code, 3) << op << ": " << r.err;

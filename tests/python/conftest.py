@@ -1,7 +1,12 @@
 """Shared by the Python package's tests: where the build and the fixtures are, and registries
 over the real plugins (sim, CUDA on the fake NVML, ROCm on KFD captures, TPU on a host tree)."""
 
+import base64
+import contextlib
 import os
+import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -67,3 +72,18 @@ def tpu_v5e(monkeypatch):
                                    "tpu.sysfs_root": os.path.join(host, "sys"),
                                    "tpu.metadata": "off"}) as r:
         yield r
+
+
+@contextlib.contextmanager
+def source_process(script):
+    """The source side of a transport test in a process of its own: runs `script` (next to
+    this file), which prints base64 of its pickled metadata and serves until told "exit";
+    yields the metadata."""
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), script)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield pickle.loads(base64.b64decode(proc.stdout.readline()))
+    finally:
+        proc.stdin.write("exit\n")
+        proc.stdin.flush()
+        proc.wait(timeout=20)

@@ -2,33 +2,21 @@
 `__cuda_array_interface__` (as CuPy, Numba and PyTorch CUDA tensors expose it) on the fake CUDA
 driver's GPUs, moved by the CUDA plugin, into target buffers on another GPU."""
 
-import base64
-import os
-import pickle
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import rayaccel
+from conftest import source_process
 from device_peer import contents
 from fake_cuda_array import CONFIG, FIXTURE, FakeCudaArray
 from rayaccel.transport import TensorTransport
-
-PEER = os.path.join(os.path.dirname(__file__), "device_peer.py")
 
 
 @pytest.fixture
 def source(monkeypatch):
     monkeypatch.setenv("FAKE_NVML_FIXTURE", FIXTURE)
-    proc = subprocess.Popen([sys.executable, PEER], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    meta = pickle.loads(base64.b64decode(proc.stdout.readline()))
-    yield meta
-    proc.stdin.write("exit\n")
-    proc.stdin.flush()
-    proc.wait(timeout=20)
+    with source_process("device_peer.py") as meta:
+        yield meta
 
 
 def test_device_arrays_arrive_in_device_target_buffers(source):

@@ -2,31 +2,19 @@
 dtypes from bool to complex64, 0-d and empty tensors, strided, transposed and channels-last
 views, into new tensors and into target_buffers."""
 
-import base64
-import os
-import pickle
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import rayaccel
+from conftest import source_process
 from rayaccel.transport import TensorTransport
 from torch_tensors import tensors
-
-PEER = os.path.join(os.path.dirname(__file__), "torch_peer.py")
 
 
 @pytest.fixture
 def source():
-    proc = subprocess.Popen([sys.executable, PEER], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    meta = pickle.loads(base64.b64decode(proc.stdout.readline()))
-    yield meta
-    proc.stdin.write("exit\n")
-    proc.stdin.flush()
-    proc.wait(timeout=20)
+    with source_process("torch_peer.py") as meta:
+        yield meta
 
 
 def test_every_dtype_shape_and_layout_arrives_equal(source):
