@@ -198,12 +198,28 @@ def test_a_peer_with_another_key_is_refused():
         peer.close()
 
 
+def wait_stopped(pid, limit=10.0):
+    """Until every thread of `pid` has stopped: SIGSTOP takes effect thread by thread, and a
+    loaded machine may let one answer a read first."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop: {states}")
+
+
 def test_a_stopped_peer_is_lost_within_the_timeout(destination):
     peer = Peer(1 << 20)
     try:
         [got] = destination.recv_multiple_tensors("obj-1", peer.meta, None)
         assert digest(got) == peer.digests[0]
         os.kill(peer.proc.pid, signal.SIGSTOP)
+        wait_stopped(peer.proc.pid)
         began = time.monotonic()
         with pytest.raises(rayaccel.UnavailableError):
             destination.recv_multiple_tensors("obj-1", peer.meta, None)
