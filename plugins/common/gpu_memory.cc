@@ -15,6 +15,13 @@ std::string Lower(std::string s) {
 
 }  // namespace
 
+std::string RuntimeError(const char* call, const char* name, const char* text,
+                         const std::string& code) {
+  std::string out = std::string(call) + ": " + (name != nullptr ? name : code);
+  if (text != nullptr) out += std::string(" (") + text + ")";
+  return out;
+}
+
 GpuMemory::GpuMemory(std::unique_ptr<GpuRuntime> runtime, std::function<BusIds()> list)
     : runtime_(std::move(runtime)), list_(std::move(list)) {}
 

@@ -47,6 +47,11 @@ class GpuRuntime {
                                    std::string* why) = 0;
 };
 
+// "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)": a runtime call's failure in the
+// runtime's own words; `name` or `text` null where the runtime has none, `code` instead.
+std::string RuntimeError(const char* call, const char* name, const char* text,
+                         const std::string& code);
+
 class GpuMemory : public ucx::DeviceMemoryOps {
  public:
   // The plugin's devices by its index: each GPU's PCI bus id. A device left out (a MIG

@@ -3,6 +3,8 @@
 #ifndef RAYACCEL_PLUGINS_COMMON_PLUGIN_UTIL_H_
 #define RAYACCEL_PLUGINS_COMMON_PLUGIN_UTIL_H_
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <exception>
 #include <new>
@@ -16,6 +18,14 @@ namespace rayaccel::plugin {
 
 // A view of `s` for the ABI; valid while `s` is.
 inline rayaccel_string Str(std::string_view s) { return {s.data(), s.size()}; }
+
+// `name` from a vendor library loaded with dlopen, into `out`; false (and null) where the
+// library lacks it.
+template <typename F>
+bool Resolve(void* handle, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(handle, name));
+  return *out != nullptr;
+}
 
 inline std::string_view View(rayaccel_string s) {
   return s.data == nullptr ? std::string_view() : std::string_view(s.data, s.size);

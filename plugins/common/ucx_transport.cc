@@ -636,14 +636,35 @@ void TransferSent(void* ucx_request, ucs_status_t status, void* user_data) {
   MaybeFree(r);
 }
 
-// A read's bytes have arrived: done, once a staged read has copied them to the device.
-void LandRead(Request* r) {
-  if (!r->staged) return Complete(r, RAYACCEL_STATUS_OK);
+// A read's bytes have arrived at `bytes` (UCX's buffer, the request's staging, or where the read
+// goes): put where the read goes (to the device, for a staged read) and the read completes.
+void LandRead(Request* r, const void* bytes) {
+  rayaccel_status st = RAYACCEL_STATUS_OK;
   std::string why;
-  rayaccel_status st = r->endpoint->options.device_ops->FromHost(r->local, r->staging.data(),
-                                                                 r->length, r->device, &why);
+  if (r->staged) {
+    st = r->endpoint->options.device_ops->FromHost(r->local, bytes, r->length, r->device, &why);
+  } else if (bytes != r->local) {
+    std::memcpy(r->local, bytes, r->length);
+  }
   r->staging.Release();
   Complete(r, st, st == RAYACCEL_STATUS_OK ? "" : "to device memory: " + why);
+}
+
+// Puts a write's bytes into `region` at `at`: a copy, or the driver's for a staged region.
+// INTERNAL (logged) when the driver fails.
+rayaccel_status StoreWrite(Ep* ep, const Region* region, void* at, const void* bytes,
+                           uint64_t n) {
+  if (!region->staged) {
+    std::memcpy(at, bytes, n);
+    return RAYACCEL_STATUS_OK;
+  }
+  std::string why;
+  if (ep->options.device_ops->FromHost(at, bytes, n, region->device, &why) ==
+      RAYACCEL_STATUS_OK) {
+    return RAYACCEL_STATUS_OK;
+  }
+  LogTo(ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
+  return RAYACCEL_STATUS_INTERNAL;
 }
 
 void ReadReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, void* user_data) {
@@ -651,7 +672,7 @@ void ReadReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, voi
   Lib().ucp_request_free(ucx_request);
   r->ucx--;
   if (status == UCS_OK) {
-    LandRead(r);
+    LandRead(r, r->staged ? r->staging.data() : r->local);
   } else {
     Complete(r, FromUcs(status), "the read's bytes did not arrive: " + StatusText(status));
   }
@@ -972,10 +993,11 @@ struct Serve {
   uint64_t token, id, region;
   bool write;
   std::string header;
-  // A staged device region: the bytes' host copy, and (a write) where they go on the device.
+  // A staged device region: the bytes' host copy, and (a write) where they go. The region
+  // outlives the serve (deregistration waits for it).
   Staging staging;
-  void* device_at = nullptr;
-  uint32_t device = 0;
+  const Region* staged_region = nullptr;
+  void* staged_at = nullptr;
 };
 
 void EndServe(Serve* s, ucs_status_t status) {
@@ -1001,13 +1023,10 @@ void ServeSent(void* request, ucs_status_t status, void* user_data) {
 void ServeReceived(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
   Lib().ucp_request_free(request);
   auto* s = static_cast<Serve*>(user_data);
-  if (status == UCS_OK && s->device_at != nullptr) {
-    std::string why;
-    if (s->ep->options.device_ops->FromHost(s->device_at, s->staging.data(), s->staging.size(),
-                                            s->device, &why) != RAYACCEL_STATUS_OK) {
-      LogTo(s->ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
-      status = UCS_ERR_IO_ERROR;
-    }
+  if (status == UCS_OK && s->staged_region != nullptr &&
+      StoreWrite(s->ep, s->staged_region, s->staged_at, s->staging.data(), s->staging.size()) !=
+          RAYACCEL_STATUS_OK) {
+    status = UCS_ERR_IO_ERROR;
   }
   EndServe(s, status);
 }
@@ -1015,7 +1034,7 @@ void ServeReceived(void* request, ucs_status_t status, size_t /*length*/, void* 
 Serve* StartServe(Ep* ep, Peer* p, uint64_t token, uint64_t id, uint64_t region, bool write) {
   ep->serving[region]++;
   p->serving++;
-  return new Serve{ep, token, id, region, write, {}, {}, nullptr, 0};
+  return new Serve{ep, token, id, region, write, {}, {}, nullptr, nullptr};
 }
 
 // Sends the reads validated in the handler: the region's bytes, or the status alone.
@@ -1086,17 +1105,7 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
   }
   void* at = static_cast<char*>(target->base) + offset;
   if (!rndv) {
-    status = RAYACCEL_STATUS_OK;
-    if (target->staged) {
-      std::string why;
-      status = ep->options.device_ops->FromHost(at, data, length, target->device, &why);
-      if (status != RAYACCEL_STATUS_OK) {
-        LogTo(ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
-        status = RAYACCEL_STATUS_INTERNAL;
-      }
-    } else {
-      std::memcpy(at, data, length);
-    }
+    status = StoreWrite(ep, target, at, data, length);
     ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, status)});
     return;
   }
@@ -1107,10 +1116,9 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
   param.user_data = s;
   if (target->staged) {
     // Lands in host memory first; ServeReceived copies it to the device.
-    s->staging.Take(length);
-    s->device_at = at;
-    s->device = target->device;
-    at = s->staging.data();
+    s->staged_region = target;
+    s->staged_at = at;
+    at = s->staging.Take(length);
   } else {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = target->memh[fabric->index];
@@ -1336,15 +1344,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
         return UCS_OK;
       }
       if (!rndv) {
-        if (r->staged) {
-          std::string why;
-          rayaccel_status st =
-              ep->options.device_ops->FromHost(r->local, data, length, r->device, &why);
-          Complete(r, st, st == RAYACCEL_STATUS_OK ? "" : "to device memory: " + why);
-        } else {
-          std::memcpy(r->local, data, length);
-          Complete(r, RAYACCEL_STATUS_OK);
-        }
+        LandRead(r, data);
         MaybeFree(r);
         return UCS_OK;
       }
@@ -1361,7 +1361,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       }
       ucs_status_ptr_t got = Lib().ucp_am_recv_data_nbx(fabric->worker, data, into, length, &p);
       if (got == nullptr) {
-        LandRead(r);
+        LandRead(r, into);
       } else if (UCS_PTR_IS_ERR(got)) {
         Complete(r, FromUcs(UCS_PTR_STATUS(got)),
                  "the read's bytes did not arrive: " + StatusText(UCS_PTR_STATUS(got)));
@@ -1998,6 +1998,18 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
         a->remote_offset > remote.length || a->length > remote.length - a->remote_offset) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
+    // A staged write's bytes leave the device before it goes out: copied here, outside the
+    // endpoint's lock, so the copy holds up no peer the endpoint serves.
+    Staging outgoing;
+    if (a->local->staged && a->op == RAYACCEL_TRANSFER_WRITE) {
+      std::string why;
+      if (rayaccel_status st = ep->options.device_ops->ToHost(
+              outgoing.Take(a->length), static_cast<char*>(a->local->base) + a->local_offset,
+              a->length, a->local->device, &why);
+          st != RAYACCEL_STATUS_OK) {
+        return Fail(error, st, "from device memory: " + why);
+      }
+    }
     std::lock_guard<std::mutex> lock(ep->mu);
     if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
     if (remote.owner != c->peer_uuid) {
@@ -2008,8 +2020,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       return Fail(error, RAYACCEL_STATUS_PEER_LOST, "the connection has no data path");
     }
     const int fabric = c->link->fabric;
-    auto owned = std::make_unique<Request>();
-    Request* r = owned.get();
+    auto* r = new Request();
     r->endpoint = ep;
     r->connection = c;
     r->kind = a->op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
@@ -2018,23 +2029,13 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
     r->memh = a->local->memh[fabric];
     r->staged = a->local->staged;
     r->device = a->local->device;
-    const void* send_from = r->local;
-    if (r->staged && r->kind == Request::Kind::kWrite) {
-      // The bytes leave the device before the write goes out.
-      r->staging.Take(a->length);
-      std::string why;
-      if (rayaccel_status st = ep->options.device_ops->ToHost(r->staging.data(), r->local,
-                                                              a->length, r->device, &why);
-          st != RAYACCEL_STATUS_OK) {
-        return Fail(error, st, "from device memory: " + why);
-      }
-      send_from = r->staging.data();
-    }
+    r->staging = std::move(outgoing);
+    const void* send_from = r->staged && r->kind == Request::Kind::kWrite ? r->staging.data()
+                                                                          : r->local;
     r->id = c->next_id++;
     Writer w;
     w.U64(c->token).U64(r->id).U64(remote.id).U64(a->remote_offset).U64(a->length);
     r->header = std::move(w.str());
-    owned.release();  // the endpoint's from here: freed by poll, abandon or close
     ep->requests[r] = true;
     c->transfers[r->id] = r;
     ucp_request_param_t p{};

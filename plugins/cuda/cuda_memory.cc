@@ -9,8 +9,12 @@
 #include <string>
 #include <utility>
 
+#include "common/plugin_util.h"
+
 namespace rayaccel::cuda {
 namespace {
+
+using plugin::Resolve;
 
 // The driver API's types and values (cuda.h), for the calls made here.
 using CUresult = int;
@@ -49,18 +53,9 @@ struct Driver {
     const char* text = nullptr;
     if (GetErrorName == nullptr || GetErrorName(r, &name) != CUDA_SUCCESS) name = nullptr;
     if (GetErrorString == nullptr || GetErrorString(r, &text) != CUDA_SUCCESS) text = nullptr;
-    std::string out =
-        std::string(call) + ": " + (name != nullptr ? name : "CUresult " + std::to_string(r));
-    if (text != nullptr) out += std::string(" (") + text + ")";
-    return out;
+    return plugin::RuntimeError(call, name, text, "CUresult " + std::to_string(r));
   }
 };
-
-template <typename F>
-bool Resolve(void* handle, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(handle, name));
-  return *out != nullptr;
-}
 
 // Loads the driver and initializes it, or says why not.
 std::unique_ptr<Driver> Load(const std::string& library, std::string* why) {

@@ -25,6 +25,7 @@
 namespace rayaccel::cuda {
 namespace {
 
+using plugin::Resolve;
 using plugin::Str;
 
 // The NVML entry points, resolved with dlsym; optional ones may be NULL (older drivers).
@@ -64,11 +65,6 @@ struct Nvml {
   nvmlReturn_t (*SupportedEvents)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*FieldValues)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
 };
-
-template <typename F>
-void Resolve(void* handle, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(handle, name));
-}
 
 // Loads and initialises NVML; on failure says why ("0 devices: ..." material).
 bool Open(const std::string& path, Nvml* n, std::string* why) {

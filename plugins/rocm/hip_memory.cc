@@ -8,8 +8,12 @@
 #include <string>
 #include <utility>
 
+#include "common/plugin_util.h"
+
 namespace rayaccel::rocm {
 namespace {
+
+using plugin::Resolve;
 
 // HIP's types and values (hip_runtime_api.h), for the calls made here.
 using hipError_t = int;
@@ -49,20 +53,11 @@ struct Hip {
 
   // "hipMalloc: hipErrorOutOfMemory (out of memory)", the runtime's own words.
   std::string Error(const char* call, hipError_t e) const {
-    const char* name = GetErrorName != nullptr ? GetErrorName(e) : nullptr;
-    const char* text = GetErrorString != nullptr ? GetErrorString(e) : nullptr;
-    std::string out =
-        std::string(call) + ": " + (name != nullptr ? name : "hipError_t " + std::to_string(e));
-    if (text != nullptr) out += std::string(" (") + text + ")";
-    return out;
+    return plugin::RuntimeError(call, GetErrorName != nullptr ? GetErrorName(e) : nullptr,
+                                GetErrorString != nullptr ? GetErrorString(e) : nullptr,
+                                "hipError_t " + std::to_string(e));
   }
 };
-
-template <typename F>
-bool Resolve(void* handle, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(handle, name));
-  return *out != nullptr;
-}
 
 class HipRuntime : public plugin::GpuRuntime {
  public:
