@@ -7,8 +7,9 @@
 #               signals and allocator that those tests provoke on purpose; nor UCX's
 #               transport tests, nor the doc examples, which run transfers: UCX's memory
 #               hooks crash under TSan)
-#   make asan-transport  the transport, isolation and registry tests alone under ASan+UBSan
-#               (what CI runs on every change; quicker than the whole suite)
+#   make asan-transport  the transport, isolation and registry tests alone under ASan+UBSan,
+#               and the C99 host of host.h (what CI runs on every change; quicker than the
+#               whole suite)
 #   make fuzz   every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (300) each, with clang
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
@@ -20,13 +21,13 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgt
                 libucx-dev ucx-utils iproute2 systemd python3-yaml libcpp-httplib-dev \
                 python3-prometheus-client chromium chromium-driver python3-selenium curl \
                 pybind11-dev python3-pybind11 python3-dev python3-venv python3-pytest python3-numpy \
-                python3-grpcio python3-protobuf libssl-dev python3-torch
+                python3-grpcio python3-protobuf libssl-dev python3-torch dpkg-dev
 
 # libFuzzer needs clang and its runtime; only `make fuzz` installs them.
 FUZZ_DEB_PACKAGES := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build run test asan asan-transport tsan bench fuzz clean format
+.PHONY: all deps configure build run test asan asan-transport tsan bench fuzz bazel clean format
 
 all: build
 
@@ -75,8 +76,11 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0 \
             HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 
 asan-transport: deps
-	cmake --preset asan && cmake --build build-asan -j $(JOBS) --target rayaccel_transport_tests
+	cmake --preset asan && cmake --build build-asan -j $(JOBS) --target rayaccel_transport_tests \
+	  rayaccel_host_c_user
 	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests
+	$(ASAN_ENV) build-asan/bin/rayaccel_host_c_user build-asan/lib/rayaccel/plugins \
+	  examples/dgx-h100.json $(CURDIR)/build-asan/bin/rayaccel-plugin-host
 
 tsan: deps
 	cmake --preset tsan && cmake --build --preset tsan -j $(JOBS) && ctest --preset tsan -j $(JOBS)
@@ -94,6 +98,15 @@ fuzz: deps
 	fi
 	cmake --preset fuzz && cmake --build --preset fuzz -j $(JOBS)
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# The Bazel build (BUILD.bazel), offline on the system's libraries with Debian's Bazel 4, and
+# its outputs checked (tests/bazel/build_and_check.sh); needs the CMake build for the suite.
+bazel: build
+	@dpkg-query -W -f='$${Status}\n' bazel-bootstrap 2>/dev/null | grep -q '^install ok installed' || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends bazel-bootstrap; }
+	tests/bazel/build_and_check.sh $(BUILD_DIR)
 
 bench: build
 	$(BUILD_DIR)/bin/rayaccel_bench_discovery

@@ -161,6 +161,9 @@ int main(int argc, char** argv) {
   each([&](Agent& a, int i) {
     auto stub = rayaccel::v1::RayletAcceleratorSink::NewStub(channels[i % kChannels]);
     a.context = std::make_unique<grpc::ClientContext>();
+    // A channel's first connection may fail under load and retry: the agent waits for it, as
+    // rayaccel serve's publisher does, rather than failing fast (this measures the sink).
+    a.context->set_wait_for_ready(true);
     a.stream = stub->Publish(a.context.get());
     rayaccel::v1::PublishRequest hello;
     hello.mutable_hello()->set_node_id(a.node_id);

@@ -1,5 +1,5 @@
-"""The native module, built against the installed librayaccel that pkg-config finds
-(PKG_CONFIG_PATH=<prefix>/lib/pkgconfig for a prefix of your own)."""
+"""The native module, built against the installed librayaccel_cxx.so (the C++ API) that
+pkg-config finds (PKG_CONFIG_PATH=<prefix>/lib/pkgconfig for a prefix of your own)."""
 
 import os
 import subprocess
@@ -10,10 +10,10 @@ from setuptools import Extension, setup
 
 def pkg_config(*args):
     try:
-        return subprocess.check_output(["pkg-config", *args, "rayaccel"], text=True).split()
+        return subprocess.check_output(["pkg-config", *args, "rayaccel-cxx"], text=True).split()
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit("rayaccel's Python package builds against an installed rayaccel: "
-                         "pkg-config cannot find rayaccel.pc (install rayaccel, or set "
+                         "pkg-config cannot find rayaccel-cxx.pc (install rayaccel, or set "
                          f"PKG_CONFIG_PATH to <prefix>/lib/pkgconfig): {e}")
 
 

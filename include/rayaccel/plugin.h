@@ -52,7 +52,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 3
+#define RAYACCEL_ABI_VERSION_MINOR 4
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -402,6 +402,16 @@ typedef enum rayaccel_transfer_op RAYACCEL_ENUM_BASE {
   RAYACCEL_TRANSFER_WRITE = 1 /* local region -> remote region */
 } rayaccel_transfer_op;
 
+/* How a transfer's bytes moved (rayaccel_transfer_args.path). Pinned values. Since 1.4. */
+typedef enum rayaccel_transfer_path RAYACCEL_ENUM_BASE {
+  RAYACCEL_PATH_UNREPORTED = 0, /* the plugin did not say (a plugin built before 1.4) */
+  RAYACCEL_PATH_FABRIC = 1,     /* the fabric moved the memory as it is: host memory, or device
+                                 * memory the fabric reaches itself (GPUDirect) */
+  RAYACCEL_PATH_STAGED = 2,     /* device memory copied through host memory on its side(s) */
+  RAYACCEL_PATH_DEVICE_IPC = 3  /* device to device on one host: the owner's device memory mapped
+                                 * into the reader (CUDA or HIP IPC), copied by its device */
+} rayaccel_transfer_path;
+
 /* Limits both sides rely on: a descriptor or address larger than this is malformed, and a
  * notification larger than this is refused. */
 #define RAYACCEL_TRANSPORT_MAX_BLOB ((size_t)4096)
@@ -466,6 +476,10 @@ typedef struct rayaccel_transfer_args {
   /* out: poll it until it completes; NULL when the transfer completed within the call (OK:
    * a READ's bytes are here, a WRITE's local buffer may be reused) */
   rayaccel_request *request;
+  /* out, since 1.4: how the bytes move (RAYACCEL_PATH_*), set when transfer returns OK. The
+   * host sets RAYACCEL_PATH_UNREPORTED first; a plugin writes it only when
+   * RAYACCEL_HAS_FIELD(args, rayaccel_transfer_args, path). */
+  rayaccel_transfer_path path;
 } rayaccel_transfer_args;
 
 typedef struct rayaccel_notify_args {
@@ -670,8 +684,9 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, key) == sizeof(rayacc
               "rayaccel_endpoint_args: append fields only, and update this check");
 static_assert(offsetof(rayaccel_endpoint_args, key) == 40,
               "rayaccel_endpoint_args: 1.3 field moved");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ==
-                  sizeof(rayaccel_transfer_args),
+static_assert(offsetof(rayaccel_transfer_args, path) == 80,
+              "rayaccel_transfer_args: 1.4 field moved");
+static_assert(sizeof(rayaccel_transfer_args) == 88,
               "rayaccel_transfer_args: append fields only, and update this check");
 #endif
 #endif /* __cplusplus */

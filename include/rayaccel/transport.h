@@ -44,6 +44,16 @@ class Transport;
 
 enum class MemoryKind { kHost = 0, kDevice = 1 };
 
+// How a transfer's bytes moved, as the plugin reports it (RAYACCEL_PATH_*).
+enum class TransferPath {
+  kUnreported = 0,  // the plugin does not say (built before ABI 1.4)
+  kFabric = 1,      // the fabric moved the memory as it is
+  kStaged = 2,      // device memory copied through host memory
+  kDeviceIpc = 3,   // device to device on one host (CUDA or HIP IPC)
+};
+// "fabric", "staged", "device-ipc", "unreported".
+const char* TransferPathName(TransferPath path);
+
 struct TransportOptions {
   std::string plugin;                         // a name ("sim") or a path to the .so
   std::map<std::string, std::string> config;  // the plugin's initialize configuration
@@ -71,7 +81,8 @@ struct DescriptorInfo {
 };
 
 // One operation in flight. Move-only; destroying one that has not completed abandons it (the
-// plugin releases it when it ends).
+// plugin releases it when it ends). It may outlive its Transport: closing the transport ends
+// it, and Wait then says Unavailable (destroying the two at once on two threads is a race).
 class Request {
  public:
   Request() = default;
@@ -87,14 +98,19 @@ class Request {
   // Never blocks: Wait with a deadline in the past.
   absl::Status Test() { return Wait(absl::InfinitePast()); }
   bool done() const { return handle_ == nullptr; }
+  // A transfer's path, known once it was issued.
+  TransferPath path() const { return path_; }
 
  private:
   friend class Transport;
-  Request(const Transport* transport, rayaccel_request* handle)
-      : transport_(transport), handle_(handle) {}
-  void Abandon();  // hands an unfinished request back to the plugin
+  Request(const Transport* transport, rayaccel_request* handle,
+          TransferPath path = TransferPath::kUnreported);
+  void Abandon();   // hands an unfinished request back to the plugin
+  bool Orphaned();  // the transport closed: the handle is gone with its endpoint
   const Transport* transport_ = nullptr;
+  std::shared_ptr<const bool> closed_;  // set when the transport closes
   rayaccel_request* handle_ = nullptr;
+  TransferPath path_ = TransferPath::kUnreported;
   absl::Status result_;
 };
 
@@ -137,7 +153,8 @@ class Transport {
   static absl::StatusOr<DescriptorInfo> Inspect(absl::string_view descriptor);
 
   absl::StatusOr<ConnectionId> Connect(absl::string_view peer_address);
-  // Requests still in flight on the connection then fail with Unavailable.
+  // Requests still in flight on the connection then fail with Unavailable, and so does every
+  // later call naming it (ids are never reused).
   absl::Status Close(ConnectionId connection);
 
   // Transfers between a local region and the region a peer's descriptor names. The ranges are

@@ -22,8 +22,34 @@ std::string RuntimeError(const char* call, const char* name, const char* text,
   return out;
 }
 
-GpuMemory::GpuMemory(std::unique_ptr<GpuRuntime> runtime, std::function<BusIds()> list)
-    : runtime_(std::move(runtime)), list_(std::move(list)) {}
+rayaccel_status GpuRuntime::IpcExport(const void* /*start*/, std::string* /*handle*/,
+                                      std::string* why) {
+  *why = std::string(name()) + " IPC is not available here";
+  return RAYACCEL_STATUS_UNSUPPORTED;
+}
+
+rayaccel_status GpuRuntime::IpcOpen(const std::string& /*handle*/, void** /*p*/, std::string* why) {
+  *why = std::string(name()) + " IPC is not available here";
+  return RAYACCEL_STATUS_UNSUPPORTED;
+}
+
+void GpuRuntime::IpcClose(void* /*p*/) {}
+
+rayaccel_status GpuRuntime::Copy(void* /*to*/, const void* /*from*/, uint64_t /*n*/,
+                                 std::string* why) {
+  *why = std::string(name()) + " copies between arbitrary memory are not available here";
+  return RAYACCEL_STATUS_UNSUPPORTED;
+}
+
+rayaccel_status GpuRuntime::HostAlloc(uint64_t /*n*/, void** /*p*/, std::string* why) {
+  *why = std::string(name()) + " page-locked host memory is not available here";
+  return RAYACCEL_STATUS_UNSUPPORTED;
+}
+
+void GpuRuntime::HostFree(void* /*p*/) {}
+
+GpuMemory::GpuMemory(std::unique_ptr<GpuRuntime> runtime, std::function<BusIds()> list, bool ipc)
+    : runtime_(std::move(runtime)), list_(std::move(list)), ipc_(ipc) {}
 
 void GpuMemory::SetDevices(BusIds bus_ids) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -129,6 +155,92 @@ rayaccel_status GpuMemory::FromHost(void* device_memory, const void* host, uint6
   rayaccel_status st = runtime_->FromHost(device_memory, host, length, why);
   runtime_->Leave();
   return st;
+}
+
+// A handle names its runtime first, so that one runtime never opens another's.
+rayaccel_status GpuMemory::Export(const void* address, uint64_t length, uint32_t device,
+                                  std::string* handle, std::string* why) {
+  if (!ipc_) {
+    *why = "device_ipc is off in the plugin's configuration";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  int ordinal = 0;
+  if (rayaccel_status st = Enter(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
+  GpuRuntime::Allocation a;
+  rayaccel_status st = runtime_->Find(address, &a, why);
+  if (st == RAYACCEL_STATUS_OK &&
+      (a.start != reinterpret_cast<uintptr_t>(address) || a.size != length)) {
+    *why = "the region is part of a " + std::to_string(a.size) +
+           "-byte allocation, and a mapping would reach all of it";
+    st = RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  std::string raw;
+  if (st == RAYACCEL_STATUS_OK) st = runtime_->IpcExport(address, &raw, why);
+  runtime_->Leave();
+  if (st == RAYACCEL_STATUS_OK) *handle = std::string(runtime_->name()) + '\0' + raw;
+  return st;
+}
+
+rayaccel_status GpuMemory::Import(const std::string& handle, uint32_t device, uint64_t length,
+                                  void** mapped, std::string* why) {
+  if (!ipc_) {
+    *why = "device_ipc is off in the plugin's configuration";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  const std::string prefix = std::string(runtime_->name()) + '\0';
+  if (handle.compare(0, prefix.size(), prefix) != 0) {
+    *why = std::string("the handle is not a ") + runtime_->name() + " IPC handle";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  int ordinal = 0;
+  if (rayaccel_status st = Enter(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
+  void* p = nullptr;
+  rayaccel_status st = runtime_->IpcOpen(handle.substr(prefix.size()), &p, why);
+  GpuRuntime::Allocation a;
+  if (st == RAYACCEL_STATUS_OK) st = runtime_->Find(p, &a, why);
+  if (st == RAYACCEL_STATUS_OK && (a.start != reinterpret_cast<uintptr_t>(p) || a.size != length)) {
+    *why = "the handle maps " + std::to_string(a.size) + " bytes, the owner named " +
+           std::to_string(length);
+    st = RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
+  if (st != RAYACCEL_STATUS_OK && p != nullptr) runtime_->IpcClose(p);
+  runtime_->Leave();
+  if (st == RAYACCEL_STATUS_OK) *mapped = p;
+  return st;
+}
+
+void GpuMemory::Unimport(void* mapped, uint32_t device) {
+  int ordinal = 0;
+  std::string why;
+  if (Enter(device, &ordinal, &why) != RAYACCEL_STATUS_OK) return;
+  runtime_->IpcClose(mapped);
+  runtime_->Leave();
+}
+
+rayaccel_status GpuMemory::Copy(void* to, const void* from, uint64_t length, uint32_t device,
+                                std::string* why) {
+  int ordinal = 0;
+  if (rayaccel_status st = Enter(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
+  rayaccel_status st = runtime_->Copy(to, from, length, why);
+  runtime_->Leave();
+  return st;
+}
+
+rayaccel_status GpuMemory::HostAlloc(uint32_t device, uint64_t length, void** host,
+                                     std::string* why) {
+  int ordinal = 0;
+  if (rayaccel_status st = Enter(device, &ordinal, why); st != RAYACCEL_STATUS_OK) return st;
+  rayaccel_status st = runtime_->HostAlloc(length, host, why);
+  runtime_->Leave();
+  return st;
+}
+
+void GpuMemory::HostFree(void* host, uint32_t device) {
+  int ordinal = 0;
+  std::string why;
+  if (Enter(device, &ordinal, &why) != RAYACCEL_STATUS_OK) return;
+  runtime_->HostFree(host);
+  runtime_->Leave();
 }
 
 }  // namespace rayaccel::plugin

@@ -45,6 +45,18 @@ class GpuRuntime {
   virtual rayaccel_status ToHost(void* host, const void* device, uint64_t n, std::string* why) = 0;
   virtual rayaccel_status FromHost(void* device, const void* host, uint64_t n,
                                    std::string* why) = 0;
+  // IPC, optional (by default the runtime has none: UNSUPPORTED). The runtime's handle of the
+  // allocation that starts at `start`.
+  virtual rayaccel_status IpcExport(const void* start, std::string* handle, std::string* why);
+  // Maps another process's handle into the current device; IpcClose unmaps it.
+  virtual rayaccel_status IpcOpen(const std::string& handle, void** p, std::string* why);
+  virtual void IpcClose(void* p);
+  // Any direction (unified addressing), on a stream of the transport's own on the current
+  // device; returns once complete.
+  virtual rayaccel_status Copy(void* to, const void* from, uint64_t n, std::string* why);
+  // Page-locked host memory, portable to every context; optional (UNSUPPORTED by default).
+  virtual rayaccel_status HostAlloc(uint64_t n, void** p, std::string* why);
+  virtual void HostFree(void* p);
 };
 
 // "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)": a runtime call's failure in the
@@ -59,7 +71,9 @@ class GpuMemory : public ucx::DeviceMemoryOps {
   using BusIds = std::map<uint32_t, std::string>;
   // `list` scans the plugin's GPUs, for a device no discover has listed yet (a transport is
   // used without one); never called with this object's lock held.
-  GpuMemory(std::unique_ptr<GpuRuntime> runtime, std::function<BusIds()> list);
+  // `ipc`: whether device memory may move device to device between processes through the
+  // runtime's IPC (the plugins' config key device_ipc); without it, it is staged.
+  GpuMemory(std::unique_ptr<GpuRuntime> runtime, std::function<BusIds()> list, bool ipc = true);
   ~GpuMemory() override = default;
   GpuMemory(const GpuMemory&) = delete;
   GpuMemory& operator=(const GpuMemory&) = delete;
@@ -76,6 +90,16 @@ class GpuMemory : public ucx::DeviceMemoryOps {
                          std::string* why) override;
   rayaccel_status FromHost(void* device_memory, const void* host, uint64_t length, uint32_t device,
                            std::string* why) override;
+  rayaccel_status Export(const void* address, uint64_t length, uint32_t device, std::string* handle,
+                         std::string* why) override;
+  rayaccel_status Import(const std::string& handle, uint32_t device, uint64_t length, void** mapped,
+                         std::string* why) override;
+  void Unimport(void* mapped, uint32_t device) override;
+  rayaccel_status Copy(void* to, const void* from, uint64_t length, uint32_t device,
+                       std::string* why) override;
+  rayaccel_status HostAlloc(uint32_t device, uint64_t length, void** host,
+                            std::string* why) override;
+  void HostFree(void* host, uint32_t device) override;
 
  private:
   // The runtime's ordinal of plugin device `device`, made current on this thread until
@@ -86,6 +110,7 @@ class GpuMemory : public ucx::DeviceMemoryOps {
 
   const std::unique_ptr<GpuRuntime> runtime_;
   const std::function<BusIds()> list_;
+  const bool ipc_;
   std::mutex mu_;  // guards everything below
   BusIds bus_ids_;
   bool loaded_ = false;

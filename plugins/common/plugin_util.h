@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,16 @@ inline std::string ConfigValue(const rayaccel_initialize_args* args, std::string
     if (View(args->config[i].key) == key) return std::string(View(args->config[i].value));
   }
   return fallback;
+}
+
+// Configuration key `key` as a boolean ("true"/"false", "1"/"0", "yes"/"no", "on"/"off"),
+// `fallback` when absent; nullopt for anything else, which the caller refuses.
+inline std::optional<bool> ConfigBool(const rayaccel_initialize_args* args, std::string_view key,
+                                      bool fallback) {
+  const std::string v = ConfigValue(args, key, fallback ? "true" : "false");
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  return std::nullopt;
 }
 
 // "a,b,,c" -> {"a", "b", "c"}.

@@ -19,7 +19,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,19 +44,23 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                                  \
-  X(ucp_config_read)                                                                               \
-  X(ucp_config_modify)                                                                             \
-  X(ucp_config_release)                                                                            \
-  X(ucp_init_version)                                                                              \
-  X(ucp_cleanup)                                                                                   \
-  X(ucp_context_query)                                                                             \
-  X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address)                             \
-      X(ucp_worker_release_address) X(ucp_worker_progress) X(ucp_worker_set_am_recv_handler)       \
-          X(ucp_ep_create) X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) \
-              X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status)               \
-                  X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)     \
-                      X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                            \
+  X(ucp_config_read)                                                                         \
+  X(ucp_config_modify)                                                                       \
+  X(ucp_config_release)                                                                      \
+  X(ucp_init_version)                                                                        \
+  X(ucp_cleanup)                                                                             \
+  X(ucp_context_query)                                                                       \
+  X(ucp_worker_create)                                                                       \
+  X(ucp_worker_destroy)                                                                      \
+  X(ucp_worker_get_address)                                                                  \
+  X(ucp_worker_release_address)                                                              \
+  X(ucp_worker_progress)                                                                     \
+  X(ucp_worker_set_am_recv_handler)                                                          \
+  X(ucp_ep_create)                                                                           \
+  X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) \
+      X(ucp_am_recv_data_nbx) X(ucp_request_check_status) X(ucp_request_free)                \
+          X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -63,26 +69,61 @@ struct Ucp {
   std::string error;  // why libucp could not be used; empty when it can
 };
 
-const Ucp& Lib() {
-  // libucp stays loaded for the life of the process (UCX does not support being unloaded);
-  // the table of its functions goes with this plugin when the plugin is unloaded.
-  static const Ucp lib = [] {
-    Ucp u;
-    void* h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
+constexpr char kDefaultUcp[] = "libucp.so.0";
+
+// The libucp this plugin uses: the one the first endpoint asked for. It stays loaded for the
+// life of the process (UCX does not support being unloaded); the table of its functions goes
+// with this plugin when the plugin is unloaded.
+struct LoadedUcp {
+  std::once_flag once;
+  std::string name;
+  void* handle = nullptr;
+  Ucp ucp;
+};
+
+// A static of the plugin, not a heap object: one would be orphaned each time the plugin is
+// unloaded (LeakSanitizer finds it). At process exit only its strings are destroyed, which
+// nothing reads once the endpoints are open; the function table is trivially destructible.
+LoadedUcp& Loaded() {
+  static LoadedUcp l;
+  return l;
+}
+
+// Loads `library` (empty: libucp.so.0) on the first call; later calls must name the same
+// library (or none), since a process holds one UCX. Else an error says which is loaded.
+const Ucp& LoadUcp(const std::string& library, std::string* mismatch) {
+  LoadedUcp& l = Loaded();
+  const std::string wanted = library.empty() ? kDefaultUcp : library;
+  std::call_once(l.once, [&] {
+    l.name = wanted;
+    Ucp& u = l.ucp;
+    l.handle = dlopen(wanted.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (l.handle == nullptr) {
       const char* why = dlerror();
-      u.error = std::string("UCX is not installed (libucp.so.0: ") + (why ? why : "?") + ")";
-      return u;
+      u.error = library.empty() ? "UCX is not installed (" : "cannot load the UCX library (";
+      u.error += wanted + ": " + (why != nullptr ? why : "?") + ")";
+      return;
     }
-#define RAYACCEL_UCP_LOAD(f)                            \
-  u.f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f)); \
-  if (u.f == nullptr && u.error.empty()) u.error = "libucp.so.0 lacks " #f;
+#define RAYACCEL_UCP_LOAD(f)                                   \
+  u.f = reinterpret_cast<decltype(&::f)>(dlsym(l.handle, #f)); \
+  if (u.f == nullptr && u.error.empty()) u.error = wanted + " lacks " #f;
     RAYACCEL_UCP_FUNCTIONS(RAYACCEL_UCP_LOAD)
 #undef RAYACCEL_UCP_LOAD
-    return u;
-  }();
-  return lib;
+  });
+  if (wanted != l.name && l.handle != nullptr) {
+    // Another name for the library already loaded is the same library.
+    void* same = dlopen(wanted.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (same != nullptr) dlclose(same);
+    if (same != l.handle) {
+      *mismatch = "this process already uses the UCX library " + l.name + ", not " + wanted +
+                  " (one UCX per process)";
+    }
+  }
+  return l.ucp;
 }
+
+// After the first endpoint opened.
+const Ucp& Lib() { return Loaded().ucp; }
 
 std::string StatusText(ucs_status_t s) { return Lib().ucs_status_string(s); }
 
@@ -177,8 +218,11 @@ class Reader {
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
-constexpr uint16_t kWireVersion = 2;
+constexpr uint16_t kWireVersion = 3;
 constexpr size_t kDescriptorBytes = 32;
+// Descriptor flags (the U16 after the version).
+constexpr uint16_t kMappable = 1;       // device memory the owner maps for readers on its host
+constexpr uint16_t kStagedByOwner = 2;  // device memory the owner copies through host memory
 
 // Active-message ids (docs/transport.md). Control messages ride the control worker, transfers
 // and notifications the data worker.
@@ -192,13 +236,17 @@ enum AmId : unsigned {
   kPong = 7,       // owner -> reader: still here
   kBye = 8,        // reader -> owner: the connection is closing
   kGoodbye = 14,   // either way (control): this endpoint drops the link
+  kMapAsk = 15,    // reader -> owner (control): a handle to map this region with, please
+  kMapReply = 16,  // owner -> reader (control): the handle, or why not
+  kUnmap = 17,     // owner -> reader (control): the region is going: close your mapping
+  kUnmapped = 18,  // reader -> owner (control): closed (or never opened)
   kNotify = 9,     // reader -> owner (data): an application notification
   kGet = 10,       // reader -> owner (data): send me these bytes of a region
   kGetReply = 11,  // owner -> reader (data): the bytes, or why not
   kPut = 12,       // reader -> owner (data): store these bytes in a region
   kPutAck = 13,    // owner -> reader (data): stored, or why not
   kFirstAm = kHello,
-  kLastAm = kGoodbye,
+  kLastAm = kUnmapped,
 };
 
 // Why an owner refused a reader, as kRefused says.
@@ -309,25 +357,112 @@ constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
 // The handles.
 
 namespace rayaccel::plugin::ucx {
-// Host memory a staged transfer passes through: uninitialized (it is written whole before it
-// is read), freed with the transfer.
-class Staging {
+// How much of a staged transfer one piece moves: large enough that a piece costs the fabric
+// what a whole transfer does, small enough that several are in flight at once.
+constexpr uint64_t kStagedPiece = 4ull << 20;
+// Pieces of one staged transfer in flight at a time.
+constexpr uint32_t kPiecesInFlight = 4;
+// Page-locked pieces an endpoint keeps (64 MiB); pieces beyond go through pageable memory.
+constexpr size_t kPinnedPieces = 16;
+
+// Page-locked host buffers of one piece each (cuMemHostAlloc, hipHostMalloc), made on first
+// use and kept for the endpoint's next pieces: a copy between the device and one runs at the
+// bus's speed, and the driver stages it through no bounce buffer of its own. Thread-safe; the
+// endpoint and the stagings holding a buffer share it.
+class PinnedPool {
  public:
-  char* Take(uint64_t size) {
-    bytes_.reset(new char[size]);
-    size_ = size;
-    return bytes_.get();
+  explicit PinnedPool(DeviceMemoryOps* ops) : ops_(ops) {}
+  ~PinnedPool() {
+    for (auto [p, device] : free_) ops_->HostFree(p, device);
   }
-  char* data() const { return bytes_.get(); }
-  uint64_t size() const { return size_; }
-  void Release() {
-    bytes_.reset();
-    size_ = 0;
+  // A buffer of kStagedPiece bytes, or null (the pool is at its limit, or the plugin has no
+  // page-locked memory: the caller uses pageable memory).
+  char* Get(uint32_t device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      char* p = free_.back().first;
+      devices_[p] = free_.back().second;
+      free_.pop_back();
+      return p;
+    }
+    if (unavailable_ || devices_.size() >= kPinnedPieces) return nullptr;
+    void* p = nullptr;
+    std::string why;
+    if (ops_->HostAlloc(device, kStagedPiece, &p, &why) != RAYACCEL_STATUS_OK || p == nullptr) {
+      unavailable_ = true;  // pageable from now on; asking the driver per piece costs more
+      return nullptr;
+    }
+    devices_[static_cast<char*>(p)] = device;
+    return static_cast<char*>(p);
+  }
+  void Put(char* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = devices_.find(p);
+    if (it == devices_.end()) return;
+    free_.emplace_back(p, it->second);
+    devices_.erase(it);
   }
 
  private:
-  std::unique_ptr<char[]> bytes_;
+  DeviceMemoryOps* const ops_;
+  std::mutex mu_;
+  std::vector<std::pair<char*, uint32_t>> free_;  // with the device each was made on
+  std::map<char*, uint32_t> devices_;             // handed out
+  bool unavailable_ = false;
+};
+
+// Host memory a staged transfer passes through: a page-locked piece from the endpoint's pool
+// where it fits, else pageable; uninitialized (written whole before it is read), given back
+// with the transfer.
+class Staging {
+ public:
+  Staging() = default;
+  Staging(Staging&& other) noexcept { *this = std::move(other); }
+  Staging& operator=(Staging&& other) noexcept {
+    if (this != &other) {
+      Release();
+      std::swap(bytes_, other.bytes_);
+      std::swap(size_, other.size_);
+      std::swap(pool_, other.pool_);
+    }
+    return *this;
+  }
+  ~Staging() { Release(); }
+  // `pool` may be null (no device memory on this side of the transfer).
+  char* Take(uint64_t size, const std::shared_ptr<PinnedPool>& pool, uint32_t device) {
+    Release();
+    if (pool != nullptr && size <= kStagedPiece) bytes_ = pool->Get(device);
+    if (bytes_ != nullptr) {
+      pool_ = pool;
+    } else {
+      bytes_ = new char[size];
+    }
+    size_ = size;
+    return bytes_;
+  }
+  char* data() const { return bytes_; }
+  uint64_t size() const { return size_; }
+  void Release() {
+    if (bytes_ == nullptr) return;
+    if (pool_ != nullptr) {
+      pool_->Put(bytes_);
+    } else {
+      delete[] bytes_;
+    }
+    bytes_ = nullptr;
+    size_ = 0;
+    pool_.reset();
+  }
+
+ private:
+  char* bytes_ = nullptr;
   uint64_t size_ = 0;
+  std::shared_ptr<PinnedPool> pool_;  // null: bytes_ is new[]'s
+};
+// A peer's region as its descriptor names it.
+struct RemoteRegion {
+  uint64_t owner = 0, id = 0, length = 0;
+  uint16_t flags = 0;
 };
 }  // namespace rayaccel::plugin::ucx
 
@@ -355,6 +490,21 @@ struct rayaccel_request {
   bool staged = false;
   uint32_t device = 0;
   rayaccel::plugin::ucx::Staging staging;
+  // A large staged transfer goes as pieces (kStagedPiece each) under one group request, which
+  // the host holds; the pieces are the endpoint's own.
+  rayaccel_request* group = nullptr;  // a piece: the group it counts in
+  bool is_group = false;
+  // A group: the transfer it moves, the next byte to issue, its pieces in flight (at most
+  // kPiecesInFlight), whether the call that made it is still issuing, and why its first failed
+  // piece failed (its status in `reply`).
+  rayaccel_transfer_args whole{};
+  rayaccel::plugin::ucx::RemoteRegion remote;
+  uint64_t next_piece = 0;
+  uint32_t pieces_in_flight = 0;
+  bool issuing = false;
+  bool held = false;
+  bool queued = false;  // in the endpoint's ready_groups: not freed until taken from it
+  std::string first_why;
 };
 
 struct rayaccel_memory_region {
@@ -370,6 +520,9 @@ struct rayaccel_memory_region {
   bool staged = false;
   bool owned = false;
   uint32_t device = 0;
+  // What a reader on this host maps the region with (DeviceMemoryOps::Export): set for a staged
+  // region that is one whole allocation; empty: the region is staged for every reader.
+  std::string ipc_handle;
 };
 
 namespace rayaccel::plugin::ucx {
@@ -396,6 +549,23 @@ struct Link {
   std::string why;           // why it failed
 };
 
+// A reader's mapping of an owner's device region (one host, DeviceMemoryOps::Import), per
+// connection and region. Made while the endpoint's lock is held from the ask to the answer;
+// used outside it (`users`); closed when the owner asks for it back, once unused.
+struct Mapping {
+  enum class State { kAsked, kMapped, kRefused };
+  State state = State::kAsked;
+  bool answered = false;  // kAsked: the owner's reply is in
+  rayaccel_status answer = RAYACCEL_STATUS_OK;
+  std::string handle;
+  uint32_t device = 0;  // the owner's device (the plugin's index, host-wide)
+  uint64_t length = 0;
+  void* base = nullptr;  // kMapped
+  int users = 0;         // copies running outside the lock
+  bool revoked = false;  // the owner asked for it back, or the connection failed
+  bool confirm = false;  // tell the owner once closed
+};
+
 }  // namespace rayaccel::plugin::ucx
 
 struct rayaccel_connection {
@@ -412,6 +582,10 @@ struct rayaccel_connection {
   uint64_t next_id = 1;
   std::map<uint64_t, rayaccel_request*> transfers;  // in flight, by number
   std::vector<rayaccel_request*> barriers;          // flushes and notifications waiting
+  // The owner runs on this host, in another process (its welcome says): its mappable device
+  // regions are mapped rather than staged.
+  bool may_map = false;
+  std::map<uint64_t, rayaccel::plugin::ucx::Mapping> mappings;  // by the owner's region id
 };
 
 struct rayaccel_transport_endpoint {
@@ -438,7 +612,8 @@ struct rayaccel_transport_endpoint {
   uint32_t peer_timeout_ms = 0;
   uint64_t next_region_id = 1;
   std::map<uint64_t, rayaccel_memory_region*> regions;
-  std::map<uint64_t, uint32_t> serving;  // region id -> owner operations using its memory
+  std::map<uint64_t, uint32_t> serving;           // region id -> owner operations using its memory
+  std::map<uint64_t, std::set<uint64_t>> mapped;  // region id -> readers (tokens) that map it
   std::map<uint64_t, rayaccel_connection*> connections;                    // by token
   std::map<rayaccel_request*, bool> requests;                              // every live request
   std::map<uint64_t, std::unique_ptr<rayaccel::plugin::ucx::Link>> links;  // by remote uuid
@@ -475,6 +650,8 @@ struct rayaccel_transport_endpoint {
     std::string bytes;
   };
   std::vector<Outgoing> outbox;
+  // Page-locked host buffers for staged pieces; null without device memory.
+  std::shared_ptr<rayaccel::plugin::ucx::PinnedPool> pinned;
   // Reads to serve: validated in the handler, sent after progress returns.
   struct GetServe {
     uint64_t token, id, region, offset, length;
@@ -482,6 +659,9 @@ struct rayaccel_transport_endpoint {
   };
   std::vector<GetServe> gets;
   std::vector<rayaccel_request*> ready_notifications;  // their barrier passed: send them
+  // Staged groups with a piece ended in a UCX callback: their next pieces go out after
+  // progress returns (IssueReadyGroups), as replies do, never from inside a callback.
+  std::vector<rayaccel_request*> ready_groups;
 
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
@@ -567,13 +747,17 @@ void SendMessage(ucp_ep_h uep, unsigned id, std::string header, std::string byte
 
 // Frees a request once it is done, nobody will poll it, and UCX holds it no more.
 void MaybeFree(Request* r) {
-  if (r->done && r->abandoned && r->ucx == 0) {
+  if (r->done && r->abandoned && r->ucx == 0 && !r->queued) {
     r->endpoint->requests.erase(r);
     delete r;
   }
 }
 
 void CheckBarriers(Conn* c);
+void PieceDone(Request* group, rayaccel_status status, const std::string& why);
+void IssuePieces(Request* group);
+void MaybeCompleteGroup(Request* group);
+void IssueReadyGroups(Ep* ep);
 
 // The request's outcome; later outcomes are ignored. Caller holds mu.
 void Complete(Request* r, rayaccel_status status, std::string why = {}) {
@@ -583,10 +767,47 @@ void Complete(Request* r, rayaccel_status status, std::string why = {}) {
   r->why = std::move(why);
   r->endpoint->activity++;
   Conn* c = r->connection;
-  if (c != nullptr && (r->kind == Request::Kind::kRead || r->kind == Request::Kind::kWrite)) {
+  if (c != nullptr && !r->is_group &&
+      (r->kind == Request::Kind::kRead || r->kind == Request::Kind::kWrite)) {
     c->transfers.erase(r->id);
     CheckBarriers(c);
   }
+  if (r->group != nullptr) PieceDone(r->group, r->status, r->why);
+}
+
+// A piece of `group` ended: the next one goes out while all is well; the group ends once no
+// piece is in flight and none is left to issue, failed if any piece failed.
+void PieceDone(Request* group, rayaccel_status status, const std::string& why) {
+  if (status != RAYACCEL_STATUS_OK && group->reply == RAYACCEL_STATUS_OK) {
+    group->reply = status;
+    group->first_why = why;
+  }
+  group->pieces_in_flight--;
+  if (group->reply == RAYACCEL_STATUS_OK && group->next_piece < group->whole.length &&
+      !group->issuing && !group->queued) {
+    group->queued = true;
+    group->endpoint->ready_groups.push_back(group);
+  }
+  MaybeCompleteGroup(group);
+}
+
+// The next pieces of the groups a callback queued. Caller holds mu, outside UCX callbacks.
+void IssueReadyGroups(Ep* ep) {
+  std::vector<Request*> ready;
+  ready.swap(ep->ready_groups);
+  for (Request* group : ready) {
+    group->queued = false;
+    if (!group->done) IssuePieces(group);
+    MaybeCompleteGroup(group);
+    MaybeFree(group);
+  }
+}
+
+void MaybeCompleteGroup(Request* group) {
+  if (group->held || group->issuing || group->pieces_in_flight > 0 || group->done) return;
+  if (group->reply == RAYACCEL_STATUS_OK && group->next_piece < group->whole.length) return;
+  Complete(group, group->reply, group->first_why);
+  MaybeFree(group);
 }
 
 // A write lands when the owner acknowledged it and UCX has let go of the local bytes.
@@ -652,15 +873,13 @@ void LandRead(Request* r, const void* bytes) {
 
 // Puts a write's bytes into `region` at `at`: a copy, or the driver's for a staged region.
 // INTERNAL (logged) when the driver fails.
-rayaccel_status StoreWrite(Ep* ep, const Region* region, void* at, const void* bytes,
-                           uint64_t n) {
+rayaccel_status StoreWrite(Ep* ep, const Region* region, void* at, const void* bytes, uint64_t n) {
   if (!region->staged) {
     std::memcpy(at, bytes, n);
     return RAYACCEL_STATUS_OK;
   }
   std::string why;
-  if (ep->options.device_ops->FromHost(at, bytes, n, region->device, &why) ==
-      RAYACCEL_STATUS_OK) {
+  if (ep->options.device_ops->FromHost(at, bytes, n, region->device, &why) == RAYACCEL_STATUS_OK) {
     return RAYACCEL_STATUS_OK;
   }
   LogTo(ep, RAYACCEL_LOG_WARN, "a write to device memory failed: " + why);
@@ -702,8 +921,10 @@ bool Started(Request* r, ucs_status_ptr_t started, const char* what) {
 
 // --- Connections (the reader's side)
 
-// The connection is dead for good: every request on it fails with `status`. Safe inside UCX
-// callbacks. Caller holds mu.
+void DropMappings(Ep* ep, Conn* c);
+
+// The connection is dead for good: every request on it fails with `status`, and its mappings
+// close. Safe inside UCX callbacks. Caller holds mu.
 void FailConnection(Conn* c, rayaccel_status status, std::string why) {
   if (c->failure != RAYACCEL_STATUS_OK) return;
   c->failure = status;
@@ -716,6 +937,7 @@ void FailConnection(Conn* c, rayaccel_status status, std::string why) {
     MaybeFree(r);
   }
   CheckBarriers(c);
+  DropMappings(c->endpoint, c);
 }
 
 // The remote endpoint is gone (or no longer trusted): every connection to it fails and every
@@ -980,6 +1202,49 @@ rayaccel_status CheckRange(Ep* ep, uint64_t region, uint64_t offset, uint64_t le
   return RAYACCEL_STATUS_OK;
 }
 
+// This host, as an owner and a reader compare it: the kernel's boot id ("" where /proc has
+// none, and nothing is mapped). Kept in a plain array: a progress thread may read it while the
+// process exits, and a heap string would be orphaned when the plugin is unloaded.
+std::string_view BootId() {
+  static char id[64];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "re")) {
+      if (std::fgets(id, sizeof(id), f) == nullptr) id[0] = '\0';
+      std::fclose(f);
+      for (size_t n = std::strlen(id); n > 0 && (id[n - 1] == '\n' || id[n - 1] == ' ');)
+        id[--n] = '\0';
+    }
+  });
+  return id;
+}
+
+// Closes the reader's mapping of `region` on `c` once no copy uses it, telling the owner
+// where it asked. A mapping still being asked for is left to the asker. Caller holds mu.
+void ReleaseMapping(Ep* ep, Conn* c, uint64_t region) {
+  auto it = c->mappings.find(region);
+  if (it == c->mappings.end()) return;
+  Mapping& m = it->second;
+  if (m.state == Mapping::State::kAsked || m.users > 0) return;
+  if (m.state == Mapping::State::kMapped) ep->options.device_ops->Unimport(m.base, m.device);
+  if (m.confirm) {
+    Writer w;
+    w.U64(ep->uuid).U64(c->token).U64(region);
+    ep->outbox.push_back({false, c->token, kUnmapped, std::move(w.str())});
+  }
+  c->mappings.erase(it);
+}
+
+// The connection failed or closes: every mapping goes, now or when its last copy ends.
+void DropMappings(Ep* ep, Conn* c) {
+  std::vector<uint64_t> regions;
+  for (auto& [region, m] : c->mappings) {
+    m.revoked = true;
+    regions.push_back(region);
+  }
+  for (uint64_t region : regions) ReleaseMapping(ep, c, region);
+}
+
 std::string ReplyHeader(uint64_t token, uint64_t id, rayaccel_status status) {
   Writer w;
   w.U64(token).U64(id).U32(static_cast<uint32_t>(status));
@@ -1057,7 +1322,7 @@ void ServeGets(Ep* ep) {
     Staging staging;
     if (region->staged) {
       // Only the range asked for leaves the device, into host memory of this read's own.
-      staging.Take(g.length);
+      staging.Take(g.length, ep->pinned, region->device);
       std::string why;
       if (ep->options.device_ops->ToHost(staging.data(), from, g.length, region->device, &why) !=
           RAYACCEL_STATUS_OK) {
@@ -1118,7 +1383,7 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
     // Lands in host memory first; ServeReceived copies it to the device.
     s->staged_region = target;
     s->staged_at = at;
-    at = s->staging.Take(length);
+    at = s->staging.Take(length, ep->pinned, target->device);
   } else {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = target->memh[fabric->index];
@@ -1218,11 +1483,17 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     }
     case kWelcome: {
       uint64_t token = in.U64(), owner = in.U64();
+      const auto pid = static_cast<pid_t>(in.U32());
+      const uint32_t n = in.U32();
+      const uint8_t* boot = in.Bytes(n);
       if (!in.at_end()) break;
       Conn* c = ConnectionByToken(ep, token);
       if (c == nullptr || c->state != Conn::State::kProven || owner != c->peer_uuid) {
         return UCS_OK;
       }
+      // Another process on this host: the driver maps its memory here (not in its own process).
+      c->may_map = n > 0 && pid != getpid() && !BootId().empty() &&
+                   std::string_view(reinterpret_cast<const char*>(boot), n) == BootId();
       c->state = Conn::State::kWelcomed;
       c->last_heard = Clock::now();
       return UCS_OK;
@@ -1271,6 +1542,89 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
                            ? "the peer declared us lost (it did not hear from us within its peer "
                              "timeout)"
                            : "the peer closed its endpoint");
+      }
+      return UCS_OK;
+    }
+    case kMapAsk: {
+      uint64_t uuid = in.U64(), token = in.U64(), region = in.U64();
+      if (!in.at_end()) break;
+      Peer* p = AdmittedPeer(ep, token);
+      if (p == nullptr || p->uuid != uuid) return UCS_OK;
+      p->deadline = PeerDeadline(ep);
+      auto it = ep->regions.find(region);
+      rayaccel_status status = RAYACCEL_STATUS_OK;
+      if (it == ep->regions.end()) {  // as a transfer is answered (CheckRange)
+        status = region != 0 && region < ep->next_region_id ? RAYACCEL_STATUS_STALE
+                                                            : RAYACCEL_STATUS_INVALID_ARGUMENT;
+      } else if (it->second->ipc_handle.empty()) {
+        status = RAYACCEL_STATUS_UNSUPPORTED;
+      }
+      Writer w;
+      w.U64(token).U64(region).U32(static_cast<uint32_t>(status));
+      if (status == RAYACCEL_STATUS_OK) {
+        const Region* r = it->second;
+        w.U32(r->device).U64(r->length).U32(static_cast<uint32_t>(r->ipc_handle.size()));
+        w.Bytes(r->ipc_handle.data(), r->ipc_handle.size());
+        ep->mapped[region].insert(token);  // until it says it closed the mapping
+      } else {
+        w.U32(0).U64(0).U32(0);
+      }
+      ep->outbox.push_back({true, token, kMapReply, std::move(w.str())});
+      return UCS_OK;
+    }
+    case kMapReply: {
+      uint64_t token = in.U64(), region = in.U64();
+      auto status = static_cast<rayaccel_status>(in.U32());
+      uint32_t device = in.U32();
+      uint64_t size = in.U64();
+      uint32_t n = in.U32();
+      const uint8_t* handle = in.Bytes(n);
+      if (!in.at_end() || n > RAYACCEL_TRANSPORT_MAX_BLOB) break;
+      Conn* c = ConnectionByToken(ep, token);
+      auto it = c != nullptr ? c->mappings.find(region) : decltype(c->mappings)::iterator();
+      if (c == nullptr || it == c->mappings.end() || it->second.state != Mapping::State::kAsked ||
+          it->second.answered) {
+        return UCS_OK;  // late, or not asked
+      }
+      c->last_heard = Clock::now();
+      Mapping& m = it->second;
+      m.answered = true;
+      m.answer = status == RAYACCEL_STATUS_OK || status == RAYACCEL_STATUS_STALE
+                     ? status
+                     : RAYACCEL_STATUS_UNSUPPORTED;
+      if (m.answer == RAYACCEL_STATUS_OK) {
+        m.handle.assign(reinterpret_cast<const char*>(handle), n);
+        m.device = device;
+        m.length = size;
+        m.confirm = true;  // the owner now counts us among its region's mappers
+      }
+      return UCS_OK;
+    }
+    case kUnmap: {
+      uint64_t token = in.U64(), region = in.U64();
+      if (!in.at_end()) break;
+      Conn* c = ConnectionByToken(ep, token);
+      if (c == nullptr) return UCS_OK;
+      auto it = c->mappings.find(region);
+      if (it == c->mappings.end()) {  // never mapped, or closed already: say so
+        Writer w;
+        w.U64(ep->uuid).U64(token).U64(region);
+        ep->outbox.push_back({false, token, kUnmapped, std::move(w.str())});
+        return UCS_OK;
+      }
+      it->second.revoked = true;
+      it->second.confirm = true;
+      ReleaseMapping(ep, c, region);  // or when the last copy ends, or the asker gives up
+      return UCS_OK;
+    }
+    case kUnmapped: {
+      uint64_t uuid = in.U64(), token = in.U64(), region = in.U64();
+      if (!in.at_end()) break;
+      Peer* p = PeerByToken(ep, token);
+      if (p == nullptr || p->uuid != uuid) return UCS_OK;
+      if (auto it = ep->mapped.find(region); it != ep->mapped.end()) {
+        it->second.erase(token);
+        if (it->second.empty()) ep->mapped.erase(it);
       }
       return UCS_OK;
     }
@@ -1354,7 +1708,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       p.user_data = r;
       void* into = r->local;
       if (r->staged) {
-        into = r->staging.Take(length);
+        into = r->staging.Take(length, ep->pinned, r->device);
       } else {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = r->memh;
@@ -1454,6 +1808,12 @@ void ClosePeer(Ep* ep, Peer* p) {
   }
   if (p->link != nullptr) p->link->users--;
   p->link = nullptr;
+  // A reader gone (or declared lost) holds no mapping the owner waits for: if it lives on,
+  // cut off, the driver keeps its mapping (docs/transport.md, "Threat model").
+  for (auto it = ep->mapped.begin(); it != ep->mapped.end();) {
+    it->second.erase(p->token);
+    it = it->second.empty() ? ep->mapped.erase(it) : std::next(it);
+  }
 }
 
 // Declares the remote endpoint of `link` lost: it was silent for the peer timeout.
@@ -1521,7 +1881,8 @@ void ServeControl(Ep* ep) {
         continue;
       }
       Writer w;
-      w.U64(token).U64(ep->uuid);
+      w.U64(token).U64(ep->uuid).U32(static_cast<uint32_t>(getpid()));
+      w.U32(static_cast<uint32_t>(BootId().size())).Bytes(BootId().data(), BootId().size());
       SendMessage(p->link->control, kWelcome, {}, std::move(w.str()));
     }
     if (now > p->deadline) {
@@ -1569,6 +1930,7 @@ bool Progress(Ep* ep) {
   SendOutbox(ep);
   ServeGets(ep);
   SendReadyNotifications(ep);
+  IssueReadyGroups(ep);
   ServeControl(ep);
   SendOutbox(ep);
   return any;
@@ -1727,7 +2089,9 @@ void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region> regio
   // Names the region, nothing more: the owner checks every transfer against its own record
   // of the region, so the bytes grant nothing a forger could widen.
   Writer w;
-  w.U32(kDescriptorMagic).U16(kWireVersion).U16(0);
+  const uint16_t flags = static_cast<uint16_t>((region->ipc_handle.empty() ? 0 : kMappable) |
+                                               (region->staged ? kStagedByOwner : 0));
+  w.U32(kDescriptorMagic).U16(kWireVersion).U16(flags);
   w.U64(ep->uuid).U64(region->id).U64(args->length);
   region->descriptor = std::move(w.str());
   ep->regions[region->id] = region.get();
@@ -1752,6 +2116,13 @@ rayaccel_status RegisterStaged(Ep* ep, rayaccel_register_args* args, bool alloca
   region->staged = true;
   region->owned = allocate;
   region->device = args->device_index;
+  // Readers on this host map a whole allocation rather than stage it; the handle goes only
+  // to admitted readers that ask (kMapAsk), never in the descriptor.
+  if (ops->Export(args->address, args->length, args->device_index, &region->ipc_handle, &why) !=
+      RAYACCEL_STATUS_OK) {
+    region->ipc_handle.clear();
+    LogTo(ep, RAYACCEL_LOG_DEBUG, "device region staged for every reader: " + why);
+  }
   std::lock_guard<std::mutex> lock(ep->mu);
   Publish(ep, args, std::move(region));
   return RAYACCEL_STATUS_OK;
@@ -1818,6 +2189,36 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
   });
 }
 
+// Readers that map region `id` close their mappings before its memory may go: each is asked,
+// and one that has not said it closed within the peer timeout is declared lost. Caller holds
+// mu; the region is out of ep->regions, so no reader gets a new handle.
+void UnmapPeers(Ep* ep, uint64_t id) {
+  auto it = ep->mapped.find(id);
+  if (it == ep->mapped.end()) return;
+  for (uint64_t token : it->second) {
+    Peer* p = PeerByToken(ep, token);
+    if (p == nullptr || p->failed) continue;
+    Writer w;
+    w.U64(token).U64(id);
+    SendMessage(ControlOf(p->link), kUnmap, {}, std::move(w.str()));
+  }
+  Clock::time_point deadline = PeerDeadline(ep);
+  while (ep->mapped.count(id) != 0 && Clock::now() < deadline) {
+    if (!Progress(ep)) std::this_thread::yield();
+  }
+  it = ep->mapped.find(id);
+  if (it == ep->mapped.end()) return;
+  LogTo(ep, RAYACCEL_LOG_WARN,
+        "a reader did not close its mapping of a region being deregistered within the peer "
+        "timeout; declared lost");
+  for (uint64_t token : it->second) {
+    Peer* p = PeerByToken(ep, token);
+    if (p != nullptr && p->link != nullptr) DeclareLost(ep, p->link);
+  }
+  ep->mapped.erase(id);
+  ServeControl(ep);
+}
+
 rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error* error) {
   if (region == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no region");
   return Guard(error, [&] {
@@ -1843,6 +2244,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
       for (int i = 0; i < 64 && ep->serving.count(id) != 0 && ProgressWorkers(ep) != 0; ++i) {
       }
     }
+    UnmapPeers(ep, id);
     UnmapRegion(ep, region);
     delete region;
     return RAYACCEL_STATUS_OK;
@@ -1888,7 +2290,7 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
     if (version != kWireVersion) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "UCX transport address version " + std::to_string(version) +
-                      "; this plugin reads version 2");
+                      "; this plugin reads version " + std::to_string(kWireVersion));
     }
     std::unique_lock<std::mutex> lock(ep->mu);
     auto conn = std::make_unique<Conn>();
@@ -1958,21 +2360,236 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
   });
 }
 
-struct RemoteRegion {
-  uint64_t owner = 0, id = 0, length = 0;
-};
-
 // The descriptor's fields, or false when it is not one of ours.
 bool ParseDescriptor(rayaccel_blob d, RemoteRegion* r) {
   if (d.data == nullptr || d.size != kDescriptorBytes) return false;
   Reader in(d.data, d.size);
   uint32_t magic = in.U32();
   uint16_t version = in.U16();
-  uint16_t reserved = in.U16();
+  r->flags = in.U16();
   r->owner = in.U64();
   r->id = in.U64();
   r->length = in.U64();
-  return in.at_end() && magic == kDescriptorMagic && version == kWireVersion && reserved == 0;
+  return in.at_end() && magic == kDescriptorMagic && version == kWireVersion &&
+         (r->flags & ~(kMappable | kStagedByOwner)) == 0;
+}
+
+// The reader's mapping of `remote` for a transfer on `c`, with a user counted; null when the
+// transfer is staged instead (the owner or this host's driver said no) or fails (`status`).
+// The first transfer of a region asks its owner (kMapAsk) and waits for the answer with mu
+// held, as deregistration waits: one round trip per region. Caller holds mu.
+Mapping* MappingFor(Ep* ep, Conn* c, const RemoteRegion& remote, rayaccel_status* status,
+                    std::string* why) {
+  *status = RAYACCEL_STATUS_OK;
+  auto [it, fresh] = c->mappings.try_emplace(remote.id);
+  Mapping* m = &it->second;
+  if (fresh) {
+    Writer w;
+    w.U64(ep->uuid).U64(c->token).U64(remote.id);
+    SendMessage(ControlOf(c->link), kMapAsk, {}, std::move(w.str()));
+    Clock::time_point deadline = PeerDeadline(ep);
+    while (!m->answered && c->failure == RAYACCEL_STATUS_OK && Clock::now() < deadline) {
+      if (!Progress(ep)) std::this_thread::yield();
+    }
+    if (c->failure == RAYACCEL_STATUS_OK && !m->answered) {
+      FailLink(c->link,
+               "the peer did not answer within " + std::to_string(ep->peer_timeout_ms) + " ms");
+    }
+    // Whatever happens next, the mapping is no longer being asked for.
+    m->state = Mapping::State::kRefused;
+    if (c->failure != RAYACCEL_STATUS_OK || m->revoked || m->answer == RAYACCEL_STATUS_STALE) {
+      *status = c->failure != RAYACCEL_STATUS_OK ? c->failure : RAYACCEL_STATUS_STALE;
+      *why = c->failure != RAYACCEL_STATUS_OK ? c->failure_text
+                                              : "the peer has deregistered the region";
+      ReleaseMapping(ep, c, remote.id);
+      return nullptr;
+    }
+    if (m->answer != RAYACCEL_STATUS_OK) return nullptr;  // staged: the owner does not map it
+    std::string refused;
+    rayaccel_status st =
+        m->length == remote.length
+            ? ep->options.device_ops->Import(m->handle, m->device, m->length, &m->base, &refused)
+            : RAYACCEL_STATUS_INVALID_ARGUMENT;
+    if (st != RAYACCEL_STATUS_OK) {
+      if (m->length != remote.length) refused = "the owner's region and descriptor differ";
+      LogTo(ep, RAYACCEL_LOG_INFO,
+            "cannot map a peer's device memory (" + refused + "); staging it instead");
+      // Staged from now on; the owner hears that this reader holds no mapping.
+      Writer w;
+      w.U64(ep->uuid).U64(c->token).U64(remote.id);
+      ep->outbox.push_back({false, c->token, kUnmapped, std::move(w.str())});
+      m->confirm = false;
+      m->handle.clear();
+      return nullptr;
+    }
+    m->state = Mapping::State::kMapped;
+  }
+  if (m->state != Mapping::State::kMapped) return nullptr;
+  // A descriptor that names another length than the region mapped (forged, or a confused
+  // caller's) is staged: its range is then the owner's to check, not a copy past the mapping.
+  if (m->length != remote.length) return nullptr;
+  if (m->revoked) {
+    *status = RAYACCEL_STATUS_STALE;
+    *why = "the peer has deregistered the region";
+    return nullptr;
+  }
+  m->users++;
+  return m;
+}
+
+// A transfer between the local region and the owner's device memory, mapped: a copy on this
+// host's device, complete when it returns.
+rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t region, Mapping* m,
+                           rayaccel_error* error) {
+  char* mine = static_cast<char*>(a->local->base) + a->local_offset;
+  char* theirs = static_cast<char*>(m->base) + a->remote_offset;
+  std::string why;
+  rayaccel_status st = a->op == RAYACCEL_TRANSFER_READ
+                           ? ep->options.device_ops->Copy(mine, theirs, a->length, m->device, &why)
+                           : ep->options.device_ops->Copy(theirs, mine, a->length, m->device, &why);
+  {
+    std::lock_guard<std::mutex> lock(ep->mu);
+    m->users--;
+    if (m->revoked) ReleaseMapping(ep, c, region);  // the owner waits for it
+  }
+  if (st != RAYACCEL_STATUS_OK) {
+    return Fail(error, st == RAYACCEL_STATUS_UNSUPPORTED ? RAYACCEL_STATUS_INTERNAL : st,
+                "device to device: " + why);
+  }
+  a->request = nullptr;
+  if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_DEVICE_IPC;
+  return RAYACCEL_STATUS_OK;
+}
+
+// A staged write's bytes, out of the device into host memory of their own before they go.
+rayaccel_status StageOutgoing(Ep* ep, const rayaccel_transfer_args& a, uint64_t skip,
+                              uint64_t length, Staging* outgoing, rayaccel_error* error) {
+  if (!a.local->staged || a.op != RAYACCEL_TRANSFER_WRITE) return RAYACCEL_STATUS_OK;
+  std::string why;
+  rayaccel_status st = ep->options.device_ops->ToHost(
+      outgoing->Take(length, ep->pinned, a.local->device),
+      static_cast<char*>(a.local->base) + a.local_offset + skip, length, a.local->device, &why);
+  return st == RAYACCEL_STATUS_OK ? st : Fail(error, st, "from device memory: " + why);
+}
+
+// Starts bytes [skip, skip + length) of transfer `a` on `c`: the whole transfer (group null,
+// its request in *out) or one piece of `group`, with `outgoing` a staged write's bytes.
+// Caller holds mu.
+rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& a,
+                                 const RemoteRegion& remote, uint64_t skip, uint64_t length,
+                                 Request* group, rayaccel_request** out, Staging outgoing,
+                                 rayaccel_error* error) {
+  char* local = static_cast<char*>(a.local->base) + a.local_offset + skip;
+  if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
+  if (remote.owner != c->peer_uuid) {
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                "the descriptor belongs to another peer than this connection's");
+  }
+  if (DataOf(c->link) == nullptr) {
+    return Fail(error, RAYACCEL_STATUS_PEER_LOST, "the connection has no data path");
+  }
+  const int fabric = c->link->fabric;
+  auto* r = new Request();
+  r->endpoint = ep;
+  r->connection = c;
+  r->kind = a.op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
+  r->local = local;
+  r->length = length;
+  r->memh = a.local->memh[fabric];
+  r->staged = a.local->staged;
+  r->device = a.local->device;
+  r->staging = std::move(outgoing);
+  r->abandoned = group != nullptr;  // a piece: freed once it ends
+  const void* send_from =
+      r->staged && r->kind == Request::Kind::kWrite ? r->staging.data() : r->local;
+  r->id = c->next_id++;
+  Writer w;
+  w.U64(c->token).U64(r->id).U64(remote.id).U64(a.remote_offset + skip).U64(length);
+  r->header = std::move(w.str());
+  ep->requests[r] = true;
+  c->transfers[r->id] = r;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = TransferSent;
+  p.user_data = r;
+  ucs_status_ptr_t started;
+  if (r->kind == Request::Kind::kRead) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(),
+                                    nullptr, 0, &p);
+  } else {
+    if (!r->staged) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = a.local->memh[fabric];
+    }
+    started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
+                                    send_from, r->length, &p);
+  }
+  if (!Started(r, started, "transfer")) {
+    rayaccel_status s = r->status;
+    std::string why = r->why;
+    ep->requests.erase(r);
+    delete r;
+    return Fail(error, s, why);
+  }
+  if (group != nullptr) {  // counted only once it went out
+    r->group = group;
+    group->pieces_in_flight++;
+  } else {
+    *out = r;
+  }
+  if (started == nullptr) MaybeCompleteWrite(r);
+  return RAYACCEL_STATUS_OK;
+}
+
+// A whole transfer (no group): a staged write's copy outside the endpoint's lock, so that it
+// holds up no peer the endpoint serves, then the transfer under it.
+rayaccel_status StartPiece(Ep* ep, Conn* c, const rayaccel_transfer_args& a,
+                           const RemoteRegion& remote, rayaccel_request** out,
+                           rayaccel_error* error) {
+  Staging outgoing;
+  if (rayaccel_status st = StageOutgoing(ep, a, 0, a.length, &outgoing, error);
+      st != RAYACCEL_STATUS_OK) {
+    return st;
+  }
+  std::lock_guard<std::mutex> lock(ep->mu);
+  return StartPieceLocked(ep, c, a, remote, 0, a.length, nullptr, out, std::move(outgoing), error);
+}
+
+// Issues `group`'s next pieces, up to kPiecesInFlight, while all is well. Caller holds mu. A
+// staged write's next piece leaves the device here, with the lock held: 4 MiB at the bus's
+// speed, the price of keeping only a few pieces' host memory in use.
+void IssuePieces(Request* group) {
+  if (group->issuing) return;  // a piece that ended while its group issues
+  group->issuing = true;
+  Ep* ep = group->endpoint;
+  const rayaccel_transfer_args& a = group->whole;
+  while (group->reply == RAYACCEL_STATUS_OK && group->next_piece < a.length &&
+         group->pieces_in_flight < kPiecesInFlight) {
+    Conn* c = group->connection;
+    if (c == nullptr) {
+      group->reply = RAYACCEL_STATUS_PEER_LOST;
+      group->first_why = "the connection was closed";
+      break;
+    }
+    const uint64_t at = group->next_piece, n = std::min(kStagedPiece, a.length - at);
+    char text[512] = {};
+    rayaccel_error e{sizeof(e), text, sizeof(text)};
+    Staging outgoing;
+    rayaccel_status st = StageOutgoing(ep, a, at, n, &outgoing, &e);
+    if (st == RAYACCEL_STATUS_OK) {
+      st =
+          StartPieceLocked(ep, c, a, group->remote, at, n, group, nullptr, std::move(outgoing), &e);
+    }
+    if (st != RAYACCEL_STATUS_OK) {
+      group->reply = st;
+      group->first_why = text;
+      break;
+    }
+    group->next_piece = at + n;
+  }
+  group->issuing = false;
 }
 
 rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
@@ -1998,73 +2615,58 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
         a->remote_offset > remote.length || a->length > remote.length - a->remote_offset) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
-    // A staged write's bytes leave the device before it goes out: copied here, outside the
-    // endpoint's lock, so the copy holds up no peer the endpoint serves.
-    Staging outgoing;
-    if (a->local->staged && a->op == RAYACCEL_TRANSFER_WRITE) {
+    // The owner's device memory, on this host: mapped and copied on the device.
+    if ((remote.flags & kMappable) != 0 && ep->options.device_ops != nullptr) {
+      Mapping* m = nullptr;
+      rayaccel_status st = RAYACCEL_STATUS_OK;
       std::string why;
-      if (rayaccel_status st = ep->options.device_ops->ToHost(
-              outgoing.Take(a->length), static_cast<char*>(a->local->base) + a->local_offset,
-              a->length, a->local->device, &why);
-          st != RAYACCEL_STATUS_OK) {
-        return Fail(error, st, "from device memory: " + why);
+      {
+        std::lock_guard<std::mutex> lock(ep->mu);
+        // What the owner already sent is read first: a mapping it revoked is not used.
+        Progress(ep);
+        if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
+        if (remote.owner != c->peer_uuid) {
+          return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                      "the descriptor belongs to another peer than this connection's");
+        }
+        if (c->may_map) m = MappingFor(ep, c, remote, &st, &why);
       }
+      if (st != RAYACCEL_STATUS_OK) return Fail(error, st, why);
+      if (m != nullptr) return CopyMapped(ep, c, a, remote.id, m, error);
     }
+    const bool staged = a->local->staged || (remote.flags & kStagedByOwner) != 0;
+    if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
+      // The owner's side as its descriptor says: a forged flag misreports only the forger's own.
+      a->path = staged ? RAYACCEL_PATH_STAGED : RAYACCEL_PATH_FABRIC;
+    }
+    if (!staged || a->length <= kStagedPiece)
+      return StartPiece(ep, c, *a, remote, &a->request, error);
+    // Staged and large: pieces, a few in flight at a time, so that one piece's copy to or from
+    // the device overlaps the others' time on the fabric, in both processes, and only those
+    // few pieces' host memory is in use. The group completes when its last piece has, with
+    // the first failure.
+    auto* group = new Request();
+    group->endpoint = ep;
+    group->connection = c;
+    group->kind = a->op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
+    group->is_group = true;
+    group->whole = *a;
+    group->whole.struct_size = sizeof(group->whole);
+    group->remote = remote;
+    group->held = true;  // until this call returns it
     std::lock_guard<std::mutex> lock(ep->mu);
-    if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
-    if (remote.owner != c->peer_uuid) {
-      return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                  "the descriptor belongs to another peer than this connection's");
+    ep->requests[group] = true;
+    IssuePieces(group);
+    if (group->next_piece == 0) {  // nothing went out
+      rayaccel_status st = group->reply;
+      std::string why = group->first_why;
+      ep->requests.erase(group);
+      delete group;
+      return Fail(error, st, why);
     }
-    if (DataOf(c->link) == nullptr) {
-      return Fail(error, RAYACCEL_STATUS_PEER_LOST, "the connection has no data path");
-    }
-    const int fabric = c->link->fabric;
-    auto* r = new Request();
-    r->endpoint = ep;
-    r->connection = c;
-    r->kind = a->op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
-    r->local = static_cast<char*>(a->local->base) + a->local_offset;
-    r->length = a->length;
-    r->memh = a->local->memh[fabric];
-    r->staged = a->local->staged;
-    r->device = a->local->device;
-    r->staging = std::move(outgoing);
-    const void* send_from = r->staged && r->kind == Request::Kind::kWrite ? r->staging.data()
-                                                                          : r->local;
-    r->id = c->next_id++;
-    Writer w;
-    w.U64(c->token).U64(r->id).U64(remote.id).U64(a->remote_offset).U64(a->length);
-    r->header = std::move(w.str());
-    ep->requests[r] = true;
-    c->transfers[r->id] = r;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = TransferSent;
-    p.user_data = r;
-    ucs_status_ptr_t started;
-    if (r->kind == Request::Kind::kRead) {
-      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_AM_SEND_FLAG_EAGER;
-      started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(),
-                                      nullptr, 0, &p);
-    } else {
-      if (!r->staged) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = a->local->memh[fabric];
-      }
-      started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
-                                      send_from, r->length, &p);
-    }
-    if (!Started(r, started, "transfer")) {
-      rayaccel_status s = r->status;
-      std::string why = r->why;
-      ep->requests.erase(r);
-      delete r;
-      return Fail(error, s, why);
-    }
-    if (started == nullptr) MaybeCompleteWrite(r);
-    a->request = r;
+    group->held = false;
+    MaybeCompleteGroup(group);
+    a->request = group;
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -2130,6 +2732,7 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
     if (!r->done) {
       ProgressData(ep);  // transfers ride the data workers
       if (!ep->ready_notifications.empty()) SendReadyNotifications(ep);
+      if (!ep->ready_groups.empty()) IssueReadyGroups(ep);
     }
     if (!r->done) return RAYACCEL_STATUS_TIMEOUT;
     rayaccel_status s = r->status;
@@ -2233,10 +2836,15 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
                     " bytes (a host of ABI 1.3 or later passes one)");
   }
   return Guard(error, [&] {
-    const Ucp& ucp = Lib();
+    std::string mismatch;
+    const Ucp& ucp = LoadUcp(options.ucx_library, &mismatch);
     if (!ucp.error.empty()) return Fail(error, RAYACCEL_STATUS_UNAVAILABLE, ucp.error);
+    if (!mismatch.empty()) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, mismatch);
     auto ep = std::make_unique<Ep>();
     ep->options = options;
+    if (options.device_ops != nullptr) {
+      ep->pinned = std::make_shared<rayaccel::plugin::ucx::PinnedPool>(options.device_ops);
+    }
     ep->key.assign(reinterpret_cast<const char*>(args->key.data), args->key.size);
     ep->uuid = RandomId();
     ep->peer_timeout_ms =
@@ -2331,6 +2939,13 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       s = set_handler(ep->control, id, control_handlers[id - kHello], ep.get());
     }
     if (s == UCS_OK) s = set_handler(ep->control, kGoodbye, ControlHandler<kGoodbye>, ep.get());
+    ucp_am_recv_callback_t mapping_handlers[] = {ControlHandler<kMapAsk>, ControlHandler<kMapReply>,
+                                                 ControlHandler<kUnmap>, ControlHandler<kUnmapped>};
+    static_assert(sizeof(mapping_handlers) / sizeof(mapping_handlers[0]) ==
+                  kUnmapped - kMapAsk + 1);
+    for (unsigned id = kMapAsk; id <= kUnmapped && s == UCS_OK; ++id) {
+      s = set_handler(ep->control, id, mapping_handlers[id - kMapAsk], ep.get());
+    }
     for (Ep::Fabric& f : ep->fabrics) {
       for (unsigned id = kNotify; f.worker != nullptr && id <= kPutAck && s == UCS_OK; ++id) {
         s = set_handler(f.worker, id, data_handlers[id - kNotify], &f);

@@ -5,7 +5,8 @@
 //   const rayaccel_transport_api kTransport =
 //       ucx::Table(&ucx::OpenEndpointFor<ucx::DeviceMemory::kCuda>);
 //
-// libucp.so.0 is loaded with dlopen when the first endpoint opens, so a plugin still loads,
+// libucp.so.0 (or the library EndpointOptions::ucx_library names: the in-tree plugins' config
+// key ucx_library) is loaded with dlopen when the first endpoint opens, so a plugin still loads,
 // and discovers, on a host without UCX (open_endpoint then fails with UNAVAILABLE). UCX's own
 // variables (UCX_TLS, UCX_NET_DEVICES, UCX_KEEPALIVE_INTERVAL, ...) apply as for any UCX
 // program. The wire formats and the invalidation protocol are in docs/transport.md.
@@ -50,6 +51,41 @@ class DeviceMemoryOps {
                                  uint32_t device, std::string* why) = 0;
   virtual rayaccel_status FromHost(void* device_memory, const void* host, uint64_t length,
                                    uint32_t device, std::string* why) = 0;
+
+  // Device to device between two processes on one host (CUDA or HIP IPC). Optional: where
+  // Export or Import says UNSUPPORTED the helper stages instead.
+  // The handle another process maps [address, address + length) of device `device` with.
+  // Only one whole allocation exports: a mapping reaches the whole allocation, so a region
+  // that is less would give a peer more than the region.
+  virtual rayaccel_status Export(const void* /*address*/, uint64_t /*length*/, uint32_t /*device*/,
+                                 std::string* /*handle*/, std::string* why) {
+    *why = "the plugin maps no device memory between processes";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  // Maps a handle another process exported from its device `device` (the plugin's index,
+  // the same on every process of the host): exactly `length` bytes, or INVALID_ARGUMENT.
+  virtual rayaccel_status Import(const std::string& /*handle*/, uint32_t /*device*/,
+                                 uint64_t /*length*/, void** /*mapped*/, std::string* why) {
+    *why = "the plugin maps no device memory between processes";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  virtual void Unimport(void* /*mapped*/, uint32_t /*device*/) {}
+  // Page-locked host memory for staged pieces (usable from every device of the process), so
+  // that their copies run at the bus's speed and need no bounce of the driver's own. Optional:
+  // where HostAlloc says UNSUPPORTED or fails, pieces go through pageable memory.
+  virtual rayaccel_status HostAlloc(uint32_t /*device*/, uint64_t /*length*/, void** /*host*/,
+                                    std::string* why) {
+    *why = "the plugin has no page-locked host memory";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
+  virtual void HostFree(void* /*host*/, uint32_t /*device*/) {}
+  // Copies between memory of device `device` (its own, or mapped by Import) and host memory
+  // or another device's, on a stream of the transport's own; returns once the bytes landed.
+  virtual rayaccel_status Copy(void* /*to*/, const void* /*from*/, uint64_t /*length*/,
+                               uint32_t /*device*/, std::string* why) {
+    *why = "the plugin copies no device memory itself";
+    return RAYACCEL_STATUS_UNSUPPORTED;
+  }
 };
 
 struct EndpointOptions {
@@ -58,8 +94,15 @@ struct EndpointOptions {
   // Staging for device memory where UCX cannot reach it; null: device memory needs a UCX
   // built with the memory type.
   DeviceMemoryOps* device_ops = nullptr;
+  // The libucp to load (a site's UCX built with CUDA or ROCm support, say); empty:
+  // libucp.so.0. The first endpoint of the process loads it; later ones must name the same.
+  std::string ucx_library;
 };
 
+template <typename T, typename = void>
+struct HasUcxLibrary : std::false_type {};
+template <typename T>
+struct HasUcxLibrary<T, std::void_t<decltype(std::declval<T&>().ucx_library)>> : std::true_type {};
 template <typename T, typename = void>
 struct HasDeviceOps : std::false_type {};
 template <typename T>
@@ -72,13 +115,17 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
                              rayaccel_error* error);
 
 // open_endpoint for a plugin whose instance type has a `host` member (the in-tree plugins);
-// with a `device_ops()` member too, its devices' memory is staged where UCX cannot reach it.
+// with a `device_ops()` member too, its devices' memory is staged where UCX cannot reach it;
+// with a `std::string ucx_library` member, that UCX is loaded.
 template <DeviceMemory kMemory, typename Instance = rayaccel_plugin_instance>
 rayaccel_status OpenEndpointFor(rayaccel_endpoint_args* args, rayaccel_error* error) {
   Instance* self = args != nullptr ? static_cast<Instance*>(args->instance) : nullptr;
-  EndpointOptions options{kMemory, self != nullptr ? self->host : nullptr, nullptr};
+  EndpointOptions options{kMemory, self != nullptr ? self->host : nullptr, nullptr, {}};
   if constexpr (HasDeviceOps<Instance>::value) {
     if (self != nullptr) options.device_ops = self->device_ops();
+  }
+  if constexpr (HasUcxLibrary<Instance>::value) {
+    if (self != nullptr) options.ucx_library = self->ucx_library;
   }
   return OpenEndpoint(args, options, error);
 }

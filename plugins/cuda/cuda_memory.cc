@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,10 @@ using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver API's own type
 using CUcontext = void*;
+using CUstream = void*;
+struct CUipcMemHandle {
+  char reserved[64];
+};
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
@@ -28,6 +33,9 @@ constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 constexpr int CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11;
 constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;
 constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
+constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 
 struct Driver {
   void* handle = nullptr;
@@ -44,6 +52,15 @@ struct Driver {
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
   CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr) = nullptr;
+  // IPC and copies on a stream: optional (without them device memory is staged).
+  CUresult (*IpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr) = nullptr;
+  CUresult (*IpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned) = nullptr;
+  CUresult (*IpcCloseMemHandle)(CUdeviceptr) = nullptr;
+  CUresult (*StreamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*StreamSynchronize)(CUstream) = nullptr;
+  CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*MemHostAlloc)(void**, size_t, unsigned) = nullptr;  // optional, like IPC
+  CUresult (*MemFreeHost)(void*) = nullptr;
   CUresult (*GetErrorName)(CUresult, const char**) = nullptr;
   CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
 
@@ -79,6 +96,17 @@ std::unique_ptr<Driver> Load(const std::string& library, std::string* why) {
             Resolve(d->handle, "cuMemcpyDtoH_v2", &d->MemcpyDtoH) &&
             Resolve(d->handle, "cuMemcpyHtoD_v2", &d->MemcpyHtoD) &&
             Resolve(d->handle, "cuPointerGetAttribute", &d->PointerGetAttribute);
+  Resolve(d->handle, "cuIpcGetMemHandle", &d->IpcGetMemHandle);
+  // cuda.h has named the call's _v2 cuIpcOpenMemHandle since CUDA 11.
+  if (!Resolve(d->handle, "cuIpcOpenMemHandle_v2", &d->IpcOpenMemHandle)) {
+    Resolve(d->handle, "cuIpcOpenMemHandle", &d->IpcOpenMemHandle);
+  }
+  Resolve(d->handle, "cuIpcCloseMemHandle", &d->IpcCloseMemHandle);
+  Resolve(d->handle, "cuStreamCreate", &d->StreamCreate);
+  Resolve(d->handle, "cuStreamSynchronize", &d->StreamSynchronize);
+  Resolve(d->handle, "cuMemcpyAsync", &d->MemcpyAsync);
+  Resolve(d->handle, "cuMemHostAlloc", &d->MemHostAlloc);
+  Resolve(d->handle, "cuMemFreeHost", &d->MemFreeHost);
   Resolve(d->handle, "cuGetErrorName", &d->GetErrorName);
   Resolve(d->handle, "cuGetErrorString", &d->GetErrorString);
   if (!ok) {
@@ -144,7 +172,94 @@ class CudaRuntime : public plugin::GpuRuntime {
       *why = d_->Error("cuCtxPushCurrent", r);
       return false;
     }
+    current_ = ordinal;
     return true;
+  }
+
+  bool Ipc() const {
+    return d_->IpcGetMemHandle != nullptr && d_->IpcOpenMemHandle != nullptr &&
+           d_->IpcCloseMemHandle != nullptr && d_->StreamCreate != nullptr &&
+           d_->StreamSynchronize != nullptr && d_->MemcpyAsync != nullptr;
+  }
+
+  rayaccel_status IpcExport(const void* start, std::string* handle, std::string* why) override {
+    if (!Ipc()) return plugin::GpuRuntime::IpcExport(start, handle, why);
+    CUipcMemHandle h{};
+    if (CUresult r = d_->IpcGetMemHandle(&h, reinterpret_cast<CUdeviceptr>(start));
+        r != CUDA_SUCCESS) {
+      *why = d_->Error("cuIpcGetMemHandle", r);
+      return RAYACCEL_STATUS_UNSUPPORTED;
+    }
+    handle->assign(h.reserved, sizeof(h.reserved));
+    return RAYACCEL_STATUS_OK;
+  }
+
+  rayaccel_status IpcOpen(const std::string& handle, void** p, std::string* why) override {
+    if (!Ipc()) return plugin::GpuRuntime::IpcOpen(handle, p, why);
+    CUipcMemHandle h{};
+    if (handle.size() != sizeof(h.reserved)) {
+      *why = "a CUDA IPC handle of " + std::to_string(handle.size()) + " bytes, not 64";
+      return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    }
+    std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+    CUdeviceptr at = 0;
+    if (CUresult r = d_->IpcOpenMemHandle(&at, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        r != CUDA_SUCCESS) {
+      *why = d_->Error("cuIpcOpenMemHandle", r);
+      return RAYACCEL_STATUS_UNSUPPORTED;
+    }
+    *p = reinterpret_cast<void*>(at);  // NOLINT(performance-no-int-to-ptr): CUdeviceptr
+    return RAYACCEL_STATUS_OK;
+  }
+
+  void IpcClose(void* p) override {
+    if (Ipc()) d_->IpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(p));
+  }
+
+  // cuMemcpyAsync on a non-blocking stream of this device's, so the copy waits for none of
+  // the application's work on the legacy default stream; then waits for the copy alone.
+  rayaccel_status Copy(void* to, const void* from, uint64_t n, std::string* why) override {
+    if (!Ipc()) return plugin::GpuRuntime::Copy(to, from, n, why);
+    CUstream stream = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CUstream& held = streams_[current_];
+      if (held == nullptr) {
+        if (CUresult r = d_->StreamCreate(&held, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
+          streams_.erase(current_);
+          *why = d_->Error("cuStreamCreate", r);
+          return RAYACCEL_STATUS_INTERNAL;
+        }
+      }
+      stream = held;
+    }
+    CUresult r = d_->MemcpyAsync(reinterpret_cast<CUdeviceptr>(to),
+                                 reinterpret_cast<CUdeviceptr>(from), n, stream);
+    if (r != CUDA_SUCCESS) {
+      *why = d_->Error("cuMemcpyAsync", r);
+      return RAYACCEL_STATUS_INTERNAL;
+    }
+    if (r = d_->StreamSynchronize(stream); r != CUDA_SUCCESS) {
+      *why = d_->Error("cuStreamSynchronize", r);
+      return RAYACCEL_STATUS_INTERNAL;
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+
+  rayaccel_status HostAlloc(uint64_t n, void** p, std::string* why) override {
+    if (d_->MemHostAlloc == nullptr || d_->MemFreeHost == nullptr) {
+      return plugin::GpuRuntime::HostAlloc(n, p, why);
+    }
+    if (CUresult r = d_->MemHostAlloc(p, n, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
+      *why = d_->Error("cuMemHostAlloc", r);
+      return r == CUDA_ERROR_OUT_OF_MEMORY ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED
+                                           : RAYACCEL_STATUS_INTERNAL;
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+
+  void HostFree(void* p) override {
+    if (d_->MemFreeHost != nullptr) d_->MemFreeHost(p);
   }
 
   void Leave() override {
@@ -209,16 +324,20 @@ class CudaRuntime : public plugin::GpuRuntime {
  private:
   const std::string library_;
   std::unique_ptr<Driver> d_;
-  std::mutex mu_;                      // guards contexts_
+  std::mutex mu_;                      // guards contexts_ and streams_
   std::map<int, CUcontext> contexts_;  // retained primary contexts, by ordinal
+  std::map<int, CUstream> streams_;    // the transport's own, by ordinal
+  static thread_local int current_;    // the ordinal Enter made current on this thread
 };
+
+thread_local int CudaRuntime::current_ = -1;
 
 }  // namespace
 
-std::unique_ptr<plugin::GpuMemory> MakeCudaMemory(std::string library,
+std::unique_ptr<plugin::GpuMemory> MakeCudaMemory(std::string library, bool ipc,
                                                   std::function<plugin::GpuMemory::BusIds()> list) {
   return std::make_unique<plugin::GpuMemory>(std::make_unique<CudaRuntime>(std::move(library)),
-                                             std::move(list));
+                                             std::move(list), ipc);
 }
 
 }  // namespace rayaccel::cuda

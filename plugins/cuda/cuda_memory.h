@@ -13,9 +13,9 @@
 
 namespace rayaccel::cuda {
 
-// Device memory of the plugin's GPUs through the CUDA driver at `library`; `list` as
-// GpuMemory takes it.
-std::unique_ptr<plugin::GpuMemory> MakeCudaMemory(std::string library,
+// Device memory of the plugin's GPUs through the CUDA driver at `library`; `ipc` and `list`
+// as GpuMemory takes them.
+std::unique_ptr<plugin::GpuMemory> MakeCudaMemory(std::string library, bool ipc,
                                                   std::function<plugin::GpuMemory::BusIds()> list);
 
 }  // namespace rayaccel::cuda

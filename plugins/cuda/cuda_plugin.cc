@@ -2,7 +2,10 @@
 // `nvml_library`, default libnvidia-ml.so.1), so it builds without the CUDA toolkit and loads
 // on hosts without a driver, reporting zero devices with the reason.
 // Config keys: nvml_library; visible_devices_by = index (default, what Ray sets) | uuid;
-// cuda_library (default libcuda.so.1): the driver the transport copies device memory with.
+// cuda_library (default libcuda.so.1): the driver the transport copies device memory with;
+// device_ipc (default true): device memory moves device to device between processes of one
+// host through CUDA IPC (false: it is staged through host memory); ucx_library (default
+// libucp.so.0): the UCX the transport loads, such as a site's build with CUDA support.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -266,6 +270,7 @@ struct rayaccel_plugin_instance {
   // Device memory for the transport, through the CUDA driver (loaded on first use).
   std::unique_ptr<rayaccel::plugin::GpuMemory> memory;
   rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
+  std::string ucx_library;  // config ucx_library: a UCX built with CUDA support, say
   bool by_uuid = false;
   std::set<unsigned long long> ignored_xids;  // application faults, not the GPU's
   // Faults learned from events, by GPU UUID: kept across rescans (guarded by mu).
@@ -307,9 +312,16 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     auto self = std::make_unique<rayaccel_plugin_instance>();
     self->host = args->host;
     self->library = plugin::ConfigValue(args, "nvml_library", "libnvidia-ml.so.1");
+    self->ucx_library = plugin::ConfigValue(args, "ucx_library");
     rayaccel_plugin_instance* instance = self.get();
+    std::optional<bool> ipc = plugin::ConfigBool(args, "device_ipc", true);
+    if (!ipc) {
+      return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                          "device_ipc must be true or false, not \"" +
+                              plugin::ConfigValue(args, "device_ipc") + "\"");
+    }
     self->memory =
-        MakeCudaMemory(plugin::ConfigValue(args, "cuda_library", "libcuda.so.1"), [instance] {
+        MakeCudaMemory(plugin::ConfigValue(args, "cuda_library", "libcuda.so.1"), *ipc, [instance] {
           std::lock_guard<std::mutex> lock(instance->mu);
           if (instance->ready) Scan(instance);
           return CopiedGpus(instance);

@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -21,6 +23,14 @@ constexpr hipError_t hipSuccess = 0;
 constexpr hipError_t hipErrorOutOfMemory = 2;
 constexpr int hipMemcpyHostToDevice = 1;
 constexpr int hipMemcpyDeviceToHost = 2;
+constexpr int hipMemcpyDefault = 4;
+constexpr unsigned hipStreamNonBlocking = 1;
+constexpr unsigned hipIpcMemLazyEnablePeerAccess = 1;
+constexpr unsigned hipHostMallocPortable = 1;
+struct hipIpcMemHandle_t {
+  char reserved[64];  // HIP_IPC_HANDLE_SIZE
+};
+using hipStream_t = void*;
 // hipPointerAttribute_t: ROCm 6 made the first field a union of `memoryType` and `type` and
 // renumbered hipMemoryType after CUDA's (Device 2; ROCm 5: 1); the layout is the same.
 struct hipPointerAttribute_t {
@@ -47,6 +57,15 @@ struct Hip {
   hipError_t (*Memcpy)(void*, const void*, size_t, int) = nullptr;
   hipError_t (*PointerGetAttributes)(hipPointerAttribute_t*, const void*) = nullptr;
   hipError_t (*MemGetAddressRange)(void**, size_t*, void*) = nullptr;
+  // IPC and copies on a stream: optional (without them device memory is staged).
+  hipError_t (*IpcGetMemHandle)(hipIpcMemHandle_t*, void*) = nullptr;
+  hipError_t (*IpcOpenMemHandle)(void**, hipIpcMemHandle_t, unsigned) = nullptr;
+  hipError_t (*IpcCloseMemHandle)(void*) = nullptr;
+  hipError_t (*StreamCreateWithFlags)(hipStream_t*, unsigned) = nullptr;
+  hipError_t (*StreamSynchronize)(hipStream_t) = nullptr;
+  hipError_t (*MemcpyAsync)(void*, const void*, size_t, int, hipStream_t) = nullptr;
+  hipError_t (*HostMalloc)(void**, size_t, unsigned) = nullptr;  // optional, like IPC
+  hipError_t (*HostFree)(void*) = nullptr;
   const char* (*GetErrorName)(hipError_t) = nullptr;
   const char* (*GetErrorString)(hipError_t) = nullptr;
   int version = 0;
@@ -90,6 +109,14 @@ class HipRuntime : public plugin::GpuRuntime {
               Resolve(l, "hipFree", &h_.Free) && Resolve(l, "hipMemcpy", &h_.Memcpy) &&
               Resolve(l, "hipPointerGetAttributes", &h_.PointerGetAttributes) &&
               Resolve(l, "hipMemGetAddressRange", &h_.MemGetAddressRange);
+    ipc_ = Resolve(l, "hipIpcGetMemHandle", &h_.IpcGetMemHandle) &&
+           Resolve(l, "hipIpcOpenMemHandle", &h_.IpcOpenMemHandle) &&
+           Resolve(l, "hipIpcCloseMemHandle", &h_.IpcCloseMemHandle) &&
+           Resolve(l, "hipStreamCreateWithFlags", &h_.StreamCreateWithFlags) &&
+           Resolve(l, "hipStreamSynchronize", &h_.StreamSynchronize) &&
+           Resolve(l, "hipMemcpyAsync", &h_.MemcpyAsync);
+    Resolve(l, "hipHostMalloc", &h_.HostMalloc);
+    Resolve(l, "hipHostFree", &h_.HostFree);
     Resolve(l, "hipGetErrorName", &h_.GetErrorName);
     Resolve(l, "hipGetErrorString", &h_.GetErrorString);
     if (!ok) {
@@ -122,10 +149,26 @@ class HipRuntime : public plugin::GpuRuntime {
       *why = h_.Error("hipSetDevice", e);
       return false;
     }
+    current_ = ordinal;
     return true;
   }
   void Leave() override {
     if (previous_ >= 0) h_.SetDevice(previous_);
+  }
+
+  rayaccel_status HostAlloc(uint64_t n, void** p, std::string* why) override {
+    if (h_.HostMalloc == nullptr || h_.HostFree == nullptr) {
+      return plugin::GpuRuntime::HostAlloc(n, p, why);
+    }
+    if (hipError_t e = h_.HostMalloc(p, n, hipHostMallocPortable); e != hipSuccess) {
+      *why = h_.Error("hipHostMalloc", e);
+      return e == hipErrorOutOfMemory ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED
+                                      : RAYACCEL_STATUS_INTERNAL;
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+  void HostFree(void* p) override {
+    if (h_.HostFree != nullptr) h_.HostFree(p);
   }
 
   rayaccel_status Find(const void* address, Allocation* out, std::string* why) override {
@@ -178,20 +221,82 @@ class HipRuntime : public plugin::GpuRuntime {
     return RAYACCEL_STATUS_INTERNAL;
   }
 
+  rayaccel_status IpcExport(const void* start, std::string* handle, std::string* why) override {
+    if (!ipc_) return plugin::GpuRuntime::IpcExport(start, handle, why);
+    hipIpcMemHandle_t h{};
+    if (hipError_t e = h_.IpcGetMemHandle(&h, const_cast<void*>(start)); e != hipSuccess) {
+      *why = h_.Error("hipIpcGetMemHandle", e);
+      return RAYACCEL_STATUS_UNSUPPORTED;
+    }
+    handle->assign(h.reserved, sizeof(h.reserved));
+    return RAYACCEL_STATUS_OK;
+  }
+
+  rayaccel_status IpcOpen(const std::string& handle, void** p, std::string* why) override {
+    if (!ipc_) return plugin::GpuRuntime::IpcOpen(handle, p, why);
+    hipIpcMemHandle_t h{};
+    if (handle.size() != sizeof(h.reserved)) {
+      *why = "a HIP IPC handle of " + std::to_string(handle.size()) + " bytes, not 64";
+      return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    }
+    std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+    if (hipError_t e = h_.IpcOpenMemHandle(p, h, hipIpcMemLazyEnablePeerAccess); e != hipSuccess) {
+      *why = h_.Error("hipIpcOpenMemHandle", e);
+      return RAYACCEL_STATUS_UNSUPPORTED;
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+
+  void IpcClose(void* p) override {
+    if (ipc_) h_.IpcCloseMemHandle(p);
+  }
+
+  // hipMemcpyAsync on a non-blocking stream of this device's, then a wait for it alone.
+  rayaccel_status Copy(void* to, const void* from, uint64_t n, std::string* why) override {
+    if (!ipc_) return plugin::GpuRuntime::Copy(to, from, n, why);
+    hipStream_t stream = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hipStream_t& held = streams_[current_];
+      if (held == nullptr) {
+        if (hipError_t e = h_.StreamCreateWithFlags(&held, hipStreamNonBlocking); e != hipSuccess) {
+          streams_.erase(current_);
+          *why = h_.Error("hipStreamCreateWithFlags", e);
+          return RAYACCEL_STATUS_INTERNAL;
+        }
+      }
+      stream = held;
+    }
+    if (hipError_t e = h_.MemcpyAsync(to, from, n, hipMemcpyDefault, stream); e != hipSuccess) {
+      *why = h_.Error("hipMemcpyAsync", e);
+      return RAYACCEL_STATUS_INTERNAL;
+    }
+    if (hipError_t e = h_.StreamSynchronize(stream); e != hipSuccess) {
+      *why = h_.Error("hipStreamSynchronize", e);
+      return RAYACCEL_STATUS_INTERNAL;
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+
  private:
   const std::vector<std::string> libraries_;
   Hip h_;
+  bool ipc_ = false;
+  std::mutex mu_;                       // guards streams_
+  std::map<int, hipStream_t> streams_;  // the transport's own, by ordinal
   static thread_local int previous_;
+  static thread_local int current_;  // the ordinal Enter made current on this thread
 };
 
 thread_local int HipRuntime::previous_ = -1;
+thread_local int HipRuntime::current_ = -1;
 
 }  // namespace
 
-std::unique_ptr<plugin::GpuMemory> MakeHipMemory(std::vector<std::string> libraries,
+std::unique_ptr<plugin::GpuMemory> MakeHipMemory(std::vector<std::string> libraries, bool ipc,
                                                  std::function<plugin::GpuMemory::BusIds()> list) {
   return std::make_unique<plugin::GpuMemory>(std::make_unique<HipRuntime>(std::move(libraries)),
-                                             std::move(list));
+                                             std::move(list), ipc);
 }
 
 }  // namespace rayaccel::rocm

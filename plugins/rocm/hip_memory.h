@@ -14,9 +14,9 @@
 
 namespace rayaccel::rocm {
 
-// Device memory of the plugin's GPUs through the first of `libraries` that loads; `list` as
-// GpuMemory takes it.
-std::unique_ptr<plugin::GpuMemory> MakeHipMemory(std::vector<std::string> libraries,
+// Device memory of the plugin's GPUs through the first of `libraries` that loads; `ipc` and
+// `list` as GpuMemory takes them.
+std::unique_ptr<plugin::GpuMemory> MakeHipMemory(std::vector<std::string> libraries, bool ipc,
                                                  std::function<plugin::GpuMemory::BusIds()> list);
 
 }  // namespace rayaccel::rocm

@@ -4,6 +4,10 @@
 //   sysfs_root        where other sysfs reads start (default /sys): RAS counters, driver version
 //   hip_library       the HIP runtime the transport copies device memory with (default: the
 //                     first of libamdhip64.so, .so.6, .so.5 that loads), loaded on first use
+//   device_ipc        true (default): device memory moves device to device between processes
+//                     of one host through HIP IPC; false: it is staged through host memory
+//   ucx_library       the UCX the transport loads (default libucp.so.0), such as a site's
+//                     build with ROCm support
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -27,6 +31,7 @@ struct rayaccel_plugin_instance {
   // Device memory for the transport, through the HIP runtime (loaded on first use).
   std::unique_ptr<rayaccel::plugin::GpuMemory> memory;
   rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
+  std::string ucx_library;  // config ucx_library: a UCX built with ROCm support, say
   std::mutex mu;  // guards `topo`
   rayaccel::rocm::AmdTopology topo;
 };
@@ -93,6 +98,7 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->topology_dir =
         plugin::ConfigValue(args, "kfd_topology_dir", "/sys/class/kfd/kfd/topology");
     self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
+    self->ucx_library = plugin::ConfigValue(args, "ucx_library");
     self->driver_version =
         plugin::ReadLine(self->sysfs_root + "/module/amdgpu/version").value_or("");
     std::string hip = plugin::ConfigValue(args, "hip_library", "");
@@ -100,8 +106,14 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
         hip.empty()
             ? std::vector<std::string>{"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"}
             : std::vector<std::string>{hip};
+    std::optional<bool> ipc = plugin::ConfigBool(args, "device_ipc", true);
+    if (!ipc) {
+      return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                          "device_ipc must be true or false, not \"" +
+                              plugin::ConfigValue(args, "device_ipc") + "\"");
+    }
     rayaccel_plugin_instance* instance = self.get();
-    self->memory = MakeHipMemory(std::move(libraries), [instance] {
+    self->memory = MakeHipMemory(std::move(libraries), *ipc, [instance] {
       // No discover yet (a transport used alone): read the topology now.
       std::vector<KfdNode> nodes;
       std::vector<std::string> problems;

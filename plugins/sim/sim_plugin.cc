@@ -34,6 +34,7 @@ constexpr char kVersion[] = "1.0.0";
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string spec_path;
+  std::string ucx_library;  // config ucx_library: the UCX its transport loads
   std::mutex mu;  // guards everything below
   rayaccel::sim::SimSpec spec;
   bool loaded = false;  // `spec` matches the file as of loaded_stat
@@ -84,6 +85,7 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     auto self = std::make_unique<rayaccel_plugin_instance>();
     self->host = args->host;
     self->spec_path = plugin::ConfigValue(args, "spec");
+    self->ucx_library = plugin::ConfigValue(args, "ucx_library");
     if (self->spec_path.empty()) {
       plugin::Log(self->host, RAYACCEL_LOG_INFO,
                   "0 devices: no spec configured (set sim.spec or RAYACCEL_SIM_SPEC)");

@@ -161,6 +161,10 @@ class TensorTransport(TensorTransportManager):
         # peer -> (the object, when) whose abort or failed recv closed its shared connection
         # here: other objects' reads that failed with it are tried again.
         self._closed_here: Dict[bytes, Tuple[str, float]] = {}
+        # How the most recent recv_multiple_tensors moved each tensor ("fabric", "staged",
+        # "device-ipc"; none for an empty one): what an operator checks first when a transfer
+        # is slower than the fabric.
+        self.last_paths: List[str] = []
 
     def _transport(self) -> _native.Transport:
         with self._lock:
@@ -300,6 +304,7 @@ class TensorTransport(TensorTransportManager):
             for request in requests:
                 request.wait()  # the transport fails it when the peer goes silent
             finished = True
+            self.last_paths = [request.path for request in requests]
         except Error:
             with self._lock:
                 aborted = obj_id in self._aborted

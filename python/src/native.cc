@@ -264,6 +264,9 @@ class PyRequest {
     return true;
   }
 
+  // How the bytes move: "fabric", "staged", "device-ipc" or "unreported".
+  std::string Path() const { return rayaccel::TransferPathName(request_.path()); }
+
  private:
   std::shared_ptr<rayaccel::Transport> transport_;
   rayaccel::Request request_;
@@ -405,7 +408,8 @@ PYBIND11_MODULE(_native, m) {
       .def("prepare_allocation", &PyRegistry::PrepareAllocation)
       .def("close", &PyRegistry::Close);
   py::class_<PyRequest>(m, "Request")
-      .def("wait", &PyRequest::Wait, py::arg("timeout") = py::none());
+      .def("wait", &PyRequest::Wait, py::arg("timeout") = py::none())
+      .def_property_readonly("path", &PyRequest::Path);
   py::class_<PyTransport>(m, "Transport")
       .def(py::init<const std::string&, std::map<std::string, std::string>,
                     std::vector<std::string>, double, py::bytes, const std::string&>(),

@@ -48,22 +48,28 @@ class Scrubber {
  public:
   explicit Scrubber(uint64_t key) : key_(key) {}
 
+  // An identifying value; its stand-in is chosen by Seal, once every value is known.
   void Add(const std::string& value) {
-    if (value.empty() || stand_ins_.count(value) > 0) return;
-    std::string out;
-    for (uint64_t attempt = 0;; ++attempt) {
-      out = StandIn(value, attempt);
-      if (out != value && taken_.count(out) == 0 && stand_ins_.count(out) == 0) break;
-      if (attempt > 64) break;  // a value of no replaceable characters ("--") stays
+    if (!value.empty()) originals_.insert(value);
+  }
+
+  // Gives each value its stand-in: of the same shape, and neither another value nor holding
+  // one (a stand-in that happened to be another device's id would leave that id in the file).
+  void Seal() {
+    for (const std::string& value : originals_) {
+      std::string out;
+      for (uint64_t attempt = 0;; ++attempt) {
+        out = StandIn(value, attempt);
+        if (out != value && taken_.count(out) == 0 && !HoldsAnOriginal(out)) break;
+        if (attempt > 64) break;  // a value of no replaceable characters ("--") stays
+      }
+      taken_.insert(out);
+      stand_ins_[value] = out;
+      if (value.size() >= kMinEmbeddedLength) embedded_.push_back(value);
     }
-    taken_.insert(out);
-    stand_ins_[value] = out;
-    if (value.size() >= kMinEmbeddedLength) {
-      embedded_.push_back(value);
-      std::sort(embedded_.begin(), embedded_.end(), [](const std::string& a, const std::string& b) {
-        return a.size() != b.size() ? a.size() > b.size() : a < b;
-      });
-    }
+    std::sort(embedded_.begin(), embedded_.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() > b.size() : a < b;
+    });
   }
 
   // Every UUID-shaped token (8-4-4-4-12 hex digits) in `text`.
@@ -121,7 +127,16 @@ class Scrubber {
     return out;
   }
 
+  bool HoldsAnOriginal(const std::string& text) const {
+    if (originals_.count(text) > 0) return true;
+    for (const std::string& value : originals_) {
+      if (value.size() >= kMinEmbeddedLength && absl::StrContains(text, value)) return true;
+    }
+    return false;
+  }
+
   uint64_t key_;
+  std::set<std::string> originals_;
   std::map<std::string, std::string> stand_ins_;
   std::set<std::string> taken_;
   std::vector<std::string> embedded_;  // longest first: a value inside another goes after it
@@ -200,6 +215,7 @@ absl::Status Anonymize(uint64_t key, CapturedNode* node, Manifest* manifest, siz
     return value;
   });
   for (const auto& [name, value] : manifest->environment) scrub.AddUuidsIn(value);
+  scrub.Seal();
 
   // Then every text the bundle carries.
   for (size_t p = 0; p < node->plugins.size(); ++p) {

@@ -419,10 +419,12 @@ int Connect(const Options& o) {
   if (!conn.ok()) return Fail(conn.status());
   const std::string& target = o.write ? write_desc : read_desc;
 
+  TransferPath path = TransferPath::kUnreported;
   auto once = [&]() -> absl::Status {
     absl::StatusOr<Request> r = o.write ? tr.Write(*conn, local, 0, target, 0, size)
                                         : tr.Read(*conn, local, 0, target, 0, size);
     if (!r.ok()) return r.status();
+    path = r->path();
     return r->Wait(Deadline(o, size));
   };
   for (int i = 0; i < o.warmup; ++i) {
@@ -468,15 +470,16 @@ int Connect(const Options& o) {
     std::printf(
         "{\"op\": \"%s\", \"bytes\": %llu, \"iters\": %d, \"bandwidth_bytes_per_s\": %.0f, "
         "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"memory\": \"%s\", "
-        "\"verified\": %s}\n",
+        "\"path\": \"%s\", \"verified\": %s}\n",
         o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters, bandwidth, p50,
-        p99, memory.c_str(), verified ? "true" : "false");
+        p99, memory.c_str(), TransferPathName(path), verified ? "true" : "false");
   } else {
-    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s%s\n",
+    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s%s, path %s\n",
                 o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters,
                 bandwidth / 1e9, p50, p99,
                 verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str(),
-                memory == "host" ? "" : absl::StrCat(" (", memory, " memory)").c_str());
+                memory == "host" ? "" : absl::StrCat(" (", memory, " memory)").c_str(),
+                TransferPathName(path));
   }
   std::fflush(stdout);
   tr.Close(*conn).IgnoreError();

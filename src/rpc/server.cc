@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -93,6 +94,17 @@ absl::Status PrepareSocketPath(const std::string& path) {
         absl::StrCat("cannot remove the stale socket ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+// Where a Unix socket is bound before it is linked at `path`: the same folder (a hard link
+// stays within one file system), a name no one else uses. `path` itself when that name would not
+// fit in sun_path; the socket then appears when bound, as gRPC makes it.
+std::string StagingSocketPath(const std::string& path) {
+  static std::atomic<unsigned> servers{0};
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::string staging = absl::StrCat(dir, ".starting-", getpid(), "-", servers++);
+  return staging.size() < sizeof(sockaddr_un{}.sun_path) ? staging : path;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
@@ -212,6 +224,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (!address->unix_path.empty()) {
     if (absl::Status st = PrepareSocketPath(address->unix_path); !st.ok()) return st;
   }
+  // A Unix socket is built under a private name and linked into place once it listens with its
+  // mode and group: whoever waits for the path (a raylet, the CLI, systemd's PathExists=) never
+  // connects to a socket that is bound but not yet listening, nor sees it before its group.
+  const std::string staging =
+      address->unix_path.empty() ? "" : StagingSocketPath(address->unix_path);
+  if (!staging.empty() && staging != address->unix_path) {
+    if (absl::Status st = PrepareSocketPath(staging); !st.ok()) return st;
+  }
   std::unique_ptr<Server> out(new Server());
   // The standard grpc.health.v1.Health service ("" is SERVING while the server runs), for
   // Kubernetes gRPC probes and grpc_health_probe. It needs no token: it tells only that the
@@ -219,7 +239,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address->grpc_uri, *credentials, &port);
+  builder.AddListeningPort(staging.empty() ? address->grpc_uri : absl::StrCat("unix:", staging),
+                           *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
   // The socket is born with its mode: no window in which others may connect. (umask is per
@@ -231,7 +252,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   if (!address->unix_path.empty()) {
-    out->unix_path_ = address->unix_path;
+    out->unix_path_ = staging;
     out->target_ = address->grpc_uri;
     // Verified, not chmod-ed: chmod would follow a symlink swapped in by whoever can write the
     // folder (lchown does not follow one).
@@ -254,6 +275,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         (gid != static_cast<gid_t>(-1) && st.st_gid != gid)) {
       return refuse(absl::StrFormat("%s is not the %04o socket just created", out->unix_path_,
                                     options.socket_mode));
+    }
+    if (staging != address->unix_path) {
+      // link, not rename: a socket another server put there since the check above is kept.
+      if (link(staging.c_str(), address->unix_path.c_str()) != 0) {
+        return refuse(absl::StrCat("cannot put the socket in place at ", address->unix_path, ": ",
+                                   std::strerror(errno),
+                                   errno == EEXIST ? " (another server took the path)" : ""));
+      }
+      unlink(staging.c_str());
+      out->unix_path_ = address->unix_path;
     }
   } else {
     out->target_ =

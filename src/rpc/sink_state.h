@@ -16,27 +16,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "registry/node_publication.h"
 #include "rayaccel/registry.h"
 #include "rayaccel/v1/snapshot.pb.h"
 
 namespace rayaccel::rpc {
 
-// Ray keeps quantities in fixed point (1/10000 units in an int64); far below that bound, and
-// far above any node, a total past this is refused as absurd.
-inline constexpr double kMaxNodeResourceQuantity = 1e12;
-inline constexpr size_t kMaxNodeResources = 1024;
-inline constexpr size_t kMaxNodeLabels = 1024;
-
-// Ray's node id: 28 bytes, written as 56 lower-case hex digits.
-absl::Status CheckNodeId(const std::string& node_id);
-
-// Node totals as Ray accepts them: a printable name without whitespace, not one Ray derives
-// itself except `accelerator_type:<T>`; a finite, whole, non-negative quantity within bounds.
-absl::Status CheckNodeResources(const google::protobuf::Map<std::string, double>& resources);
-
-// Kubernetes label syntax for keys and values; under `ray.io/` only the keys Ray defines,
-// and never `ray.io/node-id` (the raylet's own).
-absl::Status CheckNodeLabels(const google::protobuf::Map<std::string, std::string>& labels);
+// The rules (registry/node_publication.h), for the wire's maps as for any other.
+using ::rayaccel::CheckNodeId;
+using ::rayaccel::CheckNodeLabels;
+using ::rayaccel::CheckNodeResources;
 
 // One current snapshot per node. Thread-safe.
 //
@@ -86,6 +75,7 @@ class SinkState {
   };
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
+  PublicationOrder order_;  // which publications apply
   std::map<std::string, Node> nodes_;
   uint64_t version_ = 0;
   uint64_t stale_ = 0;

@@ -126,6 +126,8 @@ struct Collect {
 }  // namespace
 
 struct Transport::Impl {
+  // Set as the transport closes: its endpoint's requests are gone, whoever holds one.
+  std::shared_ptr<bool> closed = std::make_shared<bool>(false);
   std::unique_ptr<LoadedPlugin> plugin;
   rayaccel_transport_api api{};
   rayaccel_transport_endpoint* endpoint = nullptr;
@@ -146,6 +148,16 @@ struct Transport::Impl {
   std::map<ConnectionId, rayaccel_connection*> connections;
   ConnectionId next_connection = 1;
 
+  // What a call naming a connection that is not open gets: ids are never reused, so one this
+  // transport gave out was closed (UNAVAILABLE, as its transfers in flight failed), any other
+  // was never a connection (INVALID_ARGUMENT).
+  absl::Status NoConnection(ConnectionId connection) const {
+    if (connection > 0 && connection < next_connection) {
+      return absl::UnavailableError(absl::StrCat("connection ", connection, " was closed"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+  }
+
   template <typename Hook>
   absl::Status Call(absl::string_view what, Hook&& hook) const {
     ErrorBuffer err;
@@ -156,16 +168,47 @@ struct Transport::Impl {
 
 // --- Request
 
+const char* TransferPathName(TransferPath path) {
+  switch (path) {
+    case TransferPath::kFabric:
+      return "fabric";
+    case TransferPath::kStaged:
+      return "staged";
+    case TransferPath::kDeviceIpc:
+      return "device-ipc";
+    case TransferPath::kUnreported:
+      break;
+  }
+  return "unreported";
+}
+
+Request::Request(const Transport* transport, rayaccel_request* handle, TransferPath path)
+    : transport_(transport),
+      closed_(transport != nullptr ? transport->impl_->closed : nullptr),
+      handle_(handle),
+      path_(path) {}
+
+bool Request::Orphaned() {
+  if (handle_ == nullptr || closed_ == nullptr || !*closed_) return false;
+  handle_ = nullptr;
+  result_ = absl::UnavailableError("the transport was closed with the request in flight");
+  return true;
+}
+
 Request::Request(Request&& other) noexcept
     : transport_(other.transport_),
+      closed_(std::move(other.closed_)),
       handle_(std::exchange(other.handle_, nullptr)),
+      path_(other.path_),
       result_(std::move(other.result_)) {}
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     Abandon();
     transport_ = other.transport_;
+    closed_ = std::move(other.closed_);
     handle_ = std::exchange(other.handle_, nullptr);
+    path_ = other.path_;
     result_ = std::move(other.result_);
   }
   return *this;
@@ -174,7 +217,7 @@ Request& Request::operator=(Request&& other) noexcept {
 Request::~Request() { Abandon(); }
 
 void Request::Abandon() {
-  if (handle_ == nullptr) return;
+  if (handle_ == nullptr || Orphaned()) return;
   const Transport::Impl& impl = *transport_->impl_;
   impl.Call("abandon", [&](rayaccel_error* e) { return impl.api.abandon(handle_, e); })
       .IgnoreError();
@@ -182,7 +225,7 @@ void Request::Abandon() {
 }
 
 absl::Status Request::Wait(absl::Time deadline) {
-  if (handle_ == nullptr) return result_;
+  if (handle_ == nullptr || Orphaned()) return result_;
   const Transport::Impl& impl = *transport_->impl_;
   while (true) {
     ErrorBuffer err;
@@ -212,6 +255,7 @@ absl::Status Request::Wait(absl::Time deadline) {
 Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Transport::~Transport() {
+  if (impl_ != nullptr) *impl_->closed = true;
   if (impl_ != nullptr && impl_->endpoint != nullptr) {
     impl_
         ->Call("close_endpoint",
@@ -387,7 +431,7 @@ absl::Status Transport::Close(ConnectionId connection) {
     std::unique_lock<std::shared_mutex> lock(impl_->mu);
     auto it = impl_->connections.find(connection);
     if (it == impl_->connections.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+      return impl_->NoConnection(connection);
     }
     handle = it->second;
     impl_->connections.erase(it);
@@ -441,7 +485,7 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   }
   auto conn = impl_->connections.find(connection);
   if (conn == impl_->connections.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+    return impl_->NoConnection(connection);
   }
   rayaccel_transfer_args args{};
   args.struct_size = sizeof(args);
@@ -453,10 +497,15 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
                             remote->payload.size()};
   args.remote_offset = remote_offset;
   args.length = length;
+  args.path = RAYACCEL_PATH_UNREPORTED;
   absl::Status s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
                                [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
   if (!s.ok()) return s;
-  return Request(this, args.request);  // null: completed within the call
+  // A value outside the enumerators (a broken plugin's) reads as unreported.
+  const auto path = static_cast<uint32_t>(args.path);
+  return Request(this, args.request,  // null: completed within the call
+                 path <= RAYACCEL_PATH_DEVICE_IPC ? static_cast<TransferPath>(path)
+                                                  : TransferPath::kUnreported);
 }
 
 absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_view message) {
@@ -468,7 +517,7 @@ absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto conn = impl_->connections.find(connection);
   if (conn == impl_->connections.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+    return impl_->NoConnection(connection);
   }
   rayaccel_notify_args args{};
   args.struct_size = sizeof(args);
@@ -484,7 +533,7 @@ absl::StatusOr<Request> Transport::Flush(ConnectionId connection) {
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto conn = impl_->connections.find(connection);
   if (conn == impl_->connections.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("no connection ", connection));
+    return impl_->NoConnection(connection);
   }
   rayaccel_request* handle = nullptr;
   absl::Status s = impl_->Call(

@@ -1,4 +1,5 @@
-/* Compiled as strict C99 (-std=c99 -pedantic -Werror): the ABI header must stay plain C. */
+/* Compiled as strict C99 (-std=c99 -pedantic -Werror): the ABI headers must stay plain C. */
+#include "rayaccel/host.h"
 #include "rayaccel/plugin.h"
 
 /* Uses the macros and helper so that they are compiled, not only parsed. */
@@ -9,4 +10,11 @@ size_t rayaccel_abi_c99_check(rayaccel_device_info *info, rayaccel_error *error)
   return RAYACCEL_HAS_FIELD(info, rayaccel_device_info, health_reason)
              ? RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason)
              : 0;
+}
+
+/* The host API's initializer compiles as C99 and sets the struct's size. */
+size_t rayaccel_host_c99_check(void);
+size_t rayaccel_host_c99_check(void) {
+  rayaccel_registry_options options = RAYACCEL_REGISTRY_OPTIONS_INIT;
+  return options.struct_size;
 }

@@ -1,6 +1,7 @@
 // Registers GPU memory through the CUDA plugin's transport on a real NVIDIA host, and prints
-// what the plugin answers: a region where UCX was built with CUDA support, a clear
-// Unimplemented otherwise. GPU memory comes from the CUDA driver API (libcuda.so.1, loaded at
+// what the plugin answers: a region the driver vouched for (moved by UCX where it was built
+// with CUDA support, else through CUDA IPC or staged), or a clear Unimplemented without the
+// driver's calls; then the in-process cuMemcpyDtoD baseline (bench/compare_device_copy.sh). GPU memory comes from the CUDA driver API (libcuda.so.1, loaded at
 // run time), so this builds without the CUDA toolkit; without a driver it says so and exits 0.
 //
 // usage: rayaccel_hw_cuda_memory [PLUGIN_PATH_DIR]

@@ -140,6 +140,13 @@ step transfer-host-from-device-64MiB "${transfer[@]}" --token-file "$tmp/dtoken"
 kill -TERM $server
 wait $server
 
+# Device to device between processes against cuMemcpyDtoD in one process, with the ratio.
+step device-copy-ratio bash "$(dirname "$0")/../../bench/compare_device_copy.sh" "$bin/.."
+
+# PyTorch CUDA tensors through TensorTransport between two processes (Ray's RDT path).
+PYTHONPATH="$bin/../python:${PYTHONPATH:-}" step torch-cuda-tensors \
+  python3 "$(dirname "$0")/torch_cuda_tensors.py"
+
 # Side by side with NVIDIA's tools: the median wall time of 11 runs, the first included.
 {
   echo "nvidia-smi -L:                       $(times 11 nvidia-smi -L)"

@@ -502,6 +502,42 @@ TEST(ServerStartTest, AStaleSocketIsReplacedAnyOtherFileIsNot) {
   rmdir(dir.c_str());
 }
 
+// Whoever waits for the socket's path (a raylet, the CLI, a test) may connect the moment it
+// appears: the server links it into place only once it listens, and leaves nothing else behind.
+TEST(ServerStartTest, TheSocketAppearsOnlyOnceItAnswers) {
+  spdlog::default_logger();
+  const std::string dir = TempDir();
+  const std::string path = dir + "/agent.sock";
+  std::unique_ptr<Registry> registry = SimRegistry("dgx-h100.json");
+  RegistryService service(registry.get(), {});
+  ServerOptions options;
+  options.listen = "unix:" + path;
+  for (int round = 0; round < 20; ++round) {
+    absl::StatusOr<std::unique_ptr<Server>> server;
+    std::thread start([&] { server = Server::Start(options, {&service}); });
+    struct stat st {};
+    while (lstat(path.c_str(), &st) != 0) {
+    }
+    EXPECT_TRUE(testing::SendRawBytes(path, "")) << "round " << round << ": refused";
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+    start.join();
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ(testing::ListDir(dir), std::vector<std::string>{"agent.sock"});
+    (*server)->Shutdown(std::chrono::system_clock::now());
+  }
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "the server left files behind";
+
+  // A path too long for a private name beside it is bound in place, as before.
+  const std::string dir2 = TempDir();
+  const std::string longest = dir2 + "/" + std::string(107 - dir2.size() - 1, 's');
+  options.listen = "unix:" + longest;
+  auto server = Server::Start(options, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(testing::SendRawBytes(longest, ""));
+  (*server)->Shutdown(std::chrono::system_clock::now());
+  EXPECT_EQ(rmdir(dir2.c_str()), 0) << "the server left files behind";
+}
+
 // The socket's mode and group are the operator's: a root agent serves a Ray run as another
 // user by giving the socket to that user's group.
 TEST(ServerStartTest, TheSocketGetsTheModeAndGroupAskedFor) {

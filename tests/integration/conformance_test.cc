@@ -72,6 +72,7 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(t3.checks["transport.device_memory"].first, "skip");
   EXPECT_NE(t3.checks["transport.device_memory"].second.find("no device memory"),
             std::string::npos);
+  EXPECT_EQ(t3.checks["transport.device_two_process"].first, "skip");
   // The CUDA plugin's device memory on the fake NVML and the fake CUDA driver.
   const std::string nvml_fixture = Fixture("fake-nvml/dgx-h100.json");
   testing::ScopedEnv fixture("FAKE_NVML_FIXTURE", nvml_fixture.c_str());
@@ -83,6 +84,12 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(cuda.tier, 3);
   EXPECT_EQ(cuda.checks["transport.device_memory"].first, "pass")
       << cuda.checks["transport.device_memory"].second;
+  // Between two processes of one host: whole allocations, so mapped and copied device to device.
+  const auto& between = cuda.checks["transport.device_two_process"];
+  EXPECT_EQ(between.first, "pass") << between.second;
+  EXPECT_NE(between.second.find("device to device device-ipc"), std::string::npos)
+      << between.second;
+  EXPECT_NE(between.second.find("then STALE"), std::string::npos) << between.second;
   // The ROCm plugin's, on a KFD capture and the fake HIP runtime.
   const std::string hip_fixture = Fixture("fake-hip/mi210-xgmi-pcie.json");
   testing::ScopedEnv hip("FAKE_HIP_FIXTURE", hip_fixture.c_str());
@@ -93,6 +100,8 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(amd.tier, 3);
   EXPECT_EQ(amd.checks["transport.device_memory"].first, "pass")
       << amd.checks["transport.device_memory"].second;
+  EXPECT_EQ(amd.checks["transport.device_two_process"].first, "pass")
+      << amd.checks["transport.device_two_process"].second;
   // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
   Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
   EXPECT_EQ(no_transport.exit_code, 1);

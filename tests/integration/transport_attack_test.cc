@@ -35,7 +35,9 @@ namespace rayaccel {
 namespace {
 
 using ::rayaccel::testing::Done;
+using ::rayaccel::testing::Forge;
 using ::rayaccel::testing::MakeTempDir;
+using ::rayaccel::testing::Payload;
 using ::rayaccel::testing::ScopedEnv;
 
 constexpr size_t kPage = 4096;
@@ -50,33 +52,15 @@ std::string WriteKey(const std::string& dir, const std::string& name, char fill)
   return path;
 }
 
-// The owner process, with a pipe to its stdin and one from its stdout.
+// The owner process (tests/support/transport_peer.cc owner), answering on its stdout.
 struct Owner {
+  std::unique_ptr<testing::PipedChild> child;
   pid_t pid = -1;
-  int to = -1, from = -1;
   std::string address, a, b, allocated;
   uint64_t canary = 0;
 
-  bool Alive() const { return pid > 0 && kill(pid, 0) == 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
-  std::string Ask(const std::string& command) {
-    std::string line = command + "\n";
-    if (write(to, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
-    std::string answer;
-    char c;
-    absl::Time until = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < until) {
-      ssize_t n = read(from, &c, 1);
-      if (n <= 0) break;
-      if (c != '\n') {
-        answer.push_back(c);
-      } else if (!answer.empty() && answer[0] == '[') {
-        answer.clear();  // a line UCX logged to stdout
-      } else {
-        return answer;
-      }
-    }
-    return answer;
-  }
+  bool Alive() const { return child->Alive(); }
+  std::string Ask(const std::string& command) { return child->Ask(command); }
   size_t OpenFiles() const {
     size_t n = 0;
     for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
@@ -85,19 +69,6 @@ struct Owner {
     }
     return n;
   }
-  ~Owner() {
-    if (pid <= 0) return;
-    close(to);
-    kill(pid, SIGCONT);
-    int status = 0;
-    for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i)
-      absl::SleepFor(absl::Milliseconds(20));
-    if (waitpid(pid, &status, WNOHANG) == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    close(from);
-  }
 };
 
 std::unique_ptr<Owner> StartOwner(const std::string& dir, const std::string& key_file,
@@ -105,22 +76,11 @@ std::unique_ptr<Owner> StartOwner(const std::string& dir, const std::string& key
   auto o = std::make_unique<Owner>();
   std::string out = dir + "/owner.txt";
   unlink(out.c_str());
-  int in_pipe[2], out_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) return nullptr;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in_pipe[0], 0);
-    dup2(out_pipe[1], 1);
-    std::string timeout = std::to_string(timeout_ms);
-    execl(RAYACCEL_TRANSPORT_PEER, RAYACCEL_TRANSPORT_PEER, "owner", out.c_str(), key_file.c_str(),
-          timeout.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(in_pipe[0]);
-  close(out_pipe[1]);
-  o->pid = pid;
-  o->to = in_pipe[1];
-  o->from = out_pipe[0];
+  o->child = std::make_unique<testing::PipedChild>(
+      RAYACCEL_TRANSPORT_PEER,
+      std::vector<std::string>{"owner", out, key_file, std::to_string(timeout_ms)});
+  o->pid = o->child->pid();
+  if (o->pid <= 0) return nullptr;
   if (!testing::WaitForFile(out)) return o;
   std::vector<std::string> lines = testing::Lines(out);
   if (lines.size() != 6) return o;
@@ -142,32 +102,6 @@ std::unique_ptr<Transport> Reader(const std::string& key_file,
   auto t = Transport::Open(o);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
-}
-
-// The UCX payload's fields (docs/transport.md): magic, version, reserved, owner, region, length.
-struct Payload {
-  std::string bytes;
-  void Set64(size_t at, uint64_t v) {
-    for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<char>(v >> (8 * i));
-  }
-  uint64_t Get64(size_t at) const {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i)
-      v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
-    return v;
-  }
-};
-
-// A forgery: the envelope and the payload as the forger wants them, with a valid checksum.
-std::string Forge(const std::string& genuine,
-                  const std::function<void(DescriptorInfo&, Payload&)>& edit) {
-  absl::StatusOr<transport::Envelope> e = transport::Decode(genuine);
-  EXPECT_TRUE(e.ok()) << e.status();
-  DescriptorInfo info = e->info;
-  Payload p{std::string(e->payload)};
-  edit(info, p);
-  absl::StatusOr<std::string> forged = transport::Encode(info, p.bytes);
-  return forged.ok() ? *forged : std::string();
 }
 
 class TransportAttack : public ::testing::TestWithParam<const char*> {
@@ -193,21 +127,6 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
   std::string dir_, key_, before_;
   std::unique_ptr<Owner> owner_;
 };
-
-// SIGSTOP, and wait until the kernel shows the process stopped: the signal is delivered
-// asynchronously, and a process still running on another core would answer one more request.
-void StopAndWait(pid_t pid) {
-  ASSERT_EQ(kill(pid, SIGSTOP), 0);
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string line;
-    std::getline(stat, line);
-    size_t close = line.rfind(')');
-    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') return;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  FAIL() << "process " << pid << " did not stop";
-}
 
 bool HoldsCanary(const std::vector<unsigned char>& v) {
   for (unsigned char c : v) {
@@ -263,7 +182,7 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
        0, 64},
       {"trailing bytes", [](DescriptorInfo&, Payload& p) { p.bytes += std::string(16, '\x55'); }, 0,
        16},
-      {"reserved field set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 1; }, 0, 16},
+      {"unknown flag set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 4; }, 0, 16},
   };
   for (const Case& c : cases) {
     std::string forged = Forge(owner_->a, c.edit);
@@ -397,7 +316,7 @@ TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted)
   auto conn = reader->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
   ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
-  StopAndWait(owner_->pid);
+  ASSERT_TRUE(testing::StopAndWait(owner_->pid));
   absl::Time stopped = absl::Now();
   absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage), absl::Seconds(30));
   absl::Duration noticed = absl::Now() - stopped;

@@ -1,16 +1,24 @@
 // Device memory through the transport: the CUDA plugin over the fake NVML and the fake CUDA
-// driver (tests/fixtures/fake-cuda). Debian's UCX has no CUDA support, so the UCX helper stages
-// device memory through host memory with the plugin's driver calls: these tests run that path
-// on real UCX between two endpoints, and the driver's refusals.
+// driver (tests/fixtures/fake-cuda). Debian's UCX has no CUDA support, so the UCX helper moves
+// device memory itself: between two processes of one host, the reader maps the owner's memory
+// (CUDA IPC) and copies device to device; otherwise it stages it through host memory with the
+// plugin's driver calls. These tests run both on real UCX between real endpoints, the
+// mappings' invalidation, and the driver's refusals.
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
@@ -38,6 +46,11 @@ struct Driver {
   CUresult (*Free)(unsigned long long) = nullptr;
   CUresult (*HtoD)(unsigned long long, const void*, size_t) = nullptr;
   CUresult (*DtoH)(void*, unsigned long long, size_t) = nullptr;
+  CUresult (*IpcGet)(void*, unsigned long long) = nullptr;
+  CUresult (*IpcOpen)(unsigned long long*, std::array<char, 64>, unsigned) = nullptr;
+  // The fake's own: the largest host copy since the last call; live cuMemHostAlloc buffers.
+  size_t (*LargestCopy)() = nullptr;
+  size_t (*HostAllocations)() = nullptr;
 
   bool Load() {
     handle = dlopen(RAYACCEL_FAKE_CUDA, RTLD_NOW | RTLD_LOCAL);
@@ -49,7 +62,10 @@ struct Driver {
     return get("cuInit", &Init) && get("cuDevicePrimaryCtxRetain", &Retain) &&
            get("cuCtxPushCurrent_v2", &Push) && get("cuCtxPopCurrent_v2", &Pop) &&
            get("cuMemAlloc_v2", &Alloc) && get("cuMemFree_v2", &Free) &&
-           get("cuMemcpyHtoD_v2", &HtoD) && get("cuMemcpyDtoH_v2", &DtoH) && Init(0) == 0;
+           get("cuMemcpyHtoD_v2", &HtoD) && get("cuMemcpyDtoH_v2", &DtoH) &&
+           get("cuIpcGetMemHandle", &IpcGet) && get("cuIpcOpenMemHandle_v2", &IpcOpen) &&
+           get("fake_cuda_largest_copy", &LargestCopy) &&
+           get("fake_cuda_host_allocations", &HostAllocations) && Init(0) == 0;
   }
   // Runs `f` with CUDA device `ordinal`'s primary context current.
   template <typename F>
@@ -104,10 +120,11 @@ class CudaDeviceMemory : public ::testing::Test {
   std::unique_ptr<Transport> owner_, reader_;
 };
 
-// Every pairing of host and device memory, read and written, small (one eager message) and
-// large (rendezvous), lands byte for byte.
+// Every pairing of host and device memory, read and written, small (one eager message), large
+// (rendezvous) and larger than a staged piece (4 MiB; four pieces in flight at a time, the last one
+// short), lands byte for byte.
 TEST_F(CudaDeviceMemory, DeviceToDeviceAndEveryMixMoveTheBytes) {
-  for (size_t size : {size_t{8}, size_t{4} << 20}) {
+  for (size_t size : {size_t{8}, size_t{4} << 20, (size_t{16} << 20) + 4098}) {
     SCOPED_TRACE(size);
     auto remote_dev = owner_->Allocate(size, MemoryKind::kDevice, 2);
     auto local_dev = reader_->Allocate(size, MemoryKind::kDevice, 5);
@@ -124,8 +141,10 @@ TEST_F(CudaDeviceMemory, DeviceToDeviceAndEveryMixMoveTheBytes) {
     const std::string dev_desc = *owner_->Describe(remote_dev->region);
     const std::string host_desc = *owner_->Describe(*remote_host_region);
 
-    // Device to device, and device to host.
+    // Device to device, and device to host; through host memory a piece at a time.
+    driver_.LargestCopy();
     ASSERT_TRUE(Done(reader_->Read(*conn, local_dev->region, 0, dev_desc, 0, size)).ok());
+    EXPECT_LE(driver_.LargestCopy(), size_t{4} << 20);
     EXPECT_EQ(driver_.Download(local_dev->data, size), want);
     ASSERT_TRUE(Done(reader_->Read(*conn, *local_host_region, 0, dev_desc, 0, size)).ok());
     EXPECT_EQ(local_host, want);
@@ -158,6 +177,41 @@ TEST_F(CudaDeviceMemory, DeviceToDeviceAndEveryMixMoveTheBytes) {
     ASSERT_TRUE(reader_->Deregister(*local_host_region).ok());
     ASSERT_TRUE(reader_->Close(*conn).ok());
   }
+  // Pieces went through page-locked memory the endpoints keep, and give back when they close.
+  EXPECT_GT(driver_.HostAllocations(), 0u);
+  owner_.reset();
+  reader_.reset();
+  EXPECT_EQ(driver_.HostAllocations(), 0u) << "page-locked host memory outlived its endpoints";
+}
+
+// A connection closed while a staged transfer's pieces are still to go ends the transfer, whole
+// or failed, never hung; a transport closed with one in flight ends it (its Request says so
+// afterwards) and frees everything.
+TEST_F(CudaDeviceMemory, ClosingUnderAPiecedTransferEndsIt) {
+  constexpr size_t kSize = size_t{64} << 20;
+  auto remote = owner_->Allocate(kSize, MemoryKind::kDevice, 2);
+  auto local = reader_->Allocate(kSize, MemoryKind::kDevice, 5);
+  ASSERT_TRUE(remote.ok() && local.ok());
+  const std::string d = *owner_->Describe(remote->region);
+  for (bool write : {false, true}) {
+    auto conn = reader_->Connect(owner_->address());
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    auto r = write ? reader_->Write(*conn, local->region, 0, d, 0, kSize)
+                   : reader_->Read(*conn, local->region, 0, d, 0, kSize);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(reader_->Close(*conn).ok());
+    absl::Status s = r->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(s.ok() || absl::IsUnavailable(s)) << s;
+  }
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok());
+  auto last = reader_->Read(*conn, local->region, 0, d, 0, kSize);
+  ASSERT_TRUE(last.ok());
+  reader_.reset();  // with the read in flight: it ends with its transport
+  EXPECT_TRUE(absl::IsUnavailable(last->Wait(absl::Now() + absl::Seconds(1))))
+      << last->Wait(absl::Now());
+  owner_.reset();
+  EXPECT_EQ(driver_.HostAllocations(), 0u);
 }
 
 // What the driver says of memory handed in is the answer, with its reason.
@@ -221,6 +275,8 @@ TEST_F(CudaDeviceMemory, TransferCommandMovesDeviceMemoryBetweenProcesses) {
       testing::CommandResult r = testing::Run(client);
       EXPECT_EQ(r.exit_code, 0) << memory << " " << op << ": " << r.out << r.err;
       EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+      // Two processes of one host: the server's GPU memory is mapped, whatever the client's.
+      EXPECT_NE(r.out.find("path device-ipc"), std::string::npos) << r.out;
       EXPECT_EQ(r.out.find("device:5 memory") != std::string::npos,
                 std::string(memory) == "device:5")
           << r.out;
@@ -263,6 +319,182 @@ TEST_F(CudaDeviceMemory, TransferCommandMovesDeviceMemoryBetweenProcesses) {
   testing::CommandResult r = testing::Run(bad);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("device 99 is not a GPU whose memory"), std::string::npos) << r.err;
+}
+
+uint64_t Fnv(const std::vector<char>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : v) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+// A reader of CUDA device memory in another process (tests/support/transport_peer.cc
+// cuda-reader) against regions of this process: what it reads and writes, and how.
+class CudaIpc : public CudaDeviceMemory {
+ protected:
+  void SetUp() override {
+    CudaDeviceMemory::SetUp();
+    dir_ = testing::MakeTempDir("cuda-ipc");
+    key_ = dir_ + "/key";
+    std::ofstream(key_) << std::string(32, 'k');
+    chmod(key_.c_str(), 0600);
+    owner_ = OpenWithKey();
+    ASSERT_NE(owner_, nullptr);
+  }
+  std::unique_ptr<Transport> OpenWithKey(std::map<std::string, std::string> extra = {}) {
+    TransportOptions o;
+    o.plugin = "cuda";
+    o.search_path = {RAYACCEL_PLUGIN_DIR};
+    o.key_file = key_;
+    o.peer_timeout = absl::Milliseconds(1500);
+    o.config = {{"nvml_library", RAYACCEL_FAKE_NVML}, {"cuda_library", RAYACCEL_FAKE_CUDA}};
+    for (auto& [k, v] : extra) o.config[k] = v;
+    return testing::OpenTransport(o);
+  }
+  // A reader in another process, given this owner's address and `descriptors`.
+  std::unique_ptr<testing::PipedChild> StartReader(const std::vector<std::string>& descriptors,
+                                                   std::vector<std::string> config = {}) {
+    const std::string in = dir_ + "/regions-" + std::to_string(readers_++);
+    std::ofstream f(in);
+    f << absl::WebSafeBase64Escape(owner_->address()) << "\n";
+    for (const std::string& d : descriptors) f << absl::WebSafeBase64Escape(d) << "\n";
+    f.close();
+    std::vector<std::string> args = {"cuda-reader", in, key_, "1500"};
+    args.insert(args.end(), config.begin(), config.end());
+    return std::make_unique<testing::PipedChild>(RAYACCEL_TRANSPORT_PEER, args);
+  }
+  std::string dir_, key_;
+  int readers_ = 0;
+};
+
+// A whole allocation is mapped and copied device to device, both ways; a part of one, whose
+// mapping would reach the rest of the allocation, is staged; so is everything with
+// device_ipc=false on the reader's side.
+TEST_F(CudaIpc, WholeAllocationsMoveDeviceToDeviceAndTheRestIsStaged) {
+  constexpr size_t kSize = 1 << 20;
+  auto whole = owner_->Allocate(kSize, MemoryKind::kDevice, 2);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  unsigned long long p = 0;
+  ASSERT_EQ(driver_.On(3, [&] { return driver_.Alloc(&p, 2 * kSize); }), 0);
+  auto part = owner_->Register(reinterpret_cast<void*>(p), kSize, MemoryKind::kDevice, 3);
+  ASSERT_TRUE(part.ok()) << part.status();
+  const std::vector<char> want = Pattern(kSize, 9);
+  driver_.Upload(whole->data, want);
+  driver_.Upload(reinterpret_cast<void*>(p), want);
+  auto reader = StartReader({*owner_->Describe(whole->region), *owner_->Describe(*part)});
+  ASSERT_GT(reader->pid(), 0);
+
+  EXPECT_EQ(reader->Ask("read 1"), absl::StrCat("path device-ipc fnv ", Fnv(want)));
+  EXPECT_EQ(reader->Ask("read 2"), absl::StrCat("path staged fnv ", Fnv(want)));
+  // A write lands in the owner's memory; the reader's answer carries its own bytes' hash.
+  std::string answer = reader->Ask("write 1 5");
+  ASSERT_EQ(answer.rfind("path device-ipc fnv ", 0), 0u) << answer;
+  EXPECT_EQ(absl::StrCat(Fnv(driver_.Download(whole->data, kSize))), answer.substr(20));
+  answer = reader->Ask("write 2 6");
+  ASSERT_EQ(answer.rfind("path staged fnv ", 0), 0u) << answer;
+  EXPECT_EQ(absl::StrCat(Fnv(driver_.Download(reinterpret_cast<void*>(p), kSize))),
+            answer.substr(16));
+
+  auto staged_reader = StartReader({*owner_->Describe(whole->region)}, {"device_ipc=false"});
+  answer = staged_reader->Ask("read 1");
+  EXPECT_EQ(answer.rfind("path staged fnv ", 0), 0u) << answer;
+
+  // Gone, for both: the mapping was closed when the owner asked, and STALE follows.
+  ASSERT_TRUE(owner_->Deregister(whole->region).ok());
+  EXPECT_EQ(reader->Ask("read 1").rfind("error FAILED_PRECONDITION", 0), 0u);
+  EXPECT_EQ(staged_reader->Ask("read 1").rfind("error FAILED_PRECONDITION", 0), 0u);
+  ASSERT_TRUE(owner_->Deregister(*part).ok());
+  EXPECT_TRUE(reader->Alive());
+  ASSERT_EQ(driver_.On(3, [&] { return driver_.Free(p); }), 0);
+}
+
+// A reader that holds a mapping and stops (SIGSTOP, a frozen VM) cannot hold the owner's
+// deregistration past the peer timeout: it is declared lost, and the owner carries on.
+TEST_F(CudaIpc, AStoppedReaderHoldingAMappingIsDeclaredLost) {
+  auto region = owner_->Allocate(4096, MemoryKind::kDevice, 1);
+  auto other = owner_->Allocate(4096, MemoryKind::kDevice, 1);
+  ASSERT_TRUE(region.ok() && other.ok());
+  auto reader = StartReader({*owner_->Describe(region->region)});
+  ASSERT_EQ(reader->Ask("read 1").rfind("path device-ipc", 0), 0u);
+  ASSERT_TRUE(testing::StopAndWait(reader->pid()));
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(owner_->Deregister(region->region).ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(1000));  // it waited for the reader first
+  ASSERT_EQ(kill(reader->pid(), SIGCONT), 0);
+  // Continued, the reader finds itself dropped; the owner serves a new one.
+  EXPECT_EQ(reader->Ask("read 1").rfind("error", 0), 0u);
+  auto next = StartReader({*owner_->Describe(other->region)});
+  EXPECT_EQ(next->Ask("read 1").rfind("path device-ipc", 0), 0u);
+}
+
+// Descriptors forged for the reader (by a confused program or whoever handed them over) map
+// nothing the owner does not serve as mapped: a staged region flagged mappable is staged, a
+// length that is not the region's is staged and bounded by the owner, a region never given is
+// refused, a deregistered one is stale, and the genuine mapping is untouched by any of them.
+TEST_F(CudaIpc, ForgedDescriptorsMapNothingTheOwnerDoesNotServe) {
+  constexpr size_t kSize = 1 << 16;
+  auto whole = owner_->Allocate(kSize, MemoryKind::kDevice, 2);
+  auto gone = owner_->Allocate(kSize, MemoryKind::kDevice, 2);
+  ASSERT_TRUE(whole.ok() && gone.ok());
+  unsigned long long p = 0;
+  ASSERT_EQ(driver_.On(3, [&] { return driver_.Alloc(&p, 2 * kSize); }), 0);
+  auto part = owner_->Register(reinterpret_cast<void*>(p), kSize, MemoryKind::kDevice, 3);
+  ASSERT_TRUE(part.ok()) << part.status();
+  const std::vector<char> want = Pattern(kSize, 3), want_part = Pattern(kSize, 4);
+  driver_.Upload(whole->data, want);
+  driver_.Upload(reinterpret_cast<void*>(p), want_part);
+  const std::string genuine = *owner_->Describe(whole->region);
+  auto lengths = [](uint64_t n) {
+    return [n](DescriptorInfo& i, testing::Payload& d) { i.length = n, d.Set64(24, n); };
+  };
+  const std::vector<std::string> descriptors = {
+      genuine,
+      testing::Forge(genuine, lengths(2 * kSize)),
+      testing::Forge(genuine, lengths(kSize / 2)),
+      testing::Forge(*owner_->Describe(*part),
+                     [](DescriptorInfo&, testing::Payload& d) { d.bytes[6] |= 1; }),  // mappable
+      testing::Forge(genuine, [](DescriptorInfo& i,
+                                 testing::Payload& d) { i.region = 999, d.Set64(16, 999); }),
+      *owner_->Describe(gone->region),
+  };
+  for (const std::string& d : descriptors) ASSERT_FALSE(d.empty());
+  ASSERT_TRUE(owner_->Deregister(gone->region).ok());
+  auto reader = StartReader(descriptors);
+  ASSERT_GT(reader->pid(), 0);
+
+  const std::string mapped = absl::StrCat("path device-ipc fnv ", Fnv(want));
+  EXPECT_EQ(reader->Ask("read 1"), mapped);
+  for (const char* verb : {"read 2", "write 2 7"}) {
+    EXPECT_EQ(reader->Ask(verb).rfind("error INVALID_ARGUMENT", 0), 0u) << verb;
+  }
+  EXPECT_EQ(reader->Ask("read 3"),
+            absl::StrCat("path staged fnv ",
+                         Fnv(std::vector<char>(want.begin(), want.begin() + kSize / 2))));
+  EXPECT_EQ(reader->Ask("read 4"), absl::StrCat("path staged fnv ", Fnv(want_part)));
+  EXPECT_EQ(reader->Ask("read 5").rfind("error INVALID_ARGUMENT", 0), 0u);
+  EXPECT_EQ(reader->Ask("read 6").rfind("error FAILED_PRECONDITION", 0), 0u);
+  EXPECT_EQ(reader->Ask("read 1"), mapped);
+  EXPECT_EQ(driver_.Download(whole->data, kSize), want) << "a forged write landed";
+  EXPECT_TRUE(reader->Alive());
+  ASSERT_TRUE(owner_->Deregister(*part).ok());
+  ASSERT_EQ(driver_.On(3, [&] { return driver_.Free(p); }), 0);
+}
+
+// The fake driver refuses what the real one refuses: a handle opened in the process that
+// exported it, and bytes that are no handle.
+TEST_F(CudaDeviceMemory, FakeDriverRefusesIpcAsTheDriverDoes) {
+  unsigned long long p = 0;
+  ASSERT_EQ(driver_.On(0, [&] { return driver_.Alloc(&p, 4096); }), 0);
+  std::array<char, 64> handle{};
+  ASSERT_EQ(driver_.On(0, [&] { return driver_.IpcGet(handle.data(), p); }), 0);
+  unsigned long long mapped = 0;
+  EXPECT_EQ(driver_.On(0, [&] { return driver_.IpcOpen(&mapped, handle, 1); }),
+            201);  // CUDA_ERROR_INVALID_CONTEXT
+  std::array<char, 64> junk{};
+  junk.fill('x');
+  EXPECT_EQ(driver_.On(0, [&] { return driver_.IpcOpen(&mapped, junk, 1); }),
+            1);  // CUDA_ERROR_INVALID_VALUE
+  EXPECT_EQ(driver_.On(0, [&] { return driver_.IpcGet(handle.data(), p + 64); }), 1);
+  ASSERT_EQ(driver_.On(0, [&] { return driver_.Free(p); }), 0);
 }
 
 // The same through the ROCm plugin over its KFD capture and the fake HIP runtime
@@ -336,6 +568,42 @@ TEST_F(RocmDeviceMemory, DeviceToDeviceMovesTheBytesAndTheRuntimeRefusesWhatItDo
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_NE(s.message().find("hipMalloc: hipErrorOutOfMemory (out of memory)"), std::string::npos)
       << s;
+}
+
+// Two processes through `rayaccel transfer`: HIP IPC maps the server's GPU memory, device to
+// device, and with device_ipc=false on the client it is staged; both verified.
+TEST_F(RocmDeviceMemory, TransferCommandMapsDeviceMemoryBetweenProcesses) {
+  const std::string dir = testing::MakeTempDir("transfer-rocm");
+  const std::vector<std::string> plugin = {
+      "--plugin",
+      "rocm",
+      "--plugin-path",
+      RAYACCEL_PLUGIN_DIR,
+      "--config",
+      std::string("kfd_topology_dir=") + RAYACCEL_FIXTURES_DIR + "/rocm-kfd/topo-mi210-xgmi-pcie",
+      "--config",
+      std::string("hip_library=") + RAYACCEL_FAKE_HIP};
+  std::vector<std::string> serve = {"transfer", "--serve", "--memory",     "device:1",
+                                    "--size",   "1MiB",    "--token-file", dir + "/token"};
+  serve.insert(serve.end(), plugin.begin(), plugin.end());
+  pid_t server = testing::Spawn(RAYACCEL_CLI, serve, dir + "/server.out", dir + "/server.err");
+  ASSERT_TRUE(testing::WaitForFile(dir + "/token"));
+  for (const char* ipc : {"true", "false"}) {
+    for (const char* op : {"read", "write"}) {
+      std::vector<std::string> client = {
+          RAYACCEL_CLI, "transfer", "--token-file", dir + "/token",
+          "--memory",   "device:6", "--op",         op,
+          "--iters",    "2",        "--config",     std::string("device_ipc=") + ipc};
+      client.insert(client.end(), plugin.begin(), plugin.end());
+      testing::CommandResult r = testing::Run(client);
+      EXPECT_EQ(r.exit_code, 0) << ipc << " " << op << ": " << r.out << r.err;
+      EXPECT_NE(r.out.find("verified (device:6 memory)"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(std::string(ipc) == "true" ? "path device-ipc" : "path staged"),
+                std::string::npos)
+          << r.out;
+    }
+  }
+  EXPECT_EQ(testing::Stop(server), 0);
 }
 
 // No HIP runtime on the host: device memory is refused with the reason, host memory moves.

@@ -3,6 +3,7 @@
 // by a veth pair when this machine allows creating them.
 #include "rayaccel/transport.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -92,6 +93,13 @@ TEST_P(TransportPair, ReadWriteAndNotifyMoveTheBytes) {
   EXPECT_TRUE(n->Wait(absl::Now() + absl::Seconds(10)).ok());
   EXPECT_TRUE(Done(reader_->Flush(*conn)).ok());
   EXPECT_TRUE(reader_->Close(*conn).ok());
+  // Closed, it is gone as a lost peer is (another thread may have closed it under a caller);
+  // an id never given is the caller's mistake.
+  const std::string d = *owner_->Describe(*dst);
+  EXPECT_TRUE(absl::IsUnavailable(reader_->Read(*conn, *mine, 0, d, 0, 16).status()));
+  EXPECT_TRUE(absl::IsUnavailable(reader_->Flush(*conn).status()));
+  EXPECT_TRUE(absl::IsUnavailable(reader_->Close(*conn)));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader_->Read(*conn + 100, *mine, 0, d, 0, 16).status()));
 }
 
 TEST_P(TransportPair, DeregisteredRegionsAreStaleForConnectedAndLaterPeers) {
@@ -386,6 +394,35 @@ Server StartServer(const std::string& dir, const std::string& size,
 
 class TransportProcesses : public ::testing::TestWithParam<const char*> {};
 
+// The plugins' config key ucx_library names the UCX to load (a site's build with CUDA
+// support, say): one that does not load is the reason the endpoint does not open; the system's
+// own, named by its path, moves bytes with a peer that loaded it by its soname.
+TEST(TransportOpen, TheUcxLibraryAPluginLoadsComesFromItsConfig) {
+  const std::string dir = MakeTempDir("ucx-library");
+  auto missing = testing::Run({RAYACCEL_CLI, "transfer", "--serve", "--size", "4KiB", "--config",
+                               "ucx_library=/nonexistent/libucp.so.0"});
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_NE(missing.err.find("cannot load the UCX library (/nonexistent/libucp.so.0"),
+            std::string::npos)
+      << missing.err;
+
+  void* ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(ucp, nullptr);
+  Dl_info info{};
+  ASSERT_NE(dladdr(dlsym(ucp, "ucp_init_version"), &info), 0);
+  const std::string path = info.dli_fname;
+  ASSERT_EQ(path.front(), '/') << path;
+  pid_t server = Spawn(RAYACCEL_CLI,
+                       {"transfer", "--serve", "--size", "64KiB", "--token-file", dir + "/token",
+                        "--config", "ucx_library=" + path},
+                       dir + "/server.out", dir + "/server.err");
+  ASSERT_TRUE(WaitForFile(dir + "/token"));
+  auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--iters", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+  EXPECT_EQ(testing::Stop(server), 0);
+}
+
 // The seed's hard part: a peer killed in the middle of a 256 MiB transfer is reported, within
 // the peer timeout, as lost (not as a local fault); the survivor connects to the restarted
 // peer's new address and moves bytes again.
@@ -447,6 +484,7 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(absl::StrCat("\"op\": \"", op, "\"")), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"path\": \"fabric\""), std::string::npos) << r.out;  // host memory
   }
   EXPECT_EQ(testing::Stop(server.pid), 0);
   std::vector<std::string> lines = Lines(server.out);

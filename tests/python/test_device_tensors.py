@@ -28,11 +28,14 @@ def test_device_arrays_arrive_in_device_target_buffers(source):
     assert out == targets
     for target, values in zip(targets, want):
         assert np.array_equal(target.download(), values)
+    # Whole allocations of another process on this host: mapped, copied device to device.
+    assert destination.last_paths == ["device-ipc"] * 3
     # Into host memory as well: a device tensor read into a NumPy buffer.
     host = [np.zeros_like(v) for v in want]
     destination.recv_multiple_tensors("dev-1", source, None, target_buffers=host)
     for got, values in zip(host, want):
         assert np.array_equal(got, values)
+    assert destination.last_paths == ["device-ipc"] * 3
 
 
 def test_device_tensors_without_a_place_to_land_are_refused_with_the_reason(source):

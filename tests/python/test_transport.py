@@ -81,6 +81,7 @@ def test_bytes_arrive_whole_from_1_KiB_to_256_MiB(destination):
         assert [o.nbytes for o in out] == [1024, 1 << 20, 64 << 20, 256 << 20]
         assert out[2].dtype == np.float32 and out[2].shape == ((64 << 20) // 4,)
         assert [digest(o) for o in out] == peer.digests
+        assert destination.last_paths == ["fabric"] * 4  # host memory, as UCX moves it
         # Into the caller's buffers: the same objects come back, filled.
         targets = [np.zeros(o.shape, o.dtype) for o in out]
         again = destination.recv_multiple_tensors("obj-1", peer.meta, None, targets)

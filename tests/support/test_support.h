@@ -38,6 +38,9 @@ CommandResult Run(const std::vector<std::string>& argv,
 // A fresh folder under the test temp dir, mode 0755.
 std::string MakeTempDir(const std::string& name);
 
+// The names in a folder, sorted, without "." and "..".
+std::vector<std::string> ListDir(const std::string& dir);
+
 // Copies a file, keeping nothing but the bytes (mode 0755).
 void CopyFile(const std::string& from, const std::string& to);
 

@@ -10,15 +10,26 @@
 //       dereg-a    -> "ok" once A is deregistered
 //     and exits 0 at end of input.
 //
+//   rayaccel_transport_peer cuda-reader IN KEY_FILE PEER_TIMEOUT_MS [CONFIG=VALUE...]
+//     A reader of CUDA device memory on the CUDA plugin over the fake NVML and fake CUDA driver
+//     (FAKE_NVML_FIXTURE from the environment): IN holds the owner's address and descriptors,
+//     one per line (web-safe base64). Reads into and writes from a device buffer of its own
+//     on the plugin's device 5, as large as the largest region. Commands on stdin:
+//       read I         -> "path P fnv F": descriptor I read whole, F the bytes' FNV-1a
+//       write I SEED   -> "path P fnv F": its buffer filled from SEED, written to I whole
+//     and "error STATUS" when a transfer fails.
+//
 //   rayaccel_transport_peer raw OUT
 //     Speaks UCX itself to the owner whose OUT file is given, as an attacker that holds no key:
 //     RMA get and put aimed at the canary (UCX's software get and put, which serve any address
 //     where the owner enables RMA), and the transport's own transfer messages with made-up
 //     tokens. Prints "leaked" if any canary byte came back, else "nothing".
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -26,11 +37,13 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "rayaccel/transport.h"
 
 namespace {
@@ -189,6 +202,104 @@ int Raw(const std::string& owner_out) {
 
 }  // namespace
 
+// The fake CUDA driver, as the reader uses it to fill and read its own device buffer: the
+// library the plugin loaded (the same path), so the same memory.
+struct FakeCuda {
+  using CUresult = int;
+  CUresult (*Retain)(void**, int) = nullptr;
+  CUresult (*Push)(void*) = nullptr;
+  CUresult (*Pop)(void**) = nullptr;
+  CUresult (*HtoD)(unsigned long long, const void*, size_t) = nullptr;  // NOLINT(runtime/int)
+  CUresult (*DtoH)(void*, unsigned long long, size_t) = nullptr;        // NOLINT(runtime/int)
+  bool Load() {
+    void* h = dlopen(RAYACCEL_FAKE_CUDA, RTLD_NOW | RTLD_LOCAL);
+    auto get = [&](const char* name, auto* out) {
+      *out = reinterpret_cast<std::remove_pointer_t<decltype(out)>>(dlsym(h, name));
+      return *out != nullptr;
+    };
+    return h != nullptr && get("cuDevicePrimaryCtxRetain", &Retain) &&
+           get("cuCtxPushCurrent_v2", &Push) && get("cuCtxPopCurrent_v2", &Pop) &&
+           get("cuMemcpyHtoD_v2", &HtoD) && get("cuMemcpyDtoH_v2", &DtoH);
+  }
+  template <typename F>
+  bool On(F f) {
+    void* ctx = nullptr;
+    if (Retain(&ctx, 0) != 0 || Push(ctx) != 0) return false;
+    bool ok = f() == 0;
+    Pop(&ctx);
+    return ok;
+  }
+};
+
+int CudaReader(const std::vector<std::string>& args) {
+  std::ifstream in(args[1]);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    std::string bytes;
+    if (!absl::WebSafeBase64Unescape(line, &bytes)) return 1;
+    lines.push_back(bytes);
+  }
+  FakeCuda cuda;
+  int timeout_ms = 0;
+  if (lines.size() < 2 || !cuda.Load() || !absl::SimpleAtoi(args[3], &timeout_ms)) return 1;
+  rayaccel::TransportOptions o;
+  o.plugin = "cuda";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.key_file = args[2];
+  o.peer_timeout = absl::Milliseconds(timeout_ms);
+  o.config = {{"nvml_library", RAYACCEL_FAKE_NVML}, {"cuda_library", RAYACCEL_FAKE_CUDA}};
+  for (size_t i = 4; i < args.size(); ++i) {
+    const size_t eq = args[i].find('=');
+    if (eq != std::string::npos) o.config[args[i].substr(0, eq)] = args[i].substr(eq + 1);
+  }
+  auto t = rayaccel::Transport::Open(o);
+  if (!t.ok()) {
+    std::cerr << t.status() << "\n";
+    return 1;
+  }
+  uint64_t size = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    auto info = rayaccel::Transport::Inspect(lines[i]);
+    if (!info.ok()) return 1;
+    size = std::max(size, info->length);
+  }
+  auto buffer = (*t)->Allocate(size, rayaccel::MemoryKind::kDevice, 5);
+  auto conn = (*t)->Connect(lines[0]);
+  if (!buffer.ok() || !conn.ok()) {
+    std::cerr << buffer.status() << " " << conn.status() << "\n";
+    return 1;
+  }
+  const auto device = reinterpret_cast<uintptr_t>(buffer->data);
+  std::vector<unsigned char> host(size);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> w = absl::StrSplit(line, ' ');
+    size_t index = 0;
+    int seed = 0;
+    if (w.size() < 2 || !absl::SimpleAtoi(w[1], &index) || index == 0 || index >= lines.size() ||
+        (w[0] == "write" && (w.size() != 3 || !absl::SimpleAtoi(w[2], &seed)))) {
+      std::cout << "error usage" << std::endl;
+      continue;
+    }
+    const uint64_t n = rayaccel::Transport::Inspect(lines[index])->length;
+    if (w[0] == "write") {
+      for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<unsigned char>(seed + i * 13);
+      cuda.On([&] { return cuda.HtoD(device, host.data(), n); });
+    }
+    auto r = w[0] == "write" ? (*t)->Write(*conn, buffer->region, 0, lines[index], 0, n)
+                             : (*t)->Read(*conn, buffer->region, 0, lines[index], 0, n);
+    absl::Status s = r.ok() ? r->Wait(absl::Now() + absl::Seconds(20)) : r.status();
+    if (!s.ok()) {
+      std::cout << "error " << s << std::endl;
+      continue;
+    }
+    cuda.On([&] { return cuda.DtoH(host.data(), device, n); });
+    std::cout << "path " << rayaccel::TransferPathName(r->path()) << " fnv " << Fnv(host.data(), n)
+              << std::endl;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 2 && args[0] == "owner") {
@@ -197,6 +308,7 @@ int main(int argc, char** argv) {
     return Owner(args[1], args.size() >= 3 ? args[2] : "", timeout_ms);
   }
   if (args.size() == 2 && args[0] == "raw") return Raw(args[1]);
+  if (args.size() >= 4 && args[0] == "cuda-reader") return CudaReader(args);
   std::cerr << "usage: rayaccel_transport_peer owner OUT [KEY_FILE [PEER_TIMEOUT_MS]] | raw OUT\n";
   return 2;
 }

@@ -1,14 +1,18 @@
-// What the transport's tests share: opening a plugin's transport, a byte pattern, and waiting
-// for a request.
+// What the transport's tests share: opening a plugin's transport, a byte pattern, waiting for a
+// request, and forging a descriptor.
 #ifndef RAYACCEL_TESTS_SUPPORT_TRANSPORT_SUPPORT_H_
 #define RAYACCEL_TESTS_SUPPORT_TRANSPORT_SUPPORT_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
+#include "transport/descriptor.h"
 
 namespace rayaccel::testing {
 
@@ -30,6 +34,34 @@ inline std::vector<char> Pattern(size_t size, char seed) {
 inline absl::Status Done(absl::StatusOr<Request> r, absl::Duration limit = absl::Seconds(20)) {
   if (!r.ok()) return r.status();
   return r->Wait(absl::Now() + limit);
+}
+
+// The UCX helper's payload (docs/transport.md): magic, version, flags, owner, region, length.
+struct Payload {
+  std::string bytes;
+  void Set64(size_t at, uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<char>(v >> (8 * i));
+  }
+  uint64_t Get64(size_t at) const {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    return v;
+  }
+};
+
+// A forgery: the envelope and the payload as the forger wants them, with a valid checksum;
+// empty when not even an envelope the host would write.
+inline std::string Forge(const std::string& genuine,
+                         const std::function<void(DescriptorInfo&, Payload&)>& edit) {
+  absl::StatusOr<transport::Envelope> e = transport::Decode(genuine);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return std::string();
+  DescriptorInfo info = e->info;
+  Payload p{std::string(e->payload)};
+  edit(info, p);
+  absl::StatusOr<std::string> forged = transport::Encode(info, p.bytes);
+  return forged.ok() ? *forged : std::string();
 }
 
 }  // namespace rayaccel::testing
