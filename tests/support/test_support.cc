@@ -46,9 +46,11 @@ CommandResult Run(const std::vector<std::string>& argv,
   for (std::string& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
 
+  // Close-on-exec: a child another thread starts meanwhile must not inherit these, or this
+  // read would wait for that child's end too (dup2 below clears the flag on 1 and 2).
   int out_pipe[2], err_pipe[2];
-  EXPECT_EQ(pipe(out_pipe), 0);
-  EXPECT_EQ(pipe(err_pipe), 0);
+  EXPECT_EQ(pipe2(out_pipe, O_CLOEXEC), 0);
+  EXPECT_EQ(pipe2(err_pipe, O_CLOEXEC), 0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
