@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "rpc/listen_address.h"
+#include "web/request_guard.h"
 
 namespace rayaccel::web {
 namespace {
@@ -27,26 +28,6 @@ bool CookieSafe(absl::string_view token) {
   });
 }
 
-// Where to send a browser after ?token=: the same path when it is one of this server's (a
-// single leading slash), else the root: never another site.
-std::string SamePath(const std::string& path) {
-  if (path.empty() || path[0] != '/' || (path.size() > 1 && (path[1] == '/' || path[1] == '\\'))) {
-    return "/";
-  }
-  return path;
-}
-
-// Without a token, a loopback listener answers only requests addressed to a loopback name: a
-// web page elsewhere cannot rebind its own name to 127.0.0.1 and read the view (DNS rebinding).
-bool LoopbackHost(const std::string& host_header) {
-  std::string host = host_header;
-  if (!host.empty() && host[0] == '[') {
-    host = host.substr(1, host.find(']') == std::string::npos ? 0 : host.find(']') - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
 constexpr auto kEventWait = std::chrono::milliseconds(500);
 constexpr int kKeepAliveEvery = 30;  // waits (15 s) without an event, then a comment is sent
 
@@ -129,7 +110,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
       res.set_content(why + "\n", "text/plain; charset=utf-8");
       return httplib::Server::HandlerResponse::Handled;
     };
-    if (check_host && !LoopbackHost(req.get_header_value("Host"))) {
+    // Without a token, a loopback listener answers only requests addressed to a loopback
+    // name: a page elsewhere cannot rebind its own name to 127.0.0.1 and read the view.
+    if (check_host && !IsLoopbackHost(req.get_header_value("Host"))) {
       return refuse(421, "this view answers requests for localhost or 127.0.0.1 only");
     }
     if (token == nullptr) return httplib::Server::HandlerResponse::Unhandled;
@@ -145,7 +128,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
         res.set_header("Set-Cookie",
                        absl::StrCat(*cookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
                                     secure_cookie ? "; Secure" : ""));
-        res.set_redirect(SamePath(req.path), 303);
+        res.set_redirect(SameSiteRedirect(req.path), 303);
         return httplib::Server::HandlerResponse::Handled;
       }
     }

@@ -136,6 +136,13 @@ def check_sink(tmp):
     status, _, body = get(base + "/api/nodes", {"Host": "evil.example:80"})
     assert status == 421 and "localhost or 127.0.0.1 only" in body, (status, body)
     assert get(base + "/api/nodes", {"Host": "localhost"})[0] == 200
+    # Names that only begin like a loopback address are names DNS answers: refused too.
+    for host in ["127.aa0.1:8080", "127.0.0amplo80", "127.0.token=s3cret", "127.attacker.example",
+                 "127.0.0.1.nip.io"]:
+        status, _, body = get(base + "/api/nodes", {"Host": host})
+        assert status == 421, (host, status, body)
+    for host in ["127.0.0.1:80", "127.1", "[::1]:9464", "LOCALHOST"]:
+        assert get(base + "/api/nodes", {"Host": host})[0] == 200, host
     assert get(base + f"/node/{ids[0]}")[2].startswith("<!doctype html>")
 
     events = http.client.HTTPConnection(base[len("http://"):], timeout=10)
@@ -180,6 +187,9 @@ def check_agent_tls_and_token(tmp):
     # Never sent to another site after the token: a path like //evil.example goes to /.
     status, headers, _ = get(base + "//evil.example/x?token=the-http-token-42", context=trusted)
     assert status == 303 and headers["Location"] == "/", (status, dict(headers))
+    # A tab a browser would drop (/<TAB>/evil.example is //evil.example to it) stays encoded.
+    status, headers, _ = get(base + "/%09/evil.example?token=the-http-token-42", context=trusted)
+    assert status == 303 and headers["Location"] == "/%09/evil.example", (status, dict(headers))
     jar = {"Cookie": cookie.split(";")[0]}
     status, _, body = get(base + "/api/snapshot", jar, context=trusted)
     assert status == 200 and json.loads(body)["generation"] == 1, (status, body)
