@@ -783,6 +783,45 @@ Outcome HealthValid(const Options& o) {
   });
 }
 
+// OK without a report tells the host "rescan: something changed that only discover reads". A
+// wait that says so at once, again and again, while discover shows the same devices in the same
+// health, keeps the host's health watch rescanning in a loop. Empty when the wait is honest.
+std::string BusyHealthWait(const LoadedPlugin& p, const Discovery& before, uint32_t timeout_ms) {
+  constexpr int kWaits = 4;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kWaits; ++i) {
+    PluginReport report;
+    Collector collector(&report);
+    rayaccel_health_wait_args args{};
+    args.struct_size = sizeof(args);
+    args.timeout_ms = timeout_ms;
+    args.sink = collector.sink();
+    ErrorBuffer err;
+    const rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
+      return p.api().wait_health_events(p.instance(), &args, e);
+    });
+    if (rc != RAYACCEL_STATUS_OK || !report.health.empty()) return "";
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  if (ms >= static_cast<int64_t>(timeout_ms) * kWaits / 2) return "";  // it did wait
+  Discovery after = Discover(p, false, false, false);
+  if (!after.error.empty()) return "";  // something did change: discover now fails
+  auto same = [](const Device& a, const Device& b) {
+    return a.id == b.id && a.health == b.health && a.health_reason == b.health_reason;
+  };
+  if (!std::equal(before.report.devices.begin(), before.report.devices.end(),
+                  after.report.devices.begin(), after.report.devices.end(), same)) {
+    return "";
+  }
+  return absl::StrCat(
+      "wait_health_events returned OK ", kWaits + 1, " times in a row within ", ms,
+      " ms without reporting a change (set_health), and discover shows the same devices in the "
+      "same health: a host would rescan in a loop. Return TIMEOUT when nothing changed within "
+      "args->timeout_ms; OK only after set_health, or when a rescan would read something new");
+}
+
 // wait_health_events returns within its timeout (a host in-process would otherwise wait on it
 // forever) and reports only devices of the last discover.
 Outcome HealthWaitBounded(const Options& o) {
@@ -822,6 +861,11 @@ Outcome HealthWaitBounded(const Options& o) {
       bool known = std::any_of(d.report.devices.begin(), d.report.devices.end(),
                                [&](const Device& dev) { return dev.index == index; });
       if (!known) return Outcome::Fail(absl::StrCat("health event for unknown device ", index));
+    }
+    if (rc == RAYACCEL_STATUS_OK && report.health.empty()) {
+      if (std::string busy = BusyHealthWait(p, d, kTimeoutMs); !busy.empty()) {
+        return Outcome::Fail(busy);
+      }
     }
     return Outcome::Pass(rc == RAYACCEL_STATUS_OK ? "reported a change"
                                                   : absl::StrCat("no change in ", ms, " ms"));
@@ -1638,8 +1682,9 @@ const std::vector<Check>& AllChecks() {
       {"health.valid", 2, "health states and reasons are valid and name reported devices", false,
        HealthValid},
       {"health.wait_bounded", 2,
-       "wait_health_events returns within its timeout and reports only known devices", true,
-       HealthWaitBounded},
+       "wait_health_events returns within its timeout, reports only known devices, and does not "
+       "claim changes it cannot show",
+       true, HealthWaitBounded},
       {"allocation.quantity_consistent", 2,
        "validate_quantity answers the same twice and explains refusals", true, QuantityConsistent},
       {"allocation.env_names_the_set", 2, "the environment for a device set names exactly that set",

@@ -240,6 +240,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"sets-ld-preload", "allocation.env_names_the_set",
                     "prepare_allocation set LD_PRELOAD"},
         Expectation{"hung-health", "health.wait_bounded", "hung: no answer within 3 s"},
+        Expectation{"busy-health", "health.wait_bounded", "returned OK 5 times in a row within"},
         Expectation{"changes-state", "process.state_untouched", "the working directory (/"},
         Expectation{"control-chars", "process.clean_text",
                     "1 log line(s) with control characters"}),
