@@ -529,6 +529,50 @@ Outcome TwoInstances(const Options& o) {
   });
 }
 
+// initialize_args.config is valid for the call only. A plugin that keeps the host's pointers
+// instead of copying works in a host that happens to keep them (as this suite's options do)
+// and reads freed memory in one that does not (the registry). So: one instance whose
+// configuration values are overwritten, same length, once initialize returns, against one whose
+// are kept; their answers must agree.
+Outcome ConfigCopied(const Options& o) {
+  return Isolated(o, false, [&]() -> Outcome {
+    std::map<std::string, std::string> config = o.config;
+    if (config.empty()) return Outcome::Skip("no configuration given (--config)");
+    absl::StatusOr<std::unique_ptr<LoadedPlugin>> scribbled = LoadedPlugin::Open(o.plugin_path);
+    if (!scribbled.ok()) return Outcome::Fail(std::string(scribbled.status().message()));
+    if (absl::Status st = (*scribbled)->Initialize(config); !st.ok()) {
+      return Outcome::Fail(std::string(st.message()));
+    }
+    for (auto& [key, value] : config) {  // the host's copies, after the call: any other bytes
+      for (char& c : value) c = c == 'x' ? 'y' : 'x';
+    }
+    Loaded kept = Load(o);
+    if (kept.plugin == nullptr) return Outcome::Fail(kept.error);
+    Discovery a = Discover(**scribbled, true, false, false);
+    Discovery b = Discover(*kept.plugin, true, false, false);
+    auto same = [](const Device& x, const Device& y) {
+      return x.id == y.id && x.name == y.name && x.accelerator_type == y.accelerator_type &&
+             x.architecture == y.architecture && x.memory_bytes == y.memory_bytes &&
+             x.pci_bus_id == y.pci_bus_id;
+    };
+    const bool agree = a.error == b.error && a.report.labels == b.report.labels &&
+                       std::equal(a.report.devices.begin(), a.report.devices.end(),
+                                  b.report.devices.begin(), b.report.devices.end(), same);
+    if (agree) return Outcome::Pass();
+    std::string what = a.error != b.error
+                           ? absl::StrCat("discover: \"", EscapeControl(a.error),
+                                          "\" instead of \"", EscapeControl(b.error), "\"")
+                           : "its devices or labels differ";
+    return Outcome::Fail(absl::StrCat(
+        "copy the configuration in initialize: initialize_args.config is valid for the call "
+        "only, and this plugin's answers changed once the host overwrote its copies of the "
+        "values after initialize returned (",
+        what,
+        "); a host that frees them (the registry) "
+        "makes the plugin read freed memory"));
+  });
+}
+
 Outcome AnswersValid(const Options& o) {
   return RunIn(o, [&o](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, true);
@@ -1651,6 +1695,8 @@ const std::vector<Check>& AllChecks() {
       {"lifecycle.repeated", 1, "initialize/shutdown work three times in a row", false,
        LifecycleRepeated},
       {"lifecycle.two_instances", 1, "two instances of one library coexist", false, TwoInstances},
+      {"lifecycle.config_copied", 1,
+       "the configuration is copied in initialize, not kept by pointer", true, ConfigCopied},
       {"lifecycle.shutdown_without_initialize", 1,
        "shutdown(NULL) returns a status instead of crashing", false, ShutdownWithoutInitialize},
       {"lifecycle.failures_explained", 2,

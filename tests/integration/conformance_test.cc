@@ -205,8 +205,10 @@ TEST_P(Zoo, FailsTheRightCheck) {
   if (std::string(e.plugin) == "leak") GTEST_SKIP() << "ASan's allocator is invisible to mallinfo2";
 #endif
   // --tier 2 so that failing any check fails the run; a short timeout for the hanging one.
-  Report r = Conform(TestPlugin(e.plugin),
-                     {"--tier", "2", "--timeout", std::string(e.plugin) == "hang" ? "1" : "3"});
+  std::vector<std::string> args = {"--tier", "2", "--timeout",
+                                   std::string(e.plugin) == "hang" ? "1" : "3"};
+  if (std::string(e.plugin) == "keeps-config") args.insert(args.end(), {"--config", "name=H100"});
+  Report r = Conform(TestPlugin(e.plugin), args);
   EXPECT_EQ(r.exit_code, 1) << "the suite must survive and report";
   ASSERT_EQ(r.checks.count(e.check), 1u);
   EXPECT_EQ(r.checks[e.check].first, "fail");
@@ -240,6 +242,8 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"sets-ld-preload", "allocation.env_names_the_set",
                     "prepare_allocation set LD_PRELOAD"},
         Expectation{"hung-health", "health.wait_bounded", "hung: no answer within 3 s"},
+        Expectation{"keeps-config", "lifecycle.config_copied",
+                    "copy the configuration in initialize"},
         Expectation{"busy-health", "health.wait_bounded", "returned OK 5 times in a row within"},
         Expectation{"changes-state", "process.state_untouched", "the working directory (/"},
         Expectation{"control-chars", "process.clean_text",
@@ -261,6 +265,7 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
       {"lifecycle.repeated", "the registry initializes once"},
       {"lifecycle.two_instances", "the registry loads one instance"},
       {"lifecycle.shutdown_without_initialize", "the registry never does that"},
+      {"lifecycle.config_copied", "needs the host's copies overwritten under the plugin"},
       {"lifecycle.failures_explained", "a request, not a scan"},
       {"discovery.ids_stable", "needs two scans"},
       {"process.quiet_stdout", "isolation keeps stdout away from the host"},

@@ -41,6 +41,10 @@ struct rayaccel_plugin_instance {
   /* FAULT_CRASH_ONCE: crash in discover unless this file exists;
    * FAULT_HANGS_WHILE_MARKER: discover waits while it exists. */
   char marker[256];
+#ifdef FAULT_KEEPS_CONFIG
+  /* The value of config key "name", kept by pointer instead of copied. */
+  rayaccel_string kept_name;
+#endif
 };
 
 /* An older plugin's view of rayaccel_device_info: what a 1.0 plugin compiled against a header
@@ -109,6 +113,9 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
         memcpy(self->marker, e->value.data, e->value.size);
         self->marker[e->value.size] = '\0';
       }
+#ifdef FAULT_KEEPS_CONFIG
+      if (e->key.size == 4 && memcmp(e->key.data, "name", 4) == 0) self->kept_name = e->value;
+#endif
     }
   }
   args->instance = self;
@@ -269,6 +276,25 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
     d.id.size = 8;
     sink->add_device(sink->host_context, &d);
     return add_gpu(sink, 1, "GPU-test-1", "NVIDIA A100-SXM4-40GB");
+  }
+#elif defined(FAULT_KEEPS_CONFIG)
+  {
+    /* Names its device after the kept pointer: whatever the host left there. */
+    rayaccel_device_info d;
+    (void)add_gpu;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = sizeof(d);
+    d.id.data = "GPU-kept-0";
+    d.id.size = 10;
+    d.name = instance->kept_name;
+    if (d.name.size == 0) {
+      d.name.data = "NVIDIA A100";
+      d.name.size = 11;
+    }
+    d.memory_bytes = 42949672960u;
+    d.numa_node = 0;
+    d.health = RAYACCEL_HEALTH_HEALTHY;
+    return sink->add_device(sink->host_context, &d);
   }
 #elif defined(FAULT_ABSURD_COUNT)
   {
