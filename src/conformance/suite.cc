@@ -827,6 +827,18 @@ Outcome HealthValid(const Options& o) {
   });
 }
 
+// One wait_health_events call into `report`; the plugin's message lands in `err`.
+rayaccel_status WaitHealthOnce(const LoadedPlugin& p, uint32_t timeout_ms, PluginReport* report,
+                               ErrorBuffer* err) {
+  Collector collector(report);
+  rayaccel_health_wait_args args{};
+  args.struct_size = sizeof(args);
+  args.timeout_ms = timeout_ms;
+  args.sink = collector.sink();
+  return CallPlugin(
+      err, [&](rayaccel_error* e) { return p.api().wait_health_events(p.instance(), &args, e); });
+}
+
 // OK without a report tells the host "rescan: something changed that only discover reads". A
 // wait that says so at once, again and again, while discover shows the same devices in the same
 // health, keeps the host's health watch rescanning in a loop. Empty when the wait is honest.
@@ -835,15 +847,8 @@ std::string BusyHealthWait(const LoadedPlugin& p, const Discovery& before, uint3
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kWaits; ++i) {
     PluginReport report;
-    Collector collector(&report);
-    rayaccel_health_wait_args args{};
-    args.struct_size = sizeof(args);
-    args.timeout_ms = timeout_ms;
-    args.sink = collector.sink();
     ErrorBuffer err;
-    const rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
-      return p.api().wait_health_events(p.instance(), &args, e);
-    });
+    const rayaccel_status rc = WaitHealthOnce(p, timeout_ms, &report, &err);
     if (rc != RAYACCEL_STATUS_OK || !report.health.empty()) return "";
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -878,16 +883,9 @@ Outcome HealthWaitBounded(const Options& o) {
     if (!d.error.empty()) return Outcome::Fail(d.error);
     constexpr uint32_t kTimeoutMs = 200;
     PluginReport report;
-    Collector collector(&report);
-    rayaccel_health_wait_args args{};
-    args.struct_size = sizeof(args);
-    args.timeout_ms = kTimeoutMs;
-    args.sink = collector.sink();
     ErrorBuffer err;
     auto start = std::chrono::steady_clock::now();
-    rayaccel_status rc = CallPlugin(&err, [&](rayaccel_error* e) {
-      return p.api().wait_health_events(p.instance(), &args, e);
-    });
+    rayaccel_status rc = WaitHealthOnce(p, kTimeoutMs, &report, &err);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - start)
                   .count();
