@@ -52,7 +52,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 4
+#define RAYACCEL_ABI_VERSION_MINOR 5
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -482,6 +482,39 @@ typedef struct rayaccel_transfer_args {
   rayaccel_transfer_path path;
 } rayaccel_transfer_args;
 
+/* The most entries one transfer_batch call carries. Since 1.5. */
+#define RAYACCEL_TRANSPORT_MAX_BATCH ((uint32_t)4096)
+
+/* One transfer of a batch: the fields of rayaccel_transfer_args that differ per transfer, with
+ * the same rules (both ranges inside their regions, length > 0). Host-owned, valid for the
+ * transfer_batch call. Frozen: it travels in an array, so a later version adds a new entry
+ * type rather than a field. Since 1.5. */
+typedef struct rayaccel_transfer_entry {
+  rayaccel_memory_region *local; /* registered on the connection's endpoint */
+  uint64_t local_offset;
+  rayaccel_blob remote_descriptor; /* as in rayaccel_transfer_args: the owner decides */
+  uint64_t remote_offset;
+  uint64_t length;
+} rayaccel_transfer_entry;
+
+/* Many READs or WRITEs on one connection as one request (NIXL's transfer list). The plugin
+ * keeps them in flight together; each entry succeeds or fails on its own. Since 1.5. */
+typedef struct rayaccel_transfer_batch_args {
+  size_t struct_size;
+  rayaccel_connection *connection;
+  rayaccel_transfer_op op; /* every entry's */
+  uint32_t count;          /* 1..RAYACCEL_TRANSPORT_MAX_BATCH */
+  const rayaccel_transfer_entry *entries; /* `count` entries; valid for the call */
+  /* out: one status per entry, host-owned: OK, or why that entry failed (STALE,
+   * INVALID_ARGUMENT, PEER_LOST, ...). The plugin writes them all before transfer_batch
+   * returns OK with `request` NULL, or in the `poll` that ends the request, and never after
+   * `abandon` or `close_endpoint`. The host keeps them valid until then. */
+  rayaccel_status *statuses;
+  /* out: poll it until it completes: OK when every entry succeeded, else the first failed
+   * entry's status with its reason. NULL: every entry completed within the call. */
+  rayaccel_request *request;
+} rayaccel_transfer_batch_args;
+
 typedef struct rayaccel_notify_args {
   size_t struct_size;
   rayaccel_connection *connection;
@@ -542,6 +575,13 @@ typedef struct rayaccel_transport_api {
   /* Closes a connection: requests in flight on it fail with PEER_LOST when polled. Since
    * 1.1. */
   rayaccel_status (*close)(rayaccel_connection *connection, rayaccel_error *error);
+  /* Starts every entry of a batch and returns one request for them all. A non-OK return
+   * means no entry was started (a malformed batch, a failed connection); an entry the owner
+   * refuses fails alone, in `statuses`. Entries land in no promised order among themselves;
+   * a later flush or notify still waits for all of them. Optional: where it is NULL (or the
+   * negotiated minor is below 5) the host issues the entries one `transfer` at a time.
+   * Since 1.5. */
+  rayaccel_status (*transfer_batch)(rayaccel_transfer_batch_args *args, rayaccel_error *error);
 } rayaccel_transport_api;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -678,8 +718,14 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, type_name) == sizeof(rayaccel_
 /* Fields added in a minor version stay where that version put them (1.1's sizes on LP64). */
 static_assert(offsetof(rayaccel_link, type_name) == 56, "rayaccel_link: 1.2 field moved");
 static_assert(offsetof(rayaccel_sink, last_refusal) == 72, "rayaccel_sink: 1.2 field moved");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close) == sizeof(rayaccel_transport_api),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, transfer_batch) ==
+                  sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");
+static_assert(offsetof(rayaccel_transport_api, transfer_batch) == 120,
+              "rayaccel_transport_api: 1.5 field moved");
+static_assert(sizeof(rayaccel_transfer_entry) == 48, "rayaccel_transfer_entry is frozen");
+static_assert(sizeof(rayaccel_transfer_batch_args) == 48,
+              "rayaccel_transfer_batch_args: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, key) == sizeof(rayaccel_endpoint_args),
               "rayaccel_endpoint_args: append fields only, and update this check");
 static_assert(offsetof(rayaccel_endpoint_args, key) == 40,

@@ -17,8 +17,13 @@
 //   Unimplemented       the plugin or the host cannot do it (no UCX, no device memory support)
 //   Internal, ResourceExhausted  a local fault
 //
-// Thread-safety: every method may be called from any thread. A Request belongs to one
-// thread at a time and must end (Wait until done, or be destroyed) before its Transport.
+// Many small transfers (a model's tensors, a request's KV-cache blocks) go as one batch:
+// PrepareBatch checks every entry once (NIXL's prepXfer), Post issues them all as one
+// BatchRequest (postXfer), as often as wanted; the plugin keeps them in flight together and
+// each entry succeeds or fails on its own. ReadBatch and WriteBatch do both at once.
+//
+// Thread-safety: every method may be called from any thread. A Request or BatchRequest belongs
+// to one thread at a time and must end (Wait until done, or be destroyed) before its Transport.
 #ifndef RAYACCEL_TRANSPORT_H_
 #define RAYACCEL_TRANSPORT_H_
 
@@ -37,6 +42,7 @@
 #include "absl/time/time.h"
 
 struct rayaccel_request;
+enum rayaccel_status : uint32_t;  // rayaccel/plugin.h's
 
 namespace rayaccel {
 
@@ -53,6 +59,17 @@ enum class TransferPath {
 };
 // "fabric", "staged", "device-ipc", "unreported".
 const char* TransferPathName(TransferPath path);
+
+enum class TransferOp { kRead = 0, kWrite = 1 };
+
+// One transfer of a batch: as Read's or Write's arguments.
+struct TransferEntry {
+  uint64_t local = 0;  // a region of this transport (Transport::RegionId)
+  uint64_t local_offset = 0;
+  std::string descriptor;  // the peer's Describe() of its region
+  uint64_t remote_offset = 0;
+  uint64_t length = 0;
+};
 
 struct TransportOptions {
   std::string plugin;                         // a name ("sim") or a path to the .so
@@ -114,6 +131,61 @@ class Request {
   absl::Status result_;
 };
 
+// A batch whose entries were checked once: post it any number of times (Transport::Post).
+// Copyable; it names regions by id, so a region deregistered since fails the post, clearly.
+class PreparedBatch {
+ public:
+  size_t size() const { return entries_.size(); }
+  TransferOp op() const { return op_; }
+
+ private:
+  friend class Transport;
+  struct Entry {
+    uint64_t local, local_offset;
+    std::string payload;  // the plugin's part of the descriptor
+    uint64_t remote_endpoint, remote_region, remote_offset, length;
+  };
+  TransferOp op_ = TransferOp::kRead;
+  uint64_t connection_ = 0;
+  uint64_t endpoint_ = 0;  // the transport that prepared it
+  std::vector<Entry> entries_;
+};
+
+// A batch in flight. Move-only; destroying one that has not completed abandons it.
+class BatchRequest {
+ public:
+  BatchRequest() = default;
+  BatchRequest(BatchRequest&&) noexcept = default;
+  BatchRequest& operator=(BatchRequest&&) noexcept = default;
+
+  // Blocks until every entry ended or `deadline` passes. OK when all landed; when some failed,
+  // the first failed entry's error, saying how many failed; DeadlineExceeded while any is in
+  // flight (Wait may be called again).
+  absl::Status Wait(absl::Time deadline);
+  absl::Status Test() { return Wait(absl::InfinitePast()); }
+  bool done() const;
+  size_t size() const { return entries_.size(); }
+  // Entry i's outcome, once Wait returned other than DeadlineExceeded.
+  const absl::Status& entry(size_t i) const { return entries_.at(i); }
+  size_t failed() const;
+
+ private:
+  friend class Transport;
+  // One plugin request for entries [begin, end): a batch (statuses, one per entry, which the
+  // plugin writes when it ends) or, for a plugin without batches, one transfer. Declared
+  // before the request, so that an unfinished request is abandoned before they are freed.
+  struct Part {
+    std::unique_ptr<rayaccel_status[]> statuses;
+    size_t begin = 0, end = 0;
+    Request request;
+    bool ended = false;
+  };
+  void End(Part& part, const absl::Status& status);
+  std::vector<Part> parts_;
+  std::vector<absl::Status> entries_;
+  absl::Status result_;
+};
+
 class Transport {
  public:
   using RegionId = uint64_t;
@@ -170,6 +242,18 @@ class Transport {
   // A message (1..1024 bytes) the peer receives after everything issued before it on this
   // connection has landed.
   absl::StatusOr<Request> Notify(ConnectionId connection, absl::string_view message);
+  // Checks every entry as Read or Write checks one (InvalidArgument naming the first bad entry)
+  // and keeps what the checks decoded; 1 or more entries, any number.
+  absl::StatusOr<PreparedBatch> PrepareBatch(TransferOp op, ConnectionId connection,
+                                             const std::vector<TransferEntry>& entries) const;
+  // Issues every entry of the batch, as one plugin call per 4096 entries (ABI 1.5), or one
+  // transfer each where the plugin has no batches. An error means nothing started.
+  absl::StatusOr<BatchRequest> Post(const PreparedBatch& batch);
+  absl::StatusOr<BatchRequest> ReadBatch(ConnectionId connection,
+                                         const std::vector<TransferEntry>& entries);
+  absl::StatusOr<BatchRequest> WriteBatch(ConnectionId connection,
+                                          const std::vector<TransferEntry>& entries);
+
   // Completes when every transfer issued on the connection so far has landed at the peer.
   absl::StatusOr<Request> Flush(ConnectionId connection);
 

@@ -218,7 +218,7 @@ class Reader {
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
-constexpr uint16_t kWireVersion = 3;
+constexpr uint16_t kWireVersion = 4;  // 4: batches (kGetBatch..kPutBatchAck)
 constexpr size_t kDescriptorBytes = 32;
 // Descriptor flags (the U16 after the version).
 constexpr uint16_t kMappable = 1;       // device memory the owner maps for readers on its host
@@ -245,8 +245,13 @@ enum AmId : unsigned {
   kGetReply = 11,  // owner -> reader (data): the bytes, or why not
   kPut = 12,       // reader -> owner (data): store these bytes in a region
   kPutAck = 13,    // owner -> reader (data): stored, or why not
+  kGetBatch = 19,       // reader -> owner (data): send me these ranges (a batch's small entries)
+  kGetBatchReply = 20,  // owner -> reader (data): each range's status, then the bytes of those
+                        // served, in order
+  kPutBatch = 21,       // reader -> owner (data): these ranges, then their bytes, in order
+  kPutBatchAck = 22,    // owner -> reader (data): each range's status
   kFirstAm = kHello,
-  kLastAm = kUnmapped,
+  kLastAm = kPutBatchAck,
 };
 
 // Why an owner refused a reader, as kRefused says.
@@ -362,6 +367,13 @@ namespace rayaccel::plugin::ucx {
 constexpr uint64_t kStagedPiece = 4ull << 20;
 // Pieces of one staged transfer in flight at a time.
 constexpr uint32_t kPiecesInFlight = 4;
+// A batch's small entries travel together, as chunks of at most kChunkEntries ranges and
+// kChunkBytes bytes: one message each way per chunk instead of one per entry. An entry larger
+// than kChunkEntryMax goes alone, zero-copy, as a transfer does.
+constexpr uint32_t kChunkEntries = 256;
+constexpr uint64_t kChunkBytes = 256ull << 10;
+constexpr uint64_t kChunkEntryMax = 64ull << 10;
+constexpr size_t kRangeBytes = 24;  // region, offset, length on the wire
 // Page-locked pieces an endpoint keeps (64 MiB); pieces beyond go through pageable memory.
 constexpr size_t kPinnedPieces = 16;
 
@@ -467,7 +479,7 @@ struct RemoteRegion {
 }  // namespace rayaccel::plugin::ucx
 
 struct rayaccel_request {
-  enum class Kind { kRead, kWrite, kFlush, kNotify };
+  enum class Kind { kRead, kWrite, kFlush, kNotify, kBatch };
   rayaccel_transport_endpoint* endpoint = nullptr;
   rayaccel_connection* connection = nullptr;  // null once the connection is closed
   Kind kind = Kind::kRead;
@@ -505,6 +517,24 @@ struct rayaccel_request {
   bool held = false;
   bool queued = false;  // in the endpoint's ready_groups: not freed until taken from it
   std::string first_why;
+  // A batch (Kind::kBatch): each entry's outcome, copied to the host's array by the poll that
+  // ends it, and its parts still running (`held` while the call that made it issues; its first
+  // failure in `reply` and `first_why`).
+  std::vector<rayaccel_status> entry_status;
+  rayaccel_status* statuses_out = nullptr;
+  uint32_t parts_running = 0;
+  // A part of a batch: the batch, and which entry it moves (a transfer of its own) or which
+  // entries (a chunk: one message each way for many small ranges, each with its status).
+  rayaccel_request* batch = nullptr;
+  uint32_t entry = 0;
+  struct ChunkEntry {
+    uint32_t entry;
+    char* local;
+    uint64_t length;
+    rayaccel_status status;
+  };
+  std::vector<ChunkEntry> chunk;
+  std::string scratch;  // a chunk read's reply, received whole before its bytes are scattered
 };
 
 struct rayaccel_memory_region {
@@ -648,6 +678,7 @@ struct rayaccel_transport_endpoint {
     uint64_t token;
     unsigned id;
     std::string bytes;
+    std::string payload = {};  // an acknowledgement's data (kPutBatchAck's statuses)
   };
   std::vector<Outgoing> outbox;
   // Page-locked host buffers for staged pieces; null without device memory.
@@ -658,6 +689,13 @@ struct rayaccel_transport_endpoint {
     rayaccel_status status;
   };
   std::vector<GetServe> gets;
+  // Batched reads to serve, likewise: the ranges, or why the whole message is refused.
+  struct BatchServe {
+    uint64_t token, id;
+    rayaccel_status status;
+    std::vector<std::array<uint64_t, 3>> ranges;  // region, offset, length
+  };
+  std::vector<BatchServe> batch_gets;
   std::vector<rayaccel_request*> ready_notifications;  // their barrier passed: send them
   // Staged groups with a piece ended in a UCX callback: their next pieces go out after
   // progress returns (IssueReadyGroups), as replies do, never from inside a callback.
@@ -732,11 +770,12 @@ ucp_request_param_t SendParams(ucp_send_nbx_callback_t done, void* user_data, bo
 }
 
 // Sends a message that nobody waits for; its bytes live until UCX is done with them. Caller
-// holds mu, outside UCX callbacks.
-void SendMessage(ucp_ep_h uep, unsigned id, std::string header, std::string bytes) {
+// holds mu, outside UCX callbacks. `eager` for a small one; a large one UCX may rendezvous.
+void SendMessage(ucp_ep_h uep, unsigned id, std::string header, std::string bytes,
+                 bool eager = true) {
   if (uep == nullptr) return;
   auto* send = new Send{std::move(header), std::move(bytes)};
-  ucp_request_param_t p = SendParams(SendDone, send, /*eager=*/true);
+  ucp_request_param_t p = SendParams(SendDone, send, eager);
   ucs_status_ptr_t r =
       Lib().ucp_am_send_nbx(uep, id, send->header.empty() ? nullptr : send->header.data(),
                             send->header.size(), send->bytes.data(), send->bytes.size(), &p);
@@ -758,6 +797,30 @@ void PieceDone(Request* group, rayaccel_status status, const std::string& why);
 void IssuePieces(Request* group);
 void MaybeCompleteGroup(Request* group);
 void IssueReadyGroups(Ep* ep);
+void BatchPartDone(Request* batch, Request* part);
+
+// Why an owner refused a range, in the words a reader's error gives.
+const char* RefusalText(rayaccel_status status) {
+  switch (status) {
+    case RAYACCEL_STATUS_OK:
+      return "";
+    case RAYACCEL_STATUS_STALE:
+      return "the peer has deregistered the region";
+    case RAYACCEL_STATUS_INVALID_ARGUMENT:
+      return "the peer refused the range (not inside a region it holds)";
+    default:
+      return "the peer could not serve the range";
+  }
+}
+
+// Only the statuses an owner gives for a range; anything else is the owner's bug.
+rayaccel_status OwnerStatus(uint32_t status) {
+  const auto s = static_cast<rayaccel_status>(status);
+  return s == RAYACCEL_STATUS_OK || s == RAYACCEL_STATUS_STALE ||
+                 s == RAYACCEL_STATUS_INVALID_ARGUMENT
+             ? s
+             : RAYACCEL_STATUS_INTERNAL;
+}
 
 // The request's outcome; later outcomes are ignored. Caller holds mu.
 void Complete(Request* r, rayaccel_status status, std::string why = {}) {
@@ -773,6 +836,41 @@ void Complete(Request* r, rayaccel_status status, std::string why = {}) {
     CheckBarriers(c);
   }
   if (r->group != nullptr) PieceDone(r->group, r->status, r->why);
+  if (r->batch != nullptr) BatchPartDone(r->batch, r);
+}
+
+// --- Batches
+
+// Entry `i` of `batch` ended; the batch keeps its first failure for the poll.
+void SetEntry(Request* batch, uint32_t i, rayaccel_status status, const std::string& why) {
+  batch->entry_status[i] = status;
+  if (status != RAYACCEL_STATUS_OK && batch->reply == RAYACCEL_STATUS_OK) {
+    batch->reply = status;
+    batch->first_why = "entry " + std::to_string(i) + ": " + (why.empty() ? "failed" : why);
+  }
+}
+
+// The batch ends once the call that made it returned and no part is running.
+void MaybeCompleteBatch(Request* batch) {
+  if (batch->held || batch->parts_running > 0 || batch->done) return;
+  Complete(batch, batch->reply, batch->first_why);
+  MaybeFree(batch);
+}
+
+// A part ended: its entries take its outcome (a chunk's own, per range, when it got through).
+void BatchPartDone(Request* batch, Request* part) {
+  part->batch = nullptr;
+  if (part->chunk.empty()) {
+    SetEntry(batch, part->entry, part->status, part->why);
+  } else {
+    for (const Request::ChunkEntry& e : part->chunk) {
+      const bool whole = part->status != RAYACCEL_STATUS_OK;
+      SetEntry(batch, e.entry, whole ? part->status : e.status,
+               whole ? part->why : RefusalText(e.status));
+    }
+  }
+  batch->parts_running--;
+  MaybeCompleteBatch(batch);
 }
 
 // A piece of `group` ended: the next one goes out while all is well; the group ends once no
@@ -814,10 +912,9 @@ void MaybeCompleteGroup(Request* group) {
 void MaybeCompleteWrite(Request* r) {
   if (r->kind != Request::Kind::kWrite || !r->replied || r->ucx != 0) return;
   Complete(r, r->reply,
-           r->reply == RAYACCEL_STATUS_OK      ? ""
-           : r->reply == RAYACCEL_STATUS_STALE ? "the peer has deregistered the region"
-           : r->reply == RAYACCEL_STATUS_INVALID_ARGUMENT
-               ? "the peer refused the range (not inside a region it holds)"
+           r->reply == RAYACCEL_STATUS_OK || r->reply == RAYACCEL_STATUS_STALE ||
+                   r->reply == RAYACCEL_STATUS_INVALID_ARGUMENT
+               ? RefusalText(r->reply)
                : "the peer could not store the bytes");
 }
 
@@ -894,6 +991,42 @@ void ReadReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, voi
     LandRead(r, r->staged ? r->staging.data() : r->local);
   } else {
     Complete(r, FromUcs(status), "the read's bytes did not arrive: " + StatusText(status));
+  }
+  MaybeFree(r);
+}
+
+// A chunk read's reply (each range's status, then the served ranges' bytes in order) lands
+// where each entry goes; a reply of another shape fails the whole chunk.
+void LandChunk(Request* r, const char* reply, size_t size) {
+  const size_t head = r->chunk.size() * 4;
+  uint64_t want = head;
+  Reader in(reply, size);
+  for (Request::ChunkEntry& e : r->chunk) {
+    e.status = OwnerStatus(in.U32());
+    if (e.status == RAYACCEL_STATUS_OK) want += e.length;
+  }
+  if (size < head || want != size) {
+    Complete(r, RAYACCEL_STATUS_INTERNAL, "the peer answered a batch read with another length");
+    return;
+  }
+  const char* at = reply + head;
+  for (const Request::ChunkEntry& e : r->chunk) {
+    if (e.status != RAYACCEL_STATUS_OK) continue;
+    std::memcpy(e.local, at, e.length);
+    at += e.length;
+  }
+  std::string().swap(r->scratch);
+  Complete(r, RAYACCEL_STATUS_OK);
+}
+
+void ChunkReceived(void* ucx_request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  auto* r = static_cast<Request*>(user_data);
+  Lib().ucp_request_free(ucx_request);
+  r->ucx--;
+  if (status == UCS_OK) {
+    LandChunk(r, r->scratch.data(), r->scratch.size());
+  } else {
+    Complete(r, FromUcs(status), "the batch's bytes did not arrive: " + StatusText(status));
   }
   MaybeFree(r);
 }
@@ -1351,6 +1484,96 @@ void ServeGets(Ep* ep) {
   }
 }
 
+// Sends the batched reads validated in the handler: each range's status, then the bytes of
+// those served, copied out of the regions now (a range is checked again: a region may have
+// gone since), so no region is held while the reply travels.
+void ServeBatchGets(Ep* ep) {
+  std::vector<Ep::BatchServe> batches;
+  batches.swap(ep->batch_gets);
+  for (const Ep::BatchServe& b : batches) {
+    Peer* p = PeerByToken(ep, b.token);
+    ucp_ep_h data = p != nullptr && !p->failed ? DataOf(p->link) : nullptr;
+    if (data == nullptr) continue;
+    if (b.status != RAYACCEL_STATUS_OK) {
+      SendMessage(data, kGetBatchReply, ReplyHeader(b.token, b.id, b.status), {});
+      continue;
+    }
+    std::string reply(b.ranges.size() * 4, '\0');
+    Writer statuses;
+    for (const auto& [id, offset, length] : b.ranges) {
+      Region* region = nullptr;
+      rayaccel_status st = CheckRange(ep, id, offset, length, &region);
+      if (st == RAYACCEL_STATUS_OK) {
+        const char* from = static_cast<const char*>(region->base) + offset;
+        const size_t at = reply.size();
+        reply.resize(at + length);
+        std::string why;
+        if (!region->staged) {
+          std::memcpy(&reply[at], from, length);
+        } else if (ep->options.device_ops->ToHost(&reply[at], from, length, region->device,
+                                                  &why) != RAYACCEL_STATUS_OK) {
+          LogTo(ep, RAYACCEL_LOG_WARN, "a read of device memory failed: " + why);
+          reply.resize(at);
+          st = RAYACCEL_STATUS_INTERNAL;
+        }
+      }
+      statuses.U32(static_cast<uint32_t>(st));
+    }
+    std::memcpy(&reply[0], statuses.str().data(), statuses.str().size());
+    SendMessage(data, kGetBatchReply, ReplyHeader(b.token, b.id, RAYACCEL_STATUS_OK),
+                std::move(reply), /*eager=*/false);
+  }
+}
+
+// A reader's batched write, whole in `bytes` (the ranges, then their bytes in order): each
+// range is checked against the live regions and stored, and the reader hears each one's status.
+void ApplyPutBatch(Ep* ep, uint64_t token, uint64_t id, uint32_t n, const char* bytes,
+                   size_t size) {
+  Reader in(bytes, size);
+  std::vector<std::array<uint64_t, 3>> ranges(n);
+  uint64_t total = 0;
+  bool ok = true;
+  for (auto& r : ranges) {
+    r = {in.U64(), in.U64(), in.U64()};
+    ok = ok && r[2] <= kChunkBytes;
+    total += std::min(r[2], kChunkBytes + 1);
+  }
+  if (!ok || !in.ok() || total != size - n * kRangeBytes) {
+    ep->outbox.push_back(
+        {true, token, kPutBatchAck, ReplyHeader(token, id, RAYACCEL_STATUS_INVALID_ARGUMENT)});
+    return;
+  }
+  Writer statuses;
+  const char* at = bytes + n * kRangeBytes;
+  for (const auto& [region_id, offset, length] : ranges) {
+    Region* region = nullptr;
+    rayaccel_status st = CheckRange(ep, region_id, offset, length, &region);
+    if (st == RAYACCEL_STATUS_OK) {
+      st = StoreWrite(ep, region, static_cast<char*>(region->base) + offset, at, length);
+    }
+    at += length;
+    statuses.U32(static_cast<uint32_t>(st));
+  }
+  ep->outbox.push_back({true, token, kPutBatchAck,
+                        ReplyHeader(token, id, RAYACCEL_STATUS_OK), std::move(statuses.str())});
+}
+
+// A batched write too large for one eager message, received whole before it is applied.
+struct BatchPut {
+  Ep* ep;
+  uint64_t token, id;
+  uint32_t n;
+  std::string bytes;
+};
+
+void BatchPutReceived(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  Lib().ucp_request_free(request);
+  auto* b = static_cast<BatchPut*>(user_data);
+  b->ep->activity++;
+  if (status == UCS_OK) ApplyPutBatch(b->ep, b->token, b->id, b->n, b->bytes.data(), b->bytes.size());
+  delete b;
+}
+
 // A reader's write: checked against the owner's live regions before a byte lands. Inside a
 // UCX callback.
 void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t region,
@@ -1406,7 +1629,9 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
   Reader in(rndv ? nullptr : data, rndv ? 0 : length);
   // A large message the handler does not receive is dropped by returning: UCX then tells the
   // sender it is done with the bytes (ucp_am_data_release here would tell it twice).
-  if (rndv && id != kPut && id != kGetReply) return UCS_OK;
+  if (rndv && id != kPut && id != kGetReply && id != kPutBatch && id != kGetBatchReply) {
+    return UCS_OK;
+  }
   switch (id) {
     case kHello: {
       uint64_t uuid = in.U64(), token = in.U64();
@@ -1725,6 +1950,116 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       MaybeFree(r);
       return UCS_OK;
     }
+    case kGetBatch: {
+      uint64_t token = h.U64(), req = h.U64();
+      uint32_t n = h.U32();
+      if (!h.at_end()) break;
+      Peer* p = AdmittedPeer(ep, token);
+      if (p == nullptr) return UCS_OK;
+      p->deadline = PeerDeadline(ep);
+      Ep::BatchServe b{token, req, RAYACCEL_STATUS_OK, {}};
+      if (n == 0 || n > kChunkEntries || length != n * kRangeBytes) {
+        b.status = RAYACCEL_STATUS_INVALID_ARGUMENT;
+      } else {
+        b.ranges.resize(n);
+        uint64_t total = 0;
+        for (auto& r : b.ranges) {
+          r = {in.U64(), in.U64(), in.U64()};
+          total += std::min(r[2], kChunkBytes + 1);
+        }
+        if (total > kChunkBytes) {
+          b.status = RAYACCEL_STATUS_INVALID_ARGUMENT;
+          b.ranges.clear();
+        }
+      }
+      ep->batch_gets.push_back(std::move(b));
+      return UCS_OK;
+    }
+    case kPutBatch: {
+      uint64_t token = h.U64(), req = h.U64();
+      uint32_t n = h.U32();
+      if (!h.at_end()) break;
+      Peer* p = AdmittedPeer(ep, token);
+      if (p == nullptr) return UCS_OK;  // a large one is released unread
+      p->deadline = PeerDeadline(ep);
+      if (n == 0 || n > kChunkEntries || length < n * kRangeBytes ||
+          length > n * kRangeBytes + kChunkBytes) {
+        ep->outbox.push_back(
+            {true, token, kPutBatchAck, ReplyHeader(token, req, RAYACCEL_STATUS_INVALID_ARGUMENT)});
+        return UCS_OK;
+      }
+      if (!rndv) {
+        ApplyPutBatch(ep, token, req, n, static_cast<const char*>(data), length);
+        return UCS_OK;
+      }
+      auto* b = new BatchPut{ep, token, req, n, std::string(length, '\0')};
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv_am = BatchPutReceived;
+      param.user_data = b;
+      ucs_status_ptr_t r =
+          Lib().ucp_am_recv_data_nbx(fabric->worker, data, b->bytes.data(), length, &param);
+      if (r == nullptr) ApplyPutBatch(ep, token, req, n, b->bytes.data(), b->bytes.size());
+      if (r == nullptr || UCS_PTR_IS_ERR(r)) delete b;
+      return UCS_OK;
+    }
+    case kGetBatchReply:
+    case kPutBatchAck: {
+      uint64_t token = h.U64(), req = h.U64();
+      rayaccel_status status = OwnerStatus(h.U32());
+      Conn* c = h.at_end() ? ConnectionByToken(ep, token) : nullptr;
+      auto it = c != nullptr ? c->transfers.find(req) : decltype(c->transfers)::iterator();
+      const Request::Kind kind =
+          id == kGetBatchReply ? Request::Kind::kRead : Request::Kind::kWrite;
+      if (c == nullptr || it == c->transfers.end() || it->second->kind != kind ||
+          it->second->chunk.empty() || it->second->replied || c->failure != RAYACCEL_STATUS_OK) {
+        if (!h.at_end()) break;  // else late (failed or closed), or not ours
+        return UCS_OK;
+      }
+      Request* r = it->second;
+      c->last_heard = Clock::now();
+      r->replied = true;
+      if (kind == Request::Kind::kWrite) {
+        if (status == RAYACCEL_STATUS_OK) {
+          for (Request::ChunkEntry& e : r->chunk) e.status = OwnerStatus(in.U32());
+          if (!in.at_end()) status = RAYACCEL_STATUS_INTERNAL;  // another shape
+        }
+        r->reply = status;
+        MaybeCompleteWrite(r);  // or once UCX lets go of the local bytes
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      const uint64_t head = r->chunk.size() * 4;
+      if (status != RAYACCEL_STATUS_OK || length < head || length > head + r->length) {
+        Complete(r, status != RAYACCEL_STATUS_OK ? status : RAYACCEL_STATUS_INTERNAL,
+                 status != RAYACCEL_STATUS_OK ? "the peer refused the batch"
+                                              : "the peer answered a batch read with another length");
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      if (!rndv) {
+        LandChunk(r, static_cast<const char*>(data), length);
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      r->scratch.resize(length);
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.recv_am = ChunkReceived;
+      p.user_data = r;
+      ucs_status_ptr_t got =
+          Lib().ucp_am_recv_data_nbx(fabric->worker, data, r->scratch.data(), length, &p);
+      if (got == nullptr) {
+        LandChunk(r, r->scratch.data(), r->scratch.size());
+      } else if (UCS_PTR_IS_ERR(got)) {
+        Complete(r, FromUcs(UCS_PTR_STATUS(got)),
+                 "the batch's bytes did not arrive: " + StatusText(UCS_PTR_STATUS(got)));
+      } else {
+        r->ucx++;
+      }
+      MaybeFree(r);
+      return UCS_OK;
+    }
     default:
       break;
   }
@@ -1760,13 +2095,15 @@ void SendOutbox(Ep* ep) {
     ucp_ep_h uep = nullptr;
     if (o.to_peer) {
       Peer* p = PeerByToken(ep, o.token);
-      if (p != nullptr && !p->failed) uep = o.id == kPutAck ? DataOf(p->link) : ControlOf(p->link);
+      if (p != nullptr && !p->failed) {
+        uep = o.id == kPutAck || o.id == kPutBatchAck ? DataOf(p->link) : ControlOf(p->link);
+      }
     } else {
       Conn* c = ConnectionByToken(ep, o.token);
       if (c != nullptr && c->failure == RAYACCEL_STATUS_OK) uep = ControlOf(c->link);
     }
-    if (o.id == kPutAck) {
-      SendMessage(uep, o.id, std::move(o.bytes), {});
+    if (o.id == kPutAck || o.id == kPutBatchAck) {
+      SendMessage(uep, o.id, std::move(o.bytes), std::move(o.payload));
     } else {
       SendMessage(uep, o.id, {}, std::move(o.bytes));
     }
@@ -1929,6 +2266,7 @@ bool Progress(Ep* ep) {
   for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) any = true;
   SendOutbox(ep);
   ServeGets(ep);
+  ServeBatchGets(ep);
   SendReadyNotifications(ep);
   IssueReadyGroups(ep);
   ServeControl(ep);
@@ -2671,6 +3009,199 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
   });
 }
 
+// One small range of a batch, on its way into a chunk.
+struct ChunkItem {
+  uint32_t entry;
+  char* local;
+  uint64_t region, offset, length;
+};
+
+// Sends `items` as one chunk of `batch`: one message with every range (and, for a write, their
+// bytes), answered by one with each range's status (and, for a read, the bytes). Numbered as a
+// transfer, so flushes and notifications wait for it. Caller holds mu.
+void StartChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
+                      const std::vector<ChunkItem>& items) {
+  auto* r = new Request();
+  r->endpoint = ep;
+  r->connection = c;
+  r->kind = op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
+  r->abandoned = true;  // the batch's: freed once it ends
+  r->id = c->next_id++;
+  Writer w;
+  w.U64(c->token).U64(r->id).U32(static_cast<uint32_t>(items.size()));
+  r->header = std::move(w.str());
+  Writer body;
+  for (const ChunkItem& i : items) {
+    body.U64(i.region).U64(i.offset).U64(i.length);
+    r->chunk.push_back({i.entry, i.local, i.length, RAYACCEL_STATUS_OK});
+    r->length += i.length;
+  }
+  if (r->kind == Request::Kind::kWrite) {
+    for (const ChunkItem& i : items) body.Bytes(i.local, i.length);
+  }
+  r->payload = std::move(body.str());
+  ep->requests[r] = true;
+  c->transfers[r->id] = r;
+  r->batch = batch;
+  batch->parts_running++;
+  ucp_request_param_t p = SendParams(TransferSent, r, /*eager=*/r->kind == Request::Kind::kRead);
+  ucs_status_ptr_t started =
+      Lib().ucp_am_send_nbx(DataOf(c->link), r->kind == Request::Kind::kRead ? kGetBatch : kPutBatch,
+                            r->header.data(), r->header.size(), r->payload.data(), r->payload.size(),
+                            &p);
+  if (Started(r, started, "transfer") && started == nullptr) MaybeCompleteWrite(r);
+  MaybeFree(r);
+}
+
+// A whole transfer of the batch, issued as `transfer` issues one, counted as a part of it.
+void AttachPart(Request* batch, uint32_t entry, rayaccel_status issued, const char* why,
+                rayaccel_request* part) {
+  if (issued != RAYACCEL_STATUS_OK) {
+    SetEntry(batch, entry, issued, why);
+  } else if (part != nullptr && part->done) {
+    SetEntry(batch, entry, part->status, part->why);
+    part->abandoned = true;
+    MaybeFree(part);
+  } else if (part != nullptr) {
+    part->batch = batch;
+    part->entry = entry;
+    part->abandoned = true;
+    batch->parts_running++;
+  }
+}
+
+rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* error) {
+  if (a == nullptr ||
+      a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transfer_batch_args, request) ||
+      a->connection == nullptr || a->entries == nullptr || a->statuses == nullptr ||
+      a->count == 0 || a->count > RAYACCEL_TRANSPORT_MAX_BATCH ||
+      (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                "transfer_batch needs a connection, an operation, 1 to " +
+                    std::to_string(RAYACCEL_TRANSPORT_MAX_BATCH) + " entries and their statuses");
+  }
+  return Guard(error, [&] {
+    Conn* c = a->connection;
+    Ep* ep = c->endpoint;
+    // Every entry is checked before any starts: a malformed batch moves nothing.
+    std::vector<RemoteRegion> remotes(a->count);
+    for (uint32_t i = 0; i < a->count; ++i) {
+      const rayaccel_transfer_entry& e = a->entries[i];
+      const std::string at = "entry " + std::to_string(i) + ": ";
+      if (e.local == nullptr || e.length == 0) {
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "no local region or no length");
+      }
+      if (!ParseDescriptor(e.remote_descriptor, &remotes[i])) {
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "malformed UCX descriptor");
+      }
+      if (e.local->endpoint != ep) {
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                    at + "the local region belongs to another endpoint");
+      }
+      if (remotes[i].owner != c->peer_uuid) {
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                    at + "the descriptor belongs to another peer than this connection's");
+      }
+      if (e.local_offset > e.local->length || e.length > e.local->length - e.local_offset ||
+          e.remote_offset > remotes[i].length || e.length > remotes[i].length - e.remote_offset) {
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "the range lies outside a region");
+      }
+    }
+    auto* batch = new Request();
+    batch->endpoint = ep;
+    batch->connection = c;
+    batch->kind = Request::Kind::kBatch;
+    batch->entry_status.assign(a->count, RAYACCEL_STATUS_OK);
+    batch->statuses_out = a->statuses;
+    batch->held = true;  // until this call has issued every entry
+    // Device memory on either side goes as a transfer of its own does (staged or mapped).
+    auto alone = [&](uint32_t i) {
+      return a->entries[i].local->staged ||
+             (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
+    };
+    std::vector<uint32_t> own;
+    {
+      std::lock_guard<std::mutex> lock(ep->mu);
+      if (c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
+        rayaccel_status st = c->failure != RAYACCEL_STATUS_OK ? c->failure
+                                                               : RAYACCEL_STATUS_PEER_LOST;
+        std::string why =
+            c->failure != RAYACCEL_STATUS_OK ? c->failure_text : "the connection has no data path";
+        delete batch;
+        return Fail(error, st, why);
+      }
+      ep->requests[batch] = true;
+      std::vector<ChunkItem> items;
+      uint64_t bytes = 0;
+      auto send = [&] {
+        if (!items.empty()) StartChunkLocked(ep, c, batch, a->op, items);
+        items.clear();
+        bytes = 0;
+      };
+      for (uint32_t i = 0; i < a->count; ++i) {
+        const rayaccel_transfer_entry& e = a->entries[i];
+        if (alone(i)) {
+          own.push_back(i);
+          continue;
+        }
+        if (e.length > kChunkEntryMax) {  // zero-copy, as one transfer
+          rayaccel_transfer_args t{};
+          t.struct_size = sizeof(t);
+          t.connection = c;
+          t.op = a->op;
+          t.local = e.local;
+          t.local_offset = e.local_offset;
+          t.remote_descriptor = e.remote_descriptor;
+          t.remote_offset = e.remote_offset;
+          t.length = e.length;
+          char text[512] = {};
+          rayaccel_error err{sizeof(err), text, sizeof(text)};
+          rayaccel_request* part = nullptr;
+          rayaccel_status st =
+              StartPieceLocked(ep, c, t, remotes[i], 0, e.length, nullptr, &part, {}, &err);
+          AttachPart(batch, i, st, text, part);
+          continue;
+        }
+        if (items.size() == kChunkEntries || bytes + e.length > kChunkBytes) send();
+        items.push_back({i, static_cast<char*>(e.local->base) + e.local_offset, remotes[i].id,
+                         e.remote_offset, e.length});
+        bytes += e.length;
+      }
+      send();
+    }
+    for (uint32_t i : own) {
+      const rayaccel_transfer_entry& e = a->entries[i];
+      rayaccel_transfer_args t{};
+      t.struct_size = sizeof(t);
+      t.connection = c;
+      t.op = a->op;
+      t.local = e.local;
+      t.local_offset = e.local_offset;
+      t.remote_descriptor = e.remote_descriptor;
+      t.remote_offset = e.remote_offset;
+      t.length = e.length;
+      char text[512] = {};
+      rayaccel_error err{sizeof(err), text, sizeof(text)};
+      rayaccel_status st = Transfer(&t, &err);
+      std::lock_guard<std::mutex> lock(ep->mu);
+      AttachPart(batch, i, st, text, t.request);
+    }
+    std::lock_guard<std::mutex> lock(ep->mu);
+    batch->held = false;
+    if (batch->parts_running == 0 && batch->reply == RAYACCEL_STATUS_OK) {
+      // Everything landed within the call (device to device, mapped).
+      std::copy(batch->entry_status.begin(), batch->entry_status.end(), a->statuses);
+      ep->requests.erase(batch);
+      delete batch;
+      a->request = nullptr;
+      return RAYACCEL_STATUS_OK;
+    }
+    MaybeCompleteBatch(batch);  // ended already when an entry failed in the call
+    a->request = batch;
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
 // A flush or a notification: waits for the connection's transfers issued before it.
 Request* Barrier(Ep* ep, Conn* c, Request::Kind kind) {
   auto* r = new Request();
@@ -2735,6 +3266,9 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
       if (!ep->ready_groups.empty()) IssueReadyGroups(ep);
     }
     if (!r->done) return RAYACCEL_STATUS_TIMEOUT;
+    if (r->kind == Request::Kind::kBatch && r->statuses_out != nullptr) {
+      std::copy(r->entry_status.begin(), r->entry_status.end(), r->statuses_out);
+    }
     rayaccel_status s = r->status;
     std::string why = r->why;
     r->abandoned = true;  // the host is done with it
@@ -2750,6 +3284,7 @@ rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     r->abandoned = true;
+    r->statuses_out = nullptr;  // the host's array may go now
     MaybeFree(r);  // or when it ends
     return RAYACCEL_STATUS_OK;
   });
@@ -2946,6 +3481,16 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     for (unsigned id = kMapAsk; id <= kUnmapped && s == UCS_OK; ++id) {
       s = set_handler(ep->control, id, mapping_handlers[id - kMapAsk], ep.get());
     }
+    ucp_am_recv_callback_t batch_handlers[] = {DataHandler<kGetBatch>, DataHandler<kGetBatchReply>,
+                                               DataHandler<kPutBatch>, DataHandler<kPutBatchAck>};
+    static_assert(sizeof(batch_handlers) / sizeof(batch_handlers[0]) ==
+                  kPutBatchAck - kGetBatch + 1);
+    for (Ep::Fabric& f : ep->fabrics) {
+      for (unsigned id = kGetBatch; f.worker != nullptr && id <= kPutBatchAck && s == UCS_OK;
+           ++id) {
+        s = set_handler(f.worker, id, batch_handlers[id - kGetBatch], &f);
+      }
+    }
     for (Ep::Fabric& f : ep->fabrics) {
       for (unsigned id = kNotify; f.worker != nullptr && id <= kPutAck && s == UCS_OK; ++id) {
         s = set_handler(f.worker, id, data_handlers[id - kNotify], &f);
@@ -3004,6 +3549,7 @@ rayaccel_transport_api Table(rayaccel_status (*open_endpoint)(rayaccel_endpoint_
   t.wait = Wait;
   t.get_notifications = GetNotifications;
   t.close = Close;
+  t.transfer_batch = TransferBatch;
   return t;
 }
 

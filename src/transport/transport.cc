@@ -20,9 +20,9 @@ namespace transport {
 absl::StatusOr<rayaccel_transport_api> CheckTransportTable(const rayaccel_transport_api* t) {
   if (t == nullptr) return absl::InvalidArgumentError("no transport table");
   if (t->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close)) {
-    return absl::InvalidArgumentError(absl::StrCat("transport table of ", t->struct_size,
-                                                   " bytes, smaller than ABI 1.1's ",
-                                                   sizeof(rayaccel_transport_api)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("transport table of ", t->struct_size, " bytes, smaller than ABI 1.1's ",
+                     RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, close)));
   }
   rayaccel_transport_api copy{};
   std::memcpy(&copy, t, std::min(t->struct_size, sizeof(copy)));
@@ -73,6 +73,8 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
     return absl::InvalidArgumentError(
         absl::StrCat("plugin ", plugin.name(), ": ", table.status().message()));
   }
+  // A hook newer than the version both sides chose is not the plugin's to offer.
+  if (plugin.chosen_minor() < 5) table->transfer_batch = nullptr;
   return table;
 }
 
@@ -81,8 +83,7 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
 namespace {
 
 // A transport hook's status, classified by cause (see transport.h).
-absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string_view what) {
-  std::string text = absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)");
+absl::Status StatusFor(rayaccel_status code, const std::string& text) {
   switch (code) {
     case RAYACCEL_STATUS_OK:
       return absl::OkStatus();
@@ -106,6 +107,29 @@ absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string
       return absl::InternalError(text);
   }
 }
+
+absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string_view what) {
+  return StatusFor(code,
+                   absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)"));
+}
+
+// What a batch entry's status says, where the plugin gives only the code.
+std::string EntryText(rayaccel_status code) {
+  switch (code) {
+    case RAYACCEL_STATUS_STALE:
+      return "the peer has deregistered the region";
+    case RAYACCEL_STATUS_INVALID_ARGUMENT:
+      return "the peer refused the range (not inside a region it holds)";
+    case RAYACCEL_STATUS_PEER_LOST:
+      return "the peer was lost";
+    default:
+      return absl::StrCat("failed (status ", static_cast<int>(code), ")");
+  }
+}
+
+// Written into a part's statuses before the plugin sees them: a value no plugin returns, so an
+// entry the plugin forgot to report is caught.
+constexpr auto kUnreported = static_cast<rayaccel_status>(0xffffffffu);
 
 uint32_t Millis(absl::Duration d) {
   int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
@@ -248,6 +272,57 @@ absl::Status Request::Wait(absl::Time deadline) {
               })
         .IgnoreError();  // the poll above tells the outcome
   }
+}
+
+// --- BatchRequest
+
+void BatchRequest::End(Part& part, const absl::Status& status) {
+  part.ended = true;
+  for (size_t i = part.begin; i < part.end; ++i) {
+    if (!part.statuses) {  // one transfer
+      entries_[i] = status.ok() ? status
+                                : absl::Status(status.code(),
+                                               absl::StrCat("entry ", i, ": ", status.message()));
+      continue;
+    }
+    const rayaccel_status code = part.statuses[i - part.begin];
+    if (code == RAYACCEL_STATUS_OK) {
+      entries_[i] = absl::OkStatus();
+    } else if (code == kUnreported) {
+      entries_[i] = status.ok() ? absl::InternalError(absl::StrCat(
+                                      "entry ", i, ": the plugin did not report its outcome"))
+                                : status;
+    } else {
+      entries_[i] = StatusFor(code, absl::StrCat("entry ", i, ": ", EntryText(code)));
+    }
+  }
+  // The plugin's own words for the first failure of its part, where it gave them.
+  if (!status.ok() && result_.ok()) result_ = status;
+}
+
+bool BatchRequest::done() const {
+  return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.ended; });
+}
+
+size_t BatchRequest::failed() const {
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(),
+                                           [](const absl::Status& s) { return !s.ok(); }));
+}
+
+absl::Status BatchRequest::Wait(absl::Time deadline) {
+  for (Part& part : parts_) {
+    if (part.ended) continue;
+    absl::Status s = part.request.Wait(deadline);
+    if (absl::IsDeadlineExceeded(s) && !part.request.done()) return s;
+    End(part, s);
+  }
+  const size_t bad = failed();
+  if (bad == 0) return absl::OkStatus();
+  const auto first = std::find_if(entries_.begin(), entries_.end(),
+                                  [](const absl::Status& s) { return !s.ok(); });
+  const absl::Status& why = result_.ok() ? *first : result_;
+  return absl::Status(why.code(), absl::StrCat(bad, " of ", entries_.size(),
+                                               " entries failed; the first: ", why.message()));
 }
 
 // --- Transport
@@ -506,6 +581,151 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   return Request(this, args.request,  // null: completed within the call
                  path <= RAYACCEL_PATH_DEVICE_IPC ? static_cast<TransferPath>(path)
                                                   : TransferPath::kUnreported);
+}
+
+absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
+    TransferOp op, ConnectionId connection, const std::vector<TransferEntry>& entries) const {
+  if (entries.empty()) return absl::InvalidArgumentError("a batch of no transfers");
+  PreparedBatch batch;
+  batch.op_ = op;
+  batch.connection_ = connection;
+  batch.endpoint_ = impl_->endpoint_id;
+  batch.entries_.reserve(entries.size());
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  if (impl_->connections.count(connection) == 0) return impl_->NoConnection(connection);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TransferEntry& e = entries[i];
+    auto fail = [i](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("entry ", i, ": ", s.message()));
+    };
+    if (e.length == 0) return fail(absl::InvalidArgumentError("a transfer of 0 bytes"));
+    absl::StatusOr<transport::Envelope> remote = transport::Decode(e.descriptor);
+    if (!remote.ok()) return fail(remote.status());
+    if (remote->info.plugin != plugin_name_) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "the descriptor is plugin ", remote->info.plugin, "'s; this transport is ",
+          plugin_name_, "'s")));
+    }
+    if (e.remote_offset > remote->info.length ||
+        e.length > remote->info.length - e.remote_offset) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("bytes [", e.remote_offset, ", +", e.length,
+                       ") lie outside the remote region of ", remote->info.length, " bytes")));
+    }
+    batch.entries_.push_back({e.local, e.local_offset, std::string(remote->payload),
+                              remote->info.endpoint, remote->info.region, e.remote_offset,
+                              e.length});
+  }
+  return batch;
+}
+
+absl::StatusOr<BatchRequest> Transport::ReadBatch(ConnectionId connection,
+                                                  const std::vector<TransferEntry>& entries) {
+  absl::StatusOr<PreparedBatch> batch = PrepareBatch(TransferOp::kRead, connection, entries);
+  if (!batch.ok()) return batch.status();
+  return Post(*batch);
+}
+
+absl::StatusOr<BatchRequest> Transport::WriteBatch(ConnectionId connection,
+                                                   const std::vector<TransferEntry>& entries) {
+  absl::StatusOr<PreparedBatch> batch = PrepareBatch(TransferOp::kWrite, connection, entries);
+  if (!batch.ok()) return batch.status();
+  return Post(*batch);
+}
+
+absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
+  if (batch.endpoint_ != impl_->endpoint_id || batch.entries_.empty()) {
+    return absl::InvalidArgumentError("the batch was not prepared by this transport");
+  }
+  const rayaccel_transfer_op op =
+      batch.op_ == TransferOp::kRead ? RAYACCEL_TRANSFER_READ : RAYACCEL_TRANSFER_WRITE;
+  const size_t n = batch.entries_.size();
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto conn = impl_->connections.find(batch.connection_);
+  if (conn == impl_->connections.end()) return impl_->NoConnection(batch.connection_);
+  // What may have changed since the batch was prepared: the local regions.
+  std::vector<rayaccel_transfer_entry> entries(n);
+  for (size_t i = 0; i < n; ++i) {
+    const PreparedBatch::Entry& e = batch.entries_[i];
+    if (e.remote_endpoint == impl_->endpoint_id && impl_->regions.count(e.remote_region) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("entry ", i, ": stale descriptor: region ", e.remote_region,
+                       " was deregistered on this endpoint"));
+    }
+    auto region = impl_->regions.find(e.local);
+    if (region == impl_->regions.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", i, ": no local region ", e.local));
+    }
+    if (e.local_offset > region->second.length ||
+        e.length > region->second.length - e.local_offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry ", i, ": bytes [", e.local_offset, ", +", e.length,
+                       ") lie outside local region ", e.local, " of ", region->second.length,
+                       " bytes"));
+    }
+    entries[i] = {region->second.handle, e.local_offset,
+                  {reinterpret_cast<const uint8_t*>(e.payload.data()), e.payload.size()},
+                  e.remote_offset, e.length};
+  }
+  BatchRequest out;
+  out.entries_.assign(n, absl::OkStatus());
+  // Each part that fails to start fails its entries; an error only when none started.
+  auto failed_to_start = [&](size_t begin, size_t end, const absl::Status& s) {
+    BatchRequest::Part part;
+    part.begin = begin;
+    part.end = end;
+    out.parts_.push_back(std::move(part));
+    out.End(out.parts_.back(), s);
+  };
+  bool started = false;
+  absl::Status first_error;
+  const size_t step = impl_->api.transfer_batch != nullptr ? RAYACCEL_TRANSPORT_MAX_BATCH : 1;
+  for (size_t begin = 0; begin < n; begin += step) {
+    const size_t end = std::min(n, begin + step);
+    BatchRequest::Part part;
+    part.begin = begin;
+    part.end = end;
+    absl::Status s;
+    if (impl_->api.transfer_batch != nullptr) {
+      part.statuses.reset(new rayaccel_status[end - begin]);
+      std::fill_n(part.statuses.get(), end - begin, kUnreported);
+      rayaccel_transfer_batch_args args{};
+      args.struct_size = sizeof(args);
+      args.connection = conn->second;
+      args.op = op;
+      args.count = static_cast<uint32_t>(end - begin);
+      args.entries = &entries[begin];
+      args.statuses = part.statuses.get();
+      s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "batch read" : "batch write",
+                      [&](rayaccel_error* e) { return impl_->api.transfer_batch(&args, e); });
+      if (s.ok()) part.request = Request(this, args.request);
+    } else {
+      rayaccel_transfer_args args{};
+      args.struct_size = sizeof(args);
+      args.connection = conn->second;
+      args.op = op;
+      args.local = entries[begin].local;
+      args.local_offset = entries[begin].local_offset;
+      args.remote_descriptor = entries[begin].remote_descriptor;
+      args.remote_offset = entries[begin].remote_offset;
+      args.length = entries[begin].length;
+      s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
+                      [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
+      if (s.ok()) part.request = Request(this, args.request);
+    }
+    if (!s.ok()) {
+      if (first_error.ok()) first_error = s;
+      failed_to_start(begin, end, s);
+      continue;
+    }
+    started = true;
+    out.parts_.push_back(std::move(part));
+    if (out.parts_.back().request.done()) {  // ended within the call
+      out.End(out.parts_.back(), absl::OkStatus());
+    }
+  }
+  if (!started) return first_error;
+  return out;
 }
 
 absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_view message) {

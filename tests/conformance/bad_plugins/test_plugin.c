@@ -492,7 +492,7 @@ static rayaccel_status no_endpoint(rayaccel_endpoint_args *args, rayaccel_error 
 }
 static const rayaccel_transport_api kTransport = {
     sizeof(rayaccel_transport_api), no_endpoint, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL,                           NULL,        NULL, NULL, NULL, NULL, NULL};
+    NULL,                           NULL,        NULL, NULL, NULL, NULL, NULL, NULL};
 #endif
 
 #ifdef FAULT_BUSY_HEALTH
