@@ -45,6 +45,9 @@ Options:
                            server's buffers have this size, a client's transfers at most it
   --op read|write          a client's operation (default read: a pull, as Ray's RDT does)
   --iters N                timed transfers (default 100), after --warmup N (default 10)
+  --batch N                a client's transfers per request (default 1): N entries of --size
+                           each, back to back, posted as one batch (prepared once); the
+                           server's --size must be at least N times the client's
   --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
   --key-file FILE          the transport key both sides prove (16 to 4096 bytes, not readable
                            by others); default: RAYACCEL_TRANSPORT_KEY_FILE, else this user's
@@ -74,6 +77,7 @@ struct Options {
   uint64_t size = 1 << 20;
   bool write = false;
   int iters = 100, warmup = 10;
+  uint32_t batch = 1;
   bool json = false;
   bool own_memory = false;
   MemoryKind memory = MemoryKind::kHost;
@@ -234,6 +238,10 @@ int Parse(int argc, char** argv, Options* o) {
     } else if (flag == "--op") {
       if (!take() || (value != "read" && value != "write")) return Usage("--op is read or write");
       o->write = value == "write";
+    } else if (flag == "--batch") {
+      if (!take() || !absl::SimpleAtoi(value, &o->batch) || o->batch < 1 || o->batch > 1000000) {
+        return Usage("--batch needs a count from 1 to 1000000");
+      }
     } else if (flag == "--iters" || flag == "--warmup") {
       int n = 0;
       if (!take() || !absl::SimpleAtoi(value, &n) || n < (flag == "--iters" ? 1 : 0)) {
@@ -400,18 +408,25 @@ int Connect(const Options& o) {
   absl::StatusOr<DescriptorInfo> remote = Transport::Inspect(read_desc);
   if (!remote.ok()) return Fail(remote.status());
   uint64_t size = std::min(o.size, remote->length);
+  // A batch moves N entries of `size` bytes, back to back in both buffers.
+  const uint64_t span = size * o.batch;
+  if (o.batch > 1 && (span / o.batch != size || span > remote->length)) {
+    return Usage(absl::StrCat("--batch ", o.batch, " of ", size, " bytes needs a server buffer of ",
+                              "at least their product (the server's is ", remote->length,
+                              " bytes: raise its --size)"));
+  }
   absl::StatusOr<std::unique_ptr<Transport>> t = Transport::Open(o.transport);
   if (!t.ok()) return Fail(t.status());
   Transport& tr = **t;
   Options sized = o;
-  sized.size = size;
+  sized.size = span;
   Mirror mirror;
   Buffer buf, check;
   if (absl::Status s = MakeBuffer(tr, sized, &mirror, &buf); !s.ok()) return Fail(s);
   if (absl::Status s = MakeBuffer(tr, sized, &mirror, &check); !s.ok()) return Fail(s);
   if (o.write) {
-    Fill(buf.data(), size, kWriteSeed);
-    if (absl::Status s = Push(mirror, buf, size); !s.ok()) return Fail(s);
+    Fill(buf.data(), span, kWriteSeed);
+    if (absl::Status s = Push(mirror, buf, span); !s.ok()) return Fail(s);
   }
   const Transport::RegionId local = buf.registered.region;
   const Transport::RegionId check_region = check.registered.region;
@@ -420,7 +435,21 @@ int Connect(const Options& o) {
   const std::string& target = o.write ? write_desc : read_desc;
 
   TransferPath path = TransferPath::kUnreported;
+  PreparedBatch batch;
+  if (o.batch > 1) {
+    std::vector<TransferEntry> entries;
+    for (uint64_t i = 0; i < o.batch; ++i) entries.push_back({local, i * size, target, i * size, size});
+    absl::StatusOr<PreparedBatch> b =
+        tr.PrepareBatch(o.write ? TransferOp::kWrite : TransferOp::kRead, *conn, entries);
+    if (!b.ok()) return Fail(b.status());
+    batch = *std::move(b);
+  }
   auto once = [&]() -> absl::Status {
+    if (o.batch > 1) {
+      absl::StatusOr<BatchRequest> r = tr.Post(batch);
+      if (!r.ok()) return r.status();
+      return r->Wait(Deadline(o, span));
+    }
     absl::StatusOr<Request> r = o.write ? tr.Write(*conn, local, 0, target, 0, size)
                                         : tr.Read(*conn, local, 0, target, 0, size);
     if (!r.ok()) return r.status();
@@ -444,6 +473,8 @@ int Connect(const Options& o) {
     if (absl::Status s = f->Wait(Deadline(o, size)); !s.ok()) return Fail(s);
   }
   double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const unsigned long long moved = size;  // per entry; verified over the whole span
+  size = span;
 
   // Verify: a read must hold the server's pattern; a write is read back, and announced to
   // the server, which checks its own copy when the notification arrives.
@@ -461,23 +492,30 @@ int Connect(const Options& o) {
     if (absl::Status s = Pull(mirror, buf, size); !s.ok()) return Fail(s);
     mismatch = FirstMismatch(buf.data(), size, kReadSeed);
   }
-  double bandwidth = static_cast<double>(size) * o.iters / seconds;
+  double bandwidth = static_cast<double>(span) * o.iters / seconds;
+  double rate = static_cast<double>(o.batch) * o.iters / seconds;
   double p50 = Percentile(latencies, 0.5), p99 = Percentile(latencies, 0.99);
   bool verified = mismatch == size;
   const std::string memory =
       o.memory == MemoryKind::kDevice ? absl::StrCat("device:", o.device) : "host";
   if (o.json) {
     std::printf(
-        "{\"op\": \"%s\", \"bytes\": %llu, \"iters\": %d, \"bandwidth_bytes_per_s\": %.0f, "
+        "{\"op\": \"%s\", \"bytes\": %llu, \"batch\": %u, \"iters\": %d, "
+        "\"bandwidth_bytes_per_s\": %.0f, \"transfers_per_s\": %.0f, "
         "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"memory\": \"%s\", "
         "\"path\": \"%s\", \"verified\": %s}\n",
-        o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters, bandwidth, p50,
-        p99, memory.c_str(), TransferPathName(path), verified ? "true" : "false");
+        o.write ? "write" : "read", moved, o.batch, o.iters,
+        bandwidth, rate, p50, p99, memory.c_str(), TransferPathName(path),
+        verified ? "true" : "false");
   } else {
-    std::printf("%s %llu bytes x %d: %.2f GB/s, latency p50 %.2f us, p99 %.2f us, %s%s, path %s\n",
-                o.write ? "write" : "read", static_cast<unsigned long long>(size), o.iters,
-                bandwidth / 1e9, p50, p99,
-                verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str(),
+    const std::string what =
+        o.batch > 1 ? absl::StrFormat("%llu bytes x %u per batch x %d", moved, o.batch, o.iters)
+                    : absl::StrFormat("%llu bytes x %d", moved, o.iters);
+    const std::string rate_text =
+        o.batch > 1 ? absl::StrFormat(", %.0f transfers/s", rate) : std::string();
+    std::printf("%s %s: %.2f GB/s%s, latency p50 %.2f us, p99 %.2f us, %s%s, path %s\n",
+                o.write ? "write" : "read", what.c_str(), bandwidth / 1e9, rate_text.c_str(), p50,
+                p99, verified ? "verified" : absl::StrCat("MISMATCH at byte ", mismatch).c_str(),
                 memory == "host" ? "" : absl::StrCat(" (", memory, " memory)").c_str(),
                 TransferPathName(path));
   }

@@ -39,7 +39,7 @@ absl::Status Finish(absl::StatusOr<BatchRequest>& r) {
 }
 
 // Entries of the sizes a model's tensors and a request's KV-cache blocks have, back to back in
-// one buffer: 8 B to past the helper's chunk limits (64 KiB alone, 256 KiB a chunk).
+// one buffer: 8 B to past the helper's chunk limit (64 KiB: larger entries go alone).
 std::vector<uint64_t> Sizes() {
   std::vector<uint64_t> sizes;
   for (int i = 0; i < 700; ++i) sizes.push_back(8 + (i % 5) * 1000);  // many small ones

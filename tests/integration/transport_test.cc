@@ -486,10 +486,25 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
     EXPECT_NE(r.out.find(absl::StrCat("\"op\": \"", op, "\"")), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\"path\": \"fabric\""), std::string::npos) << r.out;  // host memory
   }
+  // Batches: 1000 entries of 4 KiB per request, verified over the whole 4 000 KiB; a batch
+  // the server's buffer cannot hold is the caller's mistake, said before anything moves.
+  for (const char* op : {"read", "write"}) {
+    auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
+                           "--size", "4KiB", "--batch", "1000", "--iters", "3", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"batch\": 1000"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"transfers_per_s\": "), std::string::npos) << r.out;
+  }
+  auto too_big = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token",
+                               "--size", "4KiB", "--batch", "2000"});
+  EXPECT_EQ(too_big.exit_code, 2) << too_big.err;
+  EXPECT_NE(too_big.err.find("raise its --size"), std::string::npos) << too_big.err;
   EXPECT_EQ(testing::Stop(server.pid), 0);
   std::vector<std::string> lines = Lines(server.out);
-  ASSERT_EQ(lines.size(), 2u);  // the token, then the verified write
+  ASSERT_EQ(lines.size(), 3u);  // the token, then the verified writes
   EXPECT_EQ(lines[1], "{\"write\": 4194304, \"verified\": true}");
+  EXPECT_EQ(lines[2], "{\"write\": 4096000, \"verified\": true}");
 
   auto gone = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size",
                             "4KiB", "--peer-timeout-ms", "1000"});
