@@ -513,6 +513,10 @@ typedef struct rayaccel_transfer_batch_args {
   /* out: poll it until it completes: OK when every entry succeeded, else the first failed
    * entry's status with its reason. NULL: every entry completed within the call. */
   rayaccel_request *request;
+  /* out: how each entry's bytes move (RAYACCEL_PATH_*), `count` of them, host-owned; the host
+   * sets RAYACCEL_PATH_UNREPORTED first and the plugin writes them before transfer_batch
+   * returns OK. */
+  rayaccel_transfer_path *paths;
 } rayaccel_transfer_batch_args;
 
 typedef struct rayaccel_notify_args {
@@ -724,7 +728,7 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, transfer_batch) ==
 static_assert(offsetof(rayaccel_transport_api, transfer_batch) == 120,
               "rayaccel_transport_api: 1.5 field moved");
 static_assert(sizeof(rayaccel_transfer_entry) == 48, "rayaccel_transfer_entry is frozen");
-static_assert(sizeof(rayaccel_transfer_batch_args) == 48,
+static_assert(sizeof(rayaccel_transfer_batch_args) == 56,
               "rayaccel_transfer_batch_args: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, key) == sizeof(rayaccel_endpoint_args),
               "rayaccel_endpoint_args: append fields only, and update this check");

@@ -167,6 +167,8 @@ class BatchRequest {
   size_t size() const { return entries_.size(); }
   // Entry i's outcome, once Wait returned other than DeadlineExceeded.
   const absl::Status& entry(size_t i) const { return entries_.at(i); }
+  // How entry i's bytes move, known once the batch was posted.
+  TransferPath path(size_t i) const { return paths_.at(i); }
   size_t failed() const;
 
  private:
@@ -183,6 +185,7 @@ class BatchRequest {
   void End(Part& part, const absl::Status& status);
   std::vector<Part> parts_;
   std::vector<absl::Status> entries_;
+  std::vector<TransferPath> paths_;
   absl::Status result_;
 };
 

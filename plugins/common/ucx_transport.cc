@@ -3077,11 +3077,12 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
   if (a == nullptr ||
       a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transfer_batch_args, request) ||
       a->connection == nullptr || a->entries == nullptr || a->statuses == nullptr ||
-      a->count == 0 || a->count > RAYACCEL_TRANSPORT_MAX_BATCH ||
+      a->paths == nullptr || a->count == 0 || a->count > RAYACCEL_TRANSPORT_MAX_BATCH ||
       (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                 "transfer_batch needs a connection, an operation, 1 to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_BATCH) + " entries and their statuses");
+                    std::to_string(RAYACCEL_TRANSPORT_MAX_BATCH) +
+                    " entries, and their statuses and paths");
   }
   return Guard(error, [&] {
     Conn* c = a->connection;
@@ -3147,6 +3148,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           own.push_back(i);
           continue;
         }
+        a->paths[i] = RAYACCEL_PATH_FABRIC;
         if (e.length > kChunkEntryMax) {  // zero-copy, as one transfer
           rayaccel_transfer_args t{};
           t.struct_size = sizeof(t);
@@ -3185,7 +3187,9 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       t.length = e.length;
       char text[512] = {};
       rayaccel_error err{sizeof(err), text, sizeof(text)};
+      t.path = RAYACCEL_PATH_UNREPORTED;
       rayaccel_status st = Transfer(&t, &err);
+      a->paths[i] = t.path;
       std::lock_guard<std::mutex> lock(ep->mu);
       AttachPart(batch, i, st, text, t.request);
     }

@@ -280,7 +280,7 @@ class TensorTransport(TensorTransportManager):
                 self._aborted.discard(obj_id)  # refused once: the abort is spent
                 raise AbortedError(f"the transfer of {obj_id} was aborted")
             self._inflight[obj_id] = (meta.address, connection)
-        outputs, regions, requests = [], [], []
+        outputs, regions, entries, requests = [], [], [], []
         finished = False
         try:
             on_device = getattr(meta, "tensor_device", "cpu") == "cuda"
@@ -300,11 +300,14 @@ class TensorTransport(TensorTransportManager):
                 region = self._register_device(array, True) if array is not None else \
                     transport.register(view, True)
                 regions.append(region)
-                requests.append(transport.read(connection, region, 0, descriptor, 0, nbytes))
+                entries.append((region, 0, descriptor, 0, nbytes))
+            if entries:
+                # Every tensor of the object in one batch: in flight together, one request.
+                requests.append(transport.read_batch(connection, entries))
             for request in requests:
                 request.wait()  # the transport fails it when the peer goes silent
             finished = True
-            self.last_paths = [request.path for request in requests]
+            self.last_paths = requests[0].paths if requests else []
         except Error:
             with self._lock:
                 aborted = obj_id in self._aborted

@@ -272,6 +272,39 @@ class PyRequest {
   rayaccel::Request request_;
 };
 
+// Many reads as one (Transport::ReadBatch): the tensors of one object.
+class PyBatchRequest {
+ public:
+  PyBatchRequest(std::shared_ptr<rayaccel::Transport> transport, rayaccel::BatchRequest request)
+      : transport_(std::move(transport)), request_(std::move(request)) {}
+
+  // As Request.wait: True once every entry landed; False while any is in flight; raises the
+  // first failed entry's error, saying how many failed.
+  bool Wait(std::optional<double> timeout_s) {
+    absl::Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = request_.Wait(timeout_s.has_value() ? absl::Now() + absl::Seconds(*timeout_s)
+                                               : absl::InfiniteFuture());
+    }
+    if (absl::IsDeadlineExceeded(st) && !request_.done()) return false;
+    if (!st.ok()) Throw(st);
+    return true;
+  }
+
+  std::vector<std::string> Paths() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < request_.size(); ++i) {
+      out.push_back(rayaccel::TransferPathName(request_.path(i)));
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<rayaccel::Transport> transport_;
+  rayaccel::BatchRequest request_;
+};
+
 class PyTransport {
  public:
   PyTransport(const std::string& plugin, std::map<std::string, std::string> config,
@@ -363,6 +396,24 @@ class PyTransport {
     return PyRequest(transport_, *std::move(r));
   }
 
+  // entries: (local region, local offset, descriptor, remote offset, length) each.
+  PyBatchRequest ReadBatch(
+      uint64_t connection,
+      const std::vector<std::tuple<uint64_t, uint64_t, py::bytes, uint64_t, uint64_t>>& entries) {
+    std::vector<rayaccel::TransferEntry> batch;
+    batch.reserve(entries.size());
+    for (const auto& [local, local_offset, descriptor, remote_offset, length] : entries) {
+      batch.push_back({local, local_offset, std::string(descriptor), remote_offset, length});
+    }
+    absl::StatusOr<rayaccel::BatchRequest> r;
+    {
+      py::gil_scoped_release unlocked;
+      r = transport_->ReadBatch(connection, batch);
+    }
+    if (!r.ok()) Throw(r.status());
+    return PyBatchRequest(transport_, *std::move(r));
+  }
+
   static py::dict Inspect(const py::bytes& descriptor) {
     absl::StatusOr<rayaccel::DescriptorInfo> info =
         rayaccel::Transport::Inspect(std::string(descriptor));
@@ -410,6 +461,9 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PyRequest>(m, "Request")
       .def("wait", &PyRequest::Wait, py::arg("timeout") = py::none())
       .def_property_readonly("path", &PyRequest::Path);
+  py::class_<PyBatchRequest>(m, "BatchRequest")
+      .def("wait", &PyBatchRequest::Wait, py::arg("timeout") = py::none())
+      .def_property_readonly("paths", &PyBatchRequest::Paths);
   py::class_<PyTransport>(m, "Transport")
       .def(py::init<const std::string&, std::map<std::string, std::string>,
                     std::vector<std::string>, double, py::bytes, const std::string&>(),
@@ -425,5 +479,6 @@ PYBIND11_MODULE(_native, m) {
       .def("connect", &PyTransport::Connect)
       .def("close", &PyTransport::Close)
       .def("read", &PyTransport::Read)
+      .def("read_batch", &PyTransport::ReadBatch)
       .def_static("inspect", &PyTransport::Inspect);
 }

@@ -113,6 +113,12 @@ absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string
                    absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)"));
 }
 
+// A value outside the enumerators (a broken plugin's) reads as unreported.
+TransferPath PathOf(rayaccel_transfer_path path) {
+  const auto p = static_cast<uint32_t>(path);
+  return p <= RAYACCEL_PATH_DEVICE_IPC ? static_cast<TransferPath>(p) : TransferPath::kUnreported;
+}
+
 // What a batch entry's status says, where the plugin gives only the code.
 std::string EntryText(rayaccel_status code) {
   switch (code) {
@@ -576,11 +582,7 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   absl::Status s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
                                [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
   if (!s.ok()) return s;
-  // A value outside the enumerators (a broken plugin's) reads as unreported.
-  const auto path = static_cast<uint32_t>(args.path);
-  return Request(this, args.request,  // null: completed within the call
-                 path <= RAYACCEL_PATH_DEVICE_IPC ? static_cast<TransferPath>(path)
-                                                  : TransferPath::kUnreported);
+  return Request(this, args.request, PathOf(args.path));  // null: completed within the call
 }
 
 absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
@@ -669,6 +671,7 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
   }
   BatchRequest out;
   out.entries_.assign(n, absl::OkStatus());
+  std::vector<rayaccel_transfer_path> paths(n, RAYACCEL_PATH_UNREPORTED);
   // Each part that fails to start fails its entries; an error only when none started.
   auto failed_to_start = [&](size_t begin, size_t end, const absl::Status& s) {
     BatchRequest::Part part;
@@ -696,6 +699,7 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
       args.count = static_cast<uint32_t>(end - begin);
       args.entries = &entries[begin];
       args.statuses = part.statuses.get();
+      args.paths = &paths[begin];
       s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "batch read" : "batch write",
                       [&](rayaccel_error* e) { return impl_->api.transfer_batch(&args, e); });
       if (s.ok()) part.request = Request(this, args.request);
@@ -709,9 +713,11 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
       args.remote_descriptor = entries[begin].remote_descriptor;
       args.remote_offset = entries[begin].remote_offset;
       args.length = entries[begin].length;
+      args.path = RAYACCEL_PATH_UNREPORTED;
       s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
                       [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
       if (s.ok()) part.request = Request(this, args.request);
+      paths[begin] = args.path;
     }
     if (!s.ok()) {
       if (first_error.ok()) first_error = s;
@@ -725,6 +731,8 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
     }
   }
   if (!started) return first_error;
+  out.paths_.reserve(n);
+  for (rayaccel_transfer_path p : paths) out.paths_.push_back(PathOf(p));
   return out;
 }
 

@@ -88,6 +88,9 @@ TEST_P(TransportBatch, EveryEntryOfABatchReadAndWriteLands) {
   ASSERT_TRUE(Finish(r).ok()) << r.status();
   EXPECT_EQ(r->size(), sizes.size());
   EXPECT_EQ(r->failed(), 0u);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_EQ(r->path(i), TransferPath::kFabric) << "entry " << i << ": host memory";
+  }
   at = 0;
   for (uint64_t size : sizes) {
     ASSERT_EQ(0, std::memcmp(local.data() + total - at - size, source.data() + at, size))
