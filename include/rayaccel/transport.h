@@ -47,6 +47,9 @@ enum rayaccel_status : uint32_t;  // rayaccel/plugin.h's
 namespace rayaccel {
 
 class Transport;
+namespace transport {
+struct Counters;  // what a transport's requests count as they end (transport.cc)
+}
 
 enum class MemoryKind { kHost = 0, kDevice = 1 };
 
@@ -84,6 +87,35 @@ struct TransportOptions {
   // it, so a peer on another host is refused until the operator gives both the same key).
   std::string key;
   std::string key_file;
+};
+
+// What a transport has done since it opened (Transport::Stats()). A batch counts each entry
+// as a transfer; latencies are per request (a batch is one), from issue to the Wait or Test
+// that saw it end.
+struct TransportStats {
+  struct Transfers {
+    uint64_t completed = 0;  // transfers that landed
+    uint64_t bytes = 0;      // their bytes
+    uint64_t failed = 0;     // transfers that failed (refused, stale, lost, ...)
+  };
+  // By direction and path: transfers[op][path], op a TransferOp, path a TransferPath.
+  Transfers transfers[2][4];
+  // Request latency by direction: a request ended within bounds[i] seconds counts in
+  // counts[i] (counts[bounds.size()]: beyond the last), with the sum, as Prometheus keeps it.
+  struct Latency {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;
+    double sum_seconds = 0;
+    uint64_t count = 0;
+  };
+  Latency latency[2];
+  uint64_t connections = 0;         // open now
+  uint64_t connections_opened = 0;  // since the transport opened
+  uint64_t peers_lost = 0;          // connections whose peer was lost (died, stopped, cut off)
+  uint64_t regions = 0;             // registered now
+  uint64_t registered_bytes = 0;    // their bytes
+  uint64_t notifications_sent = 0;
+  uint64_t notifications_received = 0;
 };
 
 // What a descriptor says about the region it names, read without trusting it: Inspect()
@@ -124,11 +156,18 @@ class Request {
           TransferPath path = TransferPath::kUnreported);
   void Abandon();   // hands an unfinished request back to the plugin
   bool Orphaned();  // the transport closed: the handle is gone with its endpoint
+  void Count();     // a transfer that ended: into the transport's counters, once
   const Transport* transport_ = nullptr;
   std::shared_ptr<const bool> closed_;  // set when the transport closes
   rayaccel_request* handle_ = nullptr;
   TransferPath path_ = TransferPath::kUnreported;
   absl::Status result_;
+  // A transfer's: what it counts as when it ends (op -1: not a transfer).
+  std::shared_ptr<transport::Counters> counters_;
+  int op_ = -1;
+  uint64_t bytes_ = 0;
+  uint64_t connection_ = 0;
+  absl::Time start_;
 };
 
 // A batch whose entries were checked once: post it any number of times (Transport::Post).
@@ -183,6 +222,12 @@ class BatchRequest {
     bool ended = false;
   };
   void End(Part& part, const absl::Status& status);
+  void Count();  // every entry ended: into the transport's counters, once
+  std::shared_ptr<transport::Counters> counters_;
+  int op_ = 0;
+  uint64_t connection_ = 0;
+  std::vector<uint64_t> lengths_;
+  absl::Time start_;
   std::vector<Part> parts_;
   std::vector<absl::Status> entries_;
   std::vector<TransferPath> paths_;
@@ -259,6 +304,9 @@ class Transport {
 
   // Completes when every transfer issued on the connection so far has landed at the peer.
   absl::StatusOr<Request> Flush(ConnectionId connection);
+
+  // What this transport has done since it opened.
+  TransportStats Stats() const;
 
   // Notifications received so far, oldest first; waits until at least `min_count` arrived or
   // the deadline passes (then returns what there is).

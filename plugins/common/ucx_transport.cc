@@ -44,23 +44,24 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                            \
-  X(ucp_config_read)                                                                         \
-  X(ucp_config_modify)                                                                       \
-  X(ucp_config_release)                                                                      \
-  X(ucp_init_version)                                                                        \
-  X(ucp_cleanup)                                                                             \
-  X(ucp_context_query)                                                                       \
-  X(ucp_worker_create)                                                                       \
-  X(ucp_worker_destroy)                                                                      \
-  X(ucp_worker_get_address)                                                                  \
-  X(ucp_worker_release_address)                                                              \
-  X(ucp_worker_progress)                                                                     \
-  X(ucp_worker_set_am_recv_handler)                                                          \
-  X(ucp_ep_create)                                                                           \
-  X(ucp_ep_close_nbx) X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) \
-      X(ucp_am_recv_data_nbx) X(ucp_request_check_status) X(ucp_request_free)                \
-          X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                                \
+  X(ucp_config_read)                                                                             \
+  X(ucp_config_modify)                                                                           \
+  X(ucp_config_release)                                                                          \
+  X(ucp_init_version)                                                                            \
+  X(ucp_cleanup)                                                                                 \
+  X(ucp_context_query)                                                                           \
+  X(ucp_worker_create)                                                                           \
+  X(ucp_worker_destroy)                                                                          \
+  X(ucp_worker_get_address)                                                                      \
+  X(ucp_worker_release_address)                                                                  \
+  X(ucp_worker_progress)                                                                         \
+  X(ucp_worker_set_am_recv_handler)                                                              \
+  X(ucp_ep_create)                                                                               \
+  X(ucp_ep_close_nbx)                                                                            \
+  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) \
+      X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm)    \
+          X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -218,7 +219,7 @@ class Reader {
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
-constexpr uint16_t kWireVersion = 4;  // 4: batches (kGetBatch..kPutBatchAck)
+constexpr uint16_t kWireVersion = 4;               // 4: batches (kGetBatch..kPutBatchAck)
 constexpr size_t kDescriptorBytes = 32;
 // Descriptor flags (the U16 after the version).
 constexpr uint16_t kMappable = 1;       // device memory the owner maps for readers on its host
@@ -227,24 +228,24 @@ constexpr uint16_t kStagedByOwner = 2;  // device memory the owner copies throug
 // Active-message ids (docs/transport.md). Control messages ride the control worker, transfers
 // and notifications the data worker.
 enum AmId : unsigned {
-  kHello = 1,      // reader -> owner: who I am, a nonce, how to reach me
-  kChallenge = 2,  // owner -> reader: the owner's nonce and its proof of the key
-  kProof = 3,      // reader -> owner: the reader's proof of the key
-  kWelcome = 4,    // owner -> reader: admitted
-  kRefused = 5,    // owner -> reader: not admitted
-  kPing = 6,       // reader -> owner: still here
-  kPong = 7,       // owner -> reader: still here
-  kBye = 8,        // reader -> owner: the connection is closing
-  kGoodbye = 14,   // either way (control): this endpoint drops the link
-  kMapAsk = 15,    // reader -> owner (control): a handle to map this region with, please
-  kMapReply = 16,  // owner -> reader (control): the handle, or why not
-  kUnmap = 17,     // owner -> reader (control): the region is going: close your mapping
-  kUnmapped = 18,  // reader -> owner (control): closed (or never opened)
-  kNotify = 9,     // reader -> owner (data): an application notification
-  kGet = 10,       // reader -> owner (data): send me these bytes of a region
-  kGetReply = 11,  // owner -> reader (data): the bytes, or why not
-  kPut = 12,       // reader -> owner (data): store these bytes in a region
-  kPutAck = 13,    // owner -> reader (data): stored, or why not
+  kHello = 1,           // reader -> owner: who I am, a nonce, how to reach me
+  kChallenge = 2,       // owner -> reader: the owner's nonce and its proof of the key
+  kProof = 3,           // reader -> owner: the reader's proof of the key
+  kWelcome = 4,         // owner -> reader: admitted
+  kRefused = 5,         // owner -> reader: not admitted
+  kPing = 6,            // reader -> owner: still here
+  kPong = 7,            // owner -> reader: still here
+  kBye = 8,             // reader -> owner: the connection is closing
+  kGoodbye = 14,        // either way (control): this endpoint drops the link
+  kMapAsk = 15,         // reader -> owner (control): a handle to map this region with, please
+  kMapReply = 16,       // owner -> reader (control): the handle, or why not
+  kUnmap = 17,          // owner -> reader (control): the region is going: close your mapping
+  kUnmapped = 18,       // reader -> owner (control): closed (or never opened)
+  kNotify = 9,          // reader -> owner (data): an application notification
+  kGet = 10,            // reader -> owner (data): send me these bytes of a region
+  kGetReply = 11,       // owner -> reader (data): the bytes, or why not
+  kPut = 12,            // reader -> owner (data): store these bytes in a region
+  kPutAck = 13,         // owner -> reader (data): stored, or why not
   kGetBatch = 19,       // reader -> owner (data): send me these ranges (a batch's small entries)
   kGetBatchReply = 20,  // owner -> reader (data): each range's status, then the bytes of those
                         // served, in order
@@ -1513,8 +1514,8 @@ void ServeBatchGets(Ep* ep) {
         std::string why;
         if (!region->staged) {
           std::memcpy(&reply[at], from, length);
-        } else if (ep->options.device_ops->ToHost(&reply[at], from, length, region->device,
-                                                  &why) != RAYACCEL_STATUS_OK) {
+        } else if (ep->options.device_ops->ToHost(&reply[at], from, length, region->device, &why) !=
+                   RAYACCEL_STATUS_OK) {
           LogTo(ep, RAYACCEL_LOG_WARN, "a read of device memory failed: " + why);
           reply.resize(at);
           st = RAYACCEL_STATUS_INTERNAL;
@@ -1557,8 +1558,8 @@ void ApplyPutBatch(Ep* ep, uint64_t token, uint64_t id, uint32_t n, const char* 
     at += length;
     statuses.U32(static_cast<uint32_t>(st));
   }
-  ep->outbox.push_back({true, token, kPutBatchAck,
-                        ReplyHeader(token, id, RAYACCEL_STATUS_OK), std::move(statuses.str())});
+  ep->outbox.push_back({true, token, kPutBatchAck, ReplyHeader(token, id, RAYACCEL_STATUS_OK),
+                        std::move(statuses.str())});
 }
 
 // A batched write too large for one eager message, received whole before it is applied.
@@ -1573,7 +1574,8 @@ void BatchPutReceived(void* request, ucs_status_t status, size_t /*length*/, voi
   Lib().ucp_request_free(request);
   auto* b = static_cast<BatchPut*>(user_data);
   b->ep->activity++;
-  if (status == UCS_OK) ApplyPutBatch(b->ep, b->token, b->id, b->n, b->bytes.data(), b->bytes.size());
+  if (status == UCS_OK)
+    ApplyPutBatch(b->ep, b->token, b->id, b->n, b->bytes.data(), b->bytes.size());
   delete b;
 }
 
@@ -2035,8 +2037,9 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       const uint64_t head = r->chunk.size() * 4;
       if (status != RAYACCEL_STATUS_OK || length < head || length > head + r->length) {
         Complete(r, status != RAYACCEL_STATUS_OK ? status : RAYACCEL_STATUS_INTERNAL,
-                 status != RAYACCEL_STATUS_OK ? "the peer refused the batch"
-                                              : "the peer answered a batch read with another length");
+                 status != RAYACCEL_STATUS_OK
+                     ? "the peer refused the batch"
+                     : "the peer answered a batch read with another length");
         MaybeFree(r);
         return UCS_OK;
       }
@@ -3048,10 +3051,9 @@ void StartChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
   r->batch = batch;
   batch->parts_running++;
   ucp_request_param_t p = SendParams(TransferSent, r, /*eager=*/true);
-  ucs_status_ptr_t started =
-      Lib().ucp_am_send_nbx(DataOf(c->link), r->kind == Request::Kind::kRead ? kGetBatch : kPutBatch,
-                            r->header.data(), r->header.size(), r->payload.data(), r->payload.size(),
-                            &p);
+  ucs_status_ptr_t started = Lib().ucp_am_send_nbx(
+      DataOf(c->link), r->kind == Request::Kind::kRead ? kGetBatch : kPutBatch, r->header.data(),
+      r->header.size(), r->payload.data(), r->payload.size(), &p);
   if (Started(r, started, "transfer") && started == nullptr) MaybeCompleteWrite(r);
   MaybeFree(r);
 }
@@ -3108,7 +3110,8 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       }
       if (e.local_offset > e.local->length || e.length > e.local->length - e.local_offset ||
           e.remote_offset > remotes[i].length || e.length > remotes[i].length - e.remote_offset) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "the range lies outside a region");
+        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                    at + "the range lies outside a region");
       }
     }
     auto* batch = new Request();
@@ -3120,15 +3123,14 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     batch->held = true;  // until this call has issued every entry
     // Device memory on either side goes as a transfer of its own does (staged or mapped).
     auto alone = [&](uint32_t i) {
-      return a->entries[i].local->staged ||
-             (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
+      return a->entries[i].local->staged || (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
     };
     std::vector<uint32_t> own;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       if (c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
-        rayaccel_status st = c->failure != RAYACCEL_STATUS_OK ? c->failure
-                                                               : RAYACCEL_STATUS_PEER_LOST;
+        rayaccel_status st =
+            c->failure != RAYACCEL_STATUS_OK ? c->failure : RAYACCEL_STATUS_PEER_LOST;
         std::string why =
             c->failure != RAYACCEL_STATUS_OK ? c->failure_text : "the connection has no data path";
         delete batch;
@@ -3292,7 +3294,7 @@ rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
     std::lock_guard<std::mutex> lock(ep->mu);
     r->abandoned = true;
     r->statuses_out = nullptr;  // the host's array may go now
-    MaybeFree(r);  // or when it ends
+    MaybeFree(r);               // or when it ends
     return RAYACCEL_STATUS_OK;
   });
 }

@@ -190,6 +190,12 @@ class TensorTransport(TensorTransportManager):
         return self._transport().register_device(array.address, array.nbytes,
                                                  self._device_index(array.address))
 
+    def stats(self) -> Dict[str, Any]:
+        """What this process's transport has done: transfers, bytes and failures by direction
+        ("read", "write") and path ("fabric", "staged", "device-ipc", "unreported"), request
+        latency buckets, connections, peers lost, registered regions (docs/python.md)."""
+        return self._transport().stats()
+
     # Ray's interface.
 
     def tensor_transport_backend(self) -> str:

@@ -414,6 +414,42 @@ class PyTransport {
     return PyBatchRequest(transport_, *std::move(r));
   }
 
+  // Transport::Stats() as plain Python values (docs/python.md).
+  py::dict Stats() const {
+    const rayaccel::TransportStats s = transport_->Stats();
+    py::dict out, transfers, latency;
+    const char* ops[] = {"read", "write"};
+    for (int op = 0; op < 2; ++op) {
+      py::dict by_path;
+      for (int path = 0; path < 4; ++path) {
+        const rayaccel::TransportStats::Transfers& t = s.transfers[op][path];
+        py::dict d;
+        d["completed"] = t.completed;
+        d["bytes"] = t.bytes;
+        d["failed"] = t.failed;
+        by_path[rayaccel::TransferPathName(static_cast<rayaccel::TransferPath>(path))] = d;
+      }
+      transfers[ops[op]] = by_path;
+      const rayaccel::TransportStats::Latency& l = s.latency[op];
+      py::dict d;
+      d["bounds_seconds"] = l.bounds;
+      d["counts"] = l.counts;
+      d["sum_seconds"] = l.sum_seconds;
+      d["count"] = l.count;
+      latency[ops[op]] = d;
+    }
+    out["transfers"] = transfers;
+    out["latency"] = latency;
+    out["connections"] = s.connections;
+    out["connections_opened"] = s.connections_opened;
+    out["peers_lost"] = s.peers_lost;
+    out["regions"] = s.regions;
+    out["registered_bytes"] = s.registered_bytes;
+    out["notifications_sent"] = s.notifications_sent;
+    out["notifications_received"] = s.notifications_received;
+    return out;
+  }
+
   static py::dict Inspect(const py::bytes& descriptor) {
     absl::StatusOr<rayaccel::DescriptorInfo> info =
         rayaccel::Transport::Inspect(std::string(descriptor));
@@ -480,5 +516,6 @@ PYBIND11_MODULE(_native, m) {
       .def("close", &PyTransport::Close)
       .def("read", &PyTransport::Read)
       .def("read_batch", &PyTransport::ReadBatch)
+      .def("stats", &PyTransport::Stats)
       .def_static("inspect", &PyTransport::Inspect);
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "rayaccel/transport.h"
+#include "transport/transport_metrics.h"
 
 namespace rayaccel::cli {
 namespace {
@@ -61,6 +62,9 @@ Options:
   --token-file FILE        the server writes its token here; the client may read it from here
                            (waiting up to the peer timeout for it to appear)
   --json                   one JSON object as the client's result
+  --metrics-file FILE      the transport's counters in the Prometheus text format (for
+                           node_exporter's textfile collector): the server rewrites it every
+                           second, the client once it is done
   UCX_TLS, UCX_NET_DEVICES and UCX's other variables choose the fabric, as for any UCX tool.
 
 Exit status: 0 done (and verified), 1 failed, 2 usage, 3 the peer was lost (died, stopped or
@@ -72,7 +76,7 @@ void OnSignal(int) { g_stop = true; }
 
 struct Options {
   bool serve = false;
-  std::string token, token_file;
+  std::string token, token_file, metrics_file;
   TransportOptions transport;
   uint64_t size = 1 << 20;
   bool write = false;
@@ -217,6 +221,9 @@ int Parse(int argc, char** argv, Options* o) {
     } else if (flag == "--connect") {
       if (!take() || value.empty()) return Usage("--connect needs a token");
       o->token = value;
+    } else if (flag == "--metrics-file") {
+      if (!take() || value.empty()) return Usage("--metrics-file needs a file");
+      o->metrics_file = value;
     } else if (flag == "--token-file") {
       if (!take() || value.empty()) return Usage("--token-file needs a file");
       o->token_file = value;
@@ -314,6 +321,16 @@ bool ParseToken(const std::string& token, std::string* address, std::string* rea
          absl::WebSafeBase64Unescape(parts[3], write_desc);
 }
 
+// Replaces `file` (whole, by rename) with the transport's counters; no file, nothing.
+void WriteMetrics(const Transport& t, const std::string& file) {
+  if (file.empty()) return;
+  const std::string tmp = file + ".tmp";
+  std::ofstream(tmp) << transport::MetricsText(t.Stats(), t.plugin_name());
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
+    std::fprintf(stderr, "rayaccel transfer: cannot write %s\n", file.c_str());
+  }
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "rayaccel transfer: %s\n", std::string(s.message()).c_str());
   return IsPeerLost(s) ? kExitPeerLost : IsUnauthenticatedPeer(s) ? kExitRefused : kExitFailure;
@@ -346,7 +363,12 @@ int Serve(const Options& o) {
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
   int bad = 0;
+  absl::Time metrics_due = absl::InfinitePast();
   while (!g_stop) {
+    if (absl::Now() >= metrics_due) {
+      WriteMetrics(**t, o.metrics_file);
+      metrics_due = absl::Now() + absl::Seconds(1);
+    }
     absl::StatusOr<std::vector<std::string>> got =
         (*t)->TakeNotifications(1, absl::Now() + absl::Milliseconds(200));
     if (!got.ok()) return Fail(got.status());
@@ -368,6 +390,7 @@ int Serve(const Options& o) {
     }
     std::fflush(stdout);
   }
+  WriteMetrics(**t, o.metrics_file);
   return bad == 0 ? kExitOk : kExitFailure;
 }
 
@@ -438,7 +461,8 @@ int Connect(const Options& o) {
   PreparedBatch batch;
   if (o.batch > 1) {
     std::vector<TransferEntry> entries;
-    for (uint64_t i = 0; i < o.batch; ++i) entries.push_back({local, i * size, target, i * size, size});
+    for (uint64_t i = 0; i < o.batch; ++i)
+      entries.push_back({local, i * size, target, i * size, size});
     absl::StatusOr<PreparedBatch> b =
         tr.PrepareBatch(o.write ? TransferOp::kWrite : TransferOp::kRead, *conn, entries);
     if (!b.ok()) return Fail(b.status());
@@ -504,9 +528,8 @@ int Connect(const Options& o) {
         "\"bandwidth_bytes_per_s\": %.0f, \"transfers_per_s\": %.0f, "
         "\"latency_us_p50\": %.2f, \"latency_us_p99\": %.2f, \"memory\": \"%s\", "
         "\"path\": \"%s\", \"verified\": %s}\n",
-        o.write ? "write" : "read", moved, o.batch, o.iters,
-        bandwidth, rate, p50, p99, memory.c_str(), TransferPathName(path),
-        verified ? "true" : "false");
+        o.write ? "write" : "read", moved, o.batch, o.iters, bandwidth, rate, p50, p99,
+        memory.c_str(), TransferPathName(path), verified ? "true" : "false");
   } else {
     const std::string what =
         o.batch > 1 ? absl::StrFormat("%llu bytes x %u per batch x %d", moved, o.batch, o.iters)
@@ -520,6 +543,7 @@ int Connect(const Options& o) {
                 TransferPathName(path));
   }
   std::fflush(stdout);
+  WriteMetrics(tr, o.metrics_file);
   tr.Close(*conn).IgnoreError();
   return verified ? kExitOk : kExitFailure;
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
 #include <shared_mutex>
 #include <utility>
 
@@ -16,6 +17,48 @@
 
 namespace rayaccel {
 namespace transport {
+
+// Request latency buckets, in seconds: from a small transfer on one host to a large one over
+// a slow network.
+constexpr double kLatencyBounds[] = {10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 5e-3,
+                                     10e-3, 50e-3, 100e-3, 500e-3, 1,    5};
+
+struct Counters {
+  Counters() {
+    for (TransportStats::Latency& l : latency) {
+      l.bounds.assign(std::begin(kLatencyBounds), std::end(kLatencyBounds));
+      l.counts.assign(l.bounds.size() + 1, 0);
+    }
+  }
+  void Transfer(int op, TransferPath path, uint64_t bytes, const absl::Status& s,
+                uint64_t connection) {
+    std::lock_guard<std::mutex> lock(mu);
+    TransportStats::Transfers& t = transfers[op][static_cast<int>(path)];
+    if (s.ok()) {
+      t.completed++;
+      t.bytes += bytes;
+    } else {
+      t.failed++;
+      if (IsPeerLost(s)) lost.insert(connection);
+    }
+  }
+  void Latency(int op, absl::Duration d) {
+    const double seconds = absl::ToDoubleSeconds(d);
+    std::lock_guard<std::mutex> lock(mu);
+    TransportStats::Latency& l = latency[op];
+    const size_t bucket =
+        std::lower_bound(l.bounds.begin(), l.bounds.end(), seconds) - l.bounds.begin();
+    l.counts[bucket]++;
+    l.sum_seconds += seconds;
+    l.count++;
+  }
+  std::mutex mu;
+  TransportStats::Transfers transfers[2][4];
+  TransportStats::Latency latency[2];
+  uint64_t connections_opened = 0;
+  std::set<uint64_t> lost;  // connections
+  uint64_t notifications_sent = 0, notifications_received = 0;
+};
 
 absl::StatusOr<rayaccel_transport_api> CheckTransportTable(const rayaccel_transport_api* t) {
   if (t == nullptr) return absl::InvalidArgumentError("no transport table");
@@ -109,8 +152,7 @@ absl::Status StatusFor(rayaccel_status code, const std::string& text) {
 }
 
 absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string_view what) {
-  return StatusFor(code,
-                   absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)"));
+  return StatusFor(code, absl::StrCat(what, ": ", err.text[0] != '\0' ? err.text : "(no message)"));
 }
 
 // A value outside the enumerators (a broken plugin's) reads as unreported.
@@ -158,6 +200,8 @@ struct Collect {
 struct Transport::Impl {
   // Set as the transport closes: its endpoint's requests are gone, whoever holds one.
   std::shared_ptr<bool> closed = std::make_shared<bool>(false);
+  // Shared with the requests, which count themselves as they end (also after a close).
+  std::shared_ptr<transport::Counters> counters = std::make_shared<transport::Counters>();
   std::unique_ptr<LoadedPlugin> plugin;
   rayaccel_transport_api api{};
   rayaccel_transport_endpoint* endpoint = nullptr;
@@ -222,6 +266,7 @@ bool Request::Orphaned() {
   if (handle_ == nullptr || closed_ == nullptr || !*closed_) return false;
   handle_ = nullptr;
   result_ = absl::UnavailableError("the transport was closed with the request in flight");
+  Count();
   return true;
 }
 
@@ -230,7 +275,12 @@ Request::Request(Request&& other) noexcept
       closed_(std::move(other.closed_)),
       handle_(std::exchange(other.handle_, nullptr)),
       path_(other.path_),
-      result_(std::move(other.result_)) {}
+      result_(std::move(other.result_)),
+      counters_(std::move(other.counters_)),
+      op_(std::exchange(other.op_, -1)),
+      bytes_(other.bytes_),
+      connection_(other.connection_),
+      start_(other.start_) {}
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
@@ -240,8 +290,20 @@ Request& Request::operator=(Request&& other) noexcept {
     handle_ = std::exchange(other.handle_, nullptr);
     path_ = other.path_;
     result_ = std::move(other.result_);
+    counters_ = std::move(other.counters_);
+    op_ = std::exchange(other.op_, -1);
+    bytes_ = other.bytes_;
+    connection_ = other.connection_;
+    start_ = other.start_;
   }
   return *this;
+}
+
+void Request::Count() {
+  if (op_ < 0 || counters_ == nullptr) return;
+  counters_->Transfer(op_, path_, bytes_, result_, connection_);
+  counters_->Latency(op_, absl::Now() - start_);
+  op_ = -1;
 }
 
 Request::~Request() { Abandon(); }
@@ -264,6 +326,7 @@ absl::Status Request::Wait(absl::Time deadline) {
     if (s != RAYACCEL_STATUS_TIMEOUT) {
       handle_ = nullptr;  // released by the plugin
       result_ = ToStatus(s, err, "transfer");
+      Count();
       return result_;
     }
     absl::Duration left = deadline - absl::Now();
@@ -315,6 +378,15 @@ size_t BatchRequest::failed() const {
                                            [](const absl::Status& s) { return !s.ok(); }));
 }
 
+void BatchRequest::Count() {
+  if (counters_ == nullptr) return;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    counters_->Transfer(op_, paths_[i], lengths_[i], entries_[i], connection_);
+  }
+  counters_->Latency(op_, absl::Now() - start_);
+  counters_ = nullptr;
+}
+
 absl::Status BatchRequest::Wait(absl::Time deadline) {
   for (Part& part : parts_) {
     if (part.ended) continue;
@@ -322,10 +394,11 @@ absl::Status BatchRequest::Wait(absl::Time deadline) {
     if (absl::IsDeadlineExceeded(s) && !part.request.done()) return s;
     End(part, s);
   }
+  Count();
   const size_t bad = failed();
   if (bad == 0) return absl::OkStatus();
-  const auto first = std::find_if(entries_.begin(), entries_.end(),
-                                  [](const absl::Status& s) { return !s.ok(); });
+  const auto first =
+      std::find_if(entries_.begin(), entries_.end(), [](const absl::Status& s) { return !s.ok(); });
   const absl::Status& why = result_.ok() ? *first : result_;
   return absl::Status(why.code(), absl::StrCat(bad, " of ", entries_.size(),
                                                " entries failed; the first: ", why.message()));
@@ -503,6 +576,8 @@ absl::StatusOr<Transport::ConnectionId> Transport::Connect(absl::string_view pee
   std::unique_lock<std::shared_mutex> lock(impl_->mu);
   ConnectionId id = impl_->next_connection++;
   impl_->connections[id] = handle;
+  std::lock_guard<std::mutex> counted(impl_->counters->mu);
+  impl_->counters->connections_opened++;
   return id;
 }
 
@@ -579,10 +654,21 @@ absl::StatusOr<Request> Transport::Transfer(int op, ConnectionId connection, Reg
   args.remote_offset = remote_offset;
   args.length = length;
   args.path = RAYACCEL_PATH_UNREPORTED;
+  const absl::Time start = absl::Now();
   absl::Status s = impl_->Call(op == RAYACCEL_TRANSFER_READ ? "read" : "write",
                                [&](rayaccel_error* e) { return impl_->api.transfer(&args, e); });
-  if (!s.ok()) return s;
-  return Request(this, args.request, PathOf(args.path));  // null: completed within the call
+  if (!s.ok()) {
+    impl_->counters->Transfer(op, TransferPath::kUnreported, length, s, connection);
+    return s;
+  }
+  Request r(this, args.request, PathOf(args.path));
+  r.counters_ = impl_->counters;
+  r.op_ = op;
+  r.bytes_ = length;
+  r.connection_ = connection;
+  r.start_ = start;
+  if (r.done()) r.Count();  // completed within the call
+  return r;
 }
 
 absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
@@ -604,12 +690,11 @@ absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
     absl::StatusOr<transport::Envelope> remote = transport::Decode(e.descriptor);
     if (!remote.ok()) return fail(remote.status());
     if (remote->info.plugin != plugin_name_) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "the descriptor is plugin ", remote->info.plugin, "'s; this transport is ",
-          plugin_name_, "'s")));
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("the descriptor is plugin ", remote->info.plugin,
+                                                  "'s; this transport is ", plugin_name_, "'s")));
     }
-    if (e.remote_offset > remote->info.length ||
-        e.length > remote->info.length - e.remote_offset) {
+    if (e.remote_offset > remote->info.length || e.length > remote->info.length - e.remote_offset) {
       return fail(absl::InvalidArgumentError(
           absl::StrCat("bytes [", e.remote_offset, ", +", e.length,
                        ") lie outside the remote region of ", remote->info.length, " bytes")));
@@ -650,9 +735,9 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
   for (size_t i = 0; i < n; ++i) {
     const PreparedBatch::Entry& e = batch.entries_[i];
     if (e.remote_endpoint == impl_->endpoint_id && impl_->regions.count(e.remote_region) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("entry ", i, ": stale descriptor: region ", e.remote_region,
-                       " was deregistered on this endpoint"));
+      return absl::FailedPreconditionError(absl::StrCat("entry ", i, ": stale descriptor: region ",
+                                                        e.remote_region,
+                                                        " was deregistered on this endpoint"));
     }
     auto region = impl_->regions.find(e.local);
     if (region == impl_->regions.end()) {
@@ -660,17 +745,23 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
     }
     if (e.local_offset > region->second.length ||
         e.length > region->second.length - e.local_offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry ", i, ": bytes [", e.local_offset, ", +", e.length,
-                       ") lie outside local region ", e.local, " of ", region->second.length,
-                       " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry ", i, ": bytes [", e.local_offset, ", +", e.length, ") lie outside local region ",
+          e.local, " of ", region->second.length, " bytes"));
     }
-    entries[i] = {region->second.handle, e.local_offset,
+    entries[i] = {region->second.handle,
+                  e.local_offset,
                   {reinterpret_cast<const uint8_t*>(e.payload.data()), e.payload.size()},
-                  e.remote_offset, e.length};
+                  e.remote_offset,
+                  e.length};
   }
   BatchRequest out;
   out.entries_.assign(n, absl::OkStatus());
+  out.op_ = op;
+  out.connection_ = batch.connection_;
+  out.start_ = absl::Now();
+  out.lengths_.reserve(n);
+  for (const PreparedBatch::Entry& e : batch.entries_) out.lengths_.push_back(e.length);
   std::vector<rayaccel_transfer_path> paths(n, RAYACCEL_PATH_UNREPORTED);
   // Each part that fails to start fails its entries; an error only when none started.
   auto failed_to_start = [&](size_t begin, size_t end, const absl::Status& s) {
@@ -733,6 +824,8 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
   if (!started) return first_error;
   out.paths_.reserve(n);
   for (rayaccel_transfer_path p : paths) out.paths_.push_back(PathOf(p));
+  out.counters_ = impl_->counters;
+  if (out.done()) out.Count();  // every entry ended within the call
   return out;
 }
 
@@ -754,6 +847,10 @@ absl::StatusOr<Request> Transport::Notify(ConnectionId connection, absl::string_
   absl::Status s =
       impl_->Call("notify", [&](rayaccel_error* e) { return impl_->api.notify(&args, e); });
   if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> counted(impl_->counters->mu);
+    impl_->counters->notifications_sent++;
+  }
   return Request(this, args.request);  // null: completed within the call
 }
 
@@ -770,6 +867,26 @@ absl::StatusOr<Request> Transport::Flush(ConnectionId connection) {
   return Request(this, handle);  // null: nothing was outstanding
 }
 
+TransportStats Transport::Stats() const {
+  TransportStats out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->counters->mu);
+    const transport::Counters& c = *impl_->counters;
+    std::copy(&c.transfers[0][0], &c.transfers[0][0] + 8, &out.transfers[0][0]);
+    out.latency[0] = c.latency[0];
+    out.latency[1] = c.latency[1];
+    out.connections_opened = c.connections_opened;
+    out.peers_lost = c.lost.size();
+    out.notifications_sent = c.notifications_sent;
+    out.notifications_received = c.notifications_received;
+  }
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  out.connections = impl_->connections.size();
+  out.regions = impl_->regions.size();
+  for (const auto& [id, region] : impl_->regions) out.registered_bytes += region.length;
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> Transport::TakeNotifications(size_t min_count,
                                                                       absl::Time deadline) {
   Collect got;
@@ -779,7 +896,11 @@ absl::StatusOr<std::vector<std::string>> Transport::TakeNotifications(size_t min
     });
     if (!s.ok()) return s;
     absl::Duration left = deadline - absl::Now();
-    if (got.blobs.size() >= min_count || left <= absl::ZeroDuration()) return got.blobs;
+    if (got.blobs.size() >= min_count || left <= absl::ZeroDuration()) {
+      std::lock_guard<std::mutex> counted(impl_->counters->mu);
+      impl_->counters->notifications_received += got.blobs.size();
+      return got.blobs;
+    }
     impl_
         ->Call("wait",
                [&](rayaccel_error* e) {

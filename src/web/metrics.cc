@@ -5,61 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/prometheus.h"
 
 namespace rayaccel::web {
-namespace {
-
-// A label value as the text format wants it: backslash, quote and newline escaped.
-std::string LabelValue(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-class Writer {
- public:
-  void Family(const std::string& name, const char* type, const std::string& help) {
-    absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-  }
-  void Sample(const std::string& name, const std::map<std::string, std::string>& labels,
-              double value) {
-    out_ += name;
-    if (!labels.empty()) {
-      out_ += '{';
-      bool first = true;
-      for (const auto& [k, v] : labels) {
-        absl::StrAppend(&out_, first ? "" : ",", k, "=\"", LabelValue(v), "\"");
-        first = false;
-      }
-      out_ += '}';
-    }
-    // Counts as integers; durations with nine significant digits.
-    const bool whole = value == static_cast<double>(static_cast<int64_t>(value)) &&
-                       value < 9007199254740992.0 && value > -9007199254740992.0;
-    absl::StrAppend(
-        &out_, " ",
-        whole ? absl::StrCat(static_cast<int64_t>(value)) : absl::StrFormat("%.9g", value), "\n");
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-}  // namespace
 
 std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
                         const AgentCounts& agent) {
-  Writer w;
+  PrometheusWriter w;
   w.Family("rayaccel_snapshot_generation", "gauge",
            "Generation of the current snapshot; a new one means the node changed.");
   w.Sample("rayaccel_snapshot_generation", {}, static_cast<double>(s.generation));
@@ -123,7 +75,7 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
 
 std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::time_point now) {
   const std::vector<rpc::SinkState::NodeEntry> nodes = sink.state().Nodes();
-  Writer w;
+  PrometheusWriter w;
   w.Family("rayaccel_sink_nodes", "gauge", "Nodes that have published to this sink.");
   w.Sample("rayaccel_sink_nodes", {}, static_cast<double>(nodes.size()));
   w.Family("rayaccel_sink_node_last_update_age_seconds", "gauge",

@@ -108,6 +108,7 @@ TEST(LibrarySymbols, OnlyTheApiIsExported) {
                                     "rayaccel::Transport::Post(",
                                     "rayaccel::Transport::ReadBatch(",
                                     "rayaccel::Transport::WriteBatch(",
+                                    "rayaccel::Transport::Stats()",
                                     "rayaccel::BatchRequest::Wait(",
                                     "rayaccel::BatchRequest::done()",
                                     "rayaccel::BatchRequest::failed()",

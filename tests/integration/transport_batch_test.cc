@@ -12,6 +12,7 @@
 #include "rayaccel/transport.h"
 #include "support/test_support.h"
 #include "support/transport_support.h"
+#include "transport/transport_metrics.h"
 
 namespace rayaccel {
 namespace {
@@ -129,12 +130,12 @@ TEST_P(TransportBatch, EachEntryFailsOnItsOwnAndTheOthersLand) {
   });
   ASSERT_TRUE(owner_->Deregister(*ra).ok());
   std::vector<TransferEntry> entries = {
-      {*mine, 0, db, 0, 4096},                     // lands
-      {*mine, 4096, da, 0, 4096},                  // a deregistered region: stale
-      {*mine, 8192, big, 2 << 20, 4096},           // past the owner's region: refused
-      {*mine, 12288, db, 8192, 4096},              // lands
-      {*mine, 1 << 20, big, 3 << 20, 200 << 10},   // refused, alone (not in a chunk)
-      {*mine, 2 << 20, db, 0, 1 << 20},            // lands, alone
+      {*mine, 0, db, 0, 4096},                    // lands
+      {*mine, 4096, da, 0, 4096},                 // a deregistered region: stale
+      {*mine, 8192, big, 2 << 20, 4096},          // past the owner's region: refused
+      {*mine, 12288, db, 8192, 4096},             // lands
+      {*mine, 1 << 20, big, 3 << 20, 200 << 10},  // refused, alone (not in a chunk)
+      {*mine, 2 << 20, db, 0, 1 << 20},           // lands, alone
   };
   auto r = reader_->ReadBatch(*conn, entries);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -173,7 +174,8 @@ TEST_P(TransportBatch, APreparedBatchPostsAgainAndSeesRegionsGo) {
   auto conn = reader_->Connect(owner_->address());
   ASSERT_TRUE(conn.ok()) << conn.status();
   std::vector<TransferEntry> entries;
-  for (uint64_t i = 0; i < 64; ++i) entries.push_back({*mine, i * 1024, *owner_->Describe(*src), i * 1024, 1024});
+  for (uint64_t i = 0; i < 64; ++i)
+    entries.push_back({*mine, i * 1024, *owner_->Describe(*src), i * 1024, 1024});
   auto batch = reader_->PrepareBatch(TransferOp::kRead, *conn, entries);
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->size(), 64u);
@@ -215,7 +217,8 @@ TEST_P(TransportBatch, MalformedBatchesAreRefusedNamingTheEntry) {
   refused({{*mine, 0, d, 4000, 200}}, "entry 0: bytes [4000, +200) lie outside the remote");
   refused({{*mine, 4000, d, 0, 200}}, "entry 0: bytes [4000, +200) lie outside local region");
   refused({{*mine + 7, 0, d, 0, 16}}, "entry 0: no local region");
-  EXPECT_TRUE(absl::IsInvalidArgument(reader_->ReadBatch(*conn + 9, {{*mine, 0, d, 0, 16}}).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(reader_->ReadBatch(*conn + 9, {{*mine, 0, d, 0, 16}}).status()));
   // After all that, the connection still serves.
   auto r = reader_->ReadBatch(*conn, {{*mine, 0, d, 0, 4096}});
   EXPECT_TRUE(Finish(r).ok()) << r.status();
@@ -247,14 +250,82 @@ TEST_P(TransportBatch, AClosedConnectionFailsTheBatchAsALostPeer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ucx, TransportBatch,
-    ::testing::Combine(::testing::Values("sim", "acme-transport"), ::testing::Values("all", "tcp")),
-    [](const auto& info) {
-      std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
-      for (char& c : name) c = c == '-' ? '_' : c;
-      return name;
-    });
+TEST_P(TransportBatch, StatsCountEachEntryAndEachRequest) {
+  const std::string plugin = std::get<0>(GetParam());
+  std::vector<char> a(1 << 20), b(1 << 20), local(2 << 20);
+  auto ra = owner_->Register(a.data(), a.size());
+  auto rb = owner_->Register(b.data(), b.size());
+  auto mine = reader_->Register(local.data(), local.size());
+  auto conn = reader_->Connect(owner_->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  const std::string da = *owner_->Describe(*ra), db = *owner_->Describe(*rb);
+  ASSERT_TRUE(owner_->Deregister(*ra).ok());
+  auto r = reader_->ReadBatch(*conn, {{*mine, 0, db, 0, 4096},
+                                      {*mine, 4096, db, 0, 100},
+                                      {*mine, 8192, da, 0, 4096},
+                                      {*mine, 1 << 20, db, 0, 1 << 20}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(Finish(r).ok());
+  ASSERT_TRUE(testing::Done(reader_->Write(*conn, *mine, 0, db, 0, 512)).ok());
+  ASSERT_TRUE(testing::Done(reader_->Notify(*conn, "n")).ok());
+
+  TransportStats s = reader_->Stats();
+  const auto read = static_cast<int>(TransferOp::kRead),
+             write = static_cast<int>(TransferOp::kWrite);
+  const auto fabric = static_cast<int>(TransferPath::kFabric);
+  EXPECT_EQ(s.transfers[read][fabric].completed, 3u);
+  EXPECT_EQ(s.transfers[read][fabric].bytes, 4096u + 100 + (1 << 20));
+  EXPECT_EQ(s.transfers[read][fabric].failed, 1u);
+  EXPECT_EQ(s.transfers[write][fabric].completed, 1u);
+  EXPECT_EQ(s.transfers[write][fabric].bytes, 512u);
+  EXPECT_EQ(s.latency[read].count, 1u) << "a batch is one request";
+  EXPECT_EQ(s.latency[write].count, 1u);
+  EXPECT_EQ(s.latency[read].counts.size(), s.latency[read].bounds.size() + 1);
+  EXPECT_EQ(s.connections, 1u);
+  EXPECT_EQ(s.connections_opened, 1u);
+  EXPECT_EQ(s.regions, 1u);
+  EXPECT_EQ(s.registered_bytes, 2u << 20);
+  EXPECT_EQ(s.notifications_sent, 1u);
+  EXPECT_EQ(s.peers_lost, 0u);
+  EXPECT_EQ(owner_->Stats().regions, 1u);
+
+  const std::string text = transport::MetricsText(s, plugin);
+  const std::string labels = absl::StrCat("{op=\"read\",path=\"fabric\",plugin=\"", plugin, "\"}");
+  EXPECT_NE(text.find("rayaccel_transport_transfers_total" + labels + " 3\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rayaccel_transport_transfer_errors_total" + labels + " 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find(absl::StrCat(
+          "rayaccel_transport_request_duration_seconds_bucket{le=\"+Inf\",op=\"read\",plugin=\"",
+          plugin, "\"} 1\n")),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE rayaccel_transport_request_duration_seconds histogram\n"),
+            std::string::npos);
+  EXPECT_NE(text.find(absl::StrCat("rayaccel_transport_registered_bytes{plugin=\"", plugin,
+                                   "\"} 2097152\n")),
+            std::string::npos)
+      << text;
+
+  // The owner goes: the connection's next transfers fail as a lost peer, counted once.
+  owner_.reset();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(testing::Done(reader_->Read(*conn, *mine, 0, db, 0, 64), absl::Seconds(15)).ok());
+  }
+  EXPECT_EQ(reader_->Stats().peers_lost, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportBatch,
+                         ::testing::Combine(::testing::Values("sim", "acme-transport"),
+                                            ::testing::Values("all", "tcp")),
+                         [](const auto& info) {
+                           std::string name =
+                               absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace rayaccel

@@ -489,15 +489,24 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
   // Batches: 1000 entries of 4 KiB per request, verified over the whole 4 000 KiB; a batch
   // the server's buffer cannot hold is the caller's mistake, said before anything moves.
   for (const char* op : {"read", "write"}) {
+    const std::string metrics = absl::StrCat(dir, "/", op, ".prom");
     auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
-                           "--size", "4KiB", "--batch", "1000", "--iters", "3", "--json"});
+                           "--size", "4KiB", "--batch", "1000", "--iters", "3", "--json",
+                           "--metrics-file", metrics});
     EXPECT_EQ(r.exit_code, 0) << r.err;
+    // Warm-up and timed batches, 1000 entries each, and for a write the read-back.
+    std::ifstream in(metrics);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(absl::StrCat("rayaccel_transport_transfers_total{op=\"", op,
+                                     "\",path=\"fabric\",plugin=\"sim\"} 13000\n")),
+              std::string::npos)
+        << text;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\"batch\": 1000"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\"transfers_per_s\": "), std::string::npos) << r.out;
   }
-  auto too_big = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token",
-                               "--size", "4KiB", "--batch", "2000"});
+  auto too_big = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size",
+                               "4KiB", "--batch", "2000"});
   EXPECT_EQ(too_big.exit_code, 2) << too_big.err;
   EXPECT_NE(too_big.err.find("raise its --size"), std::string::npos) << too_big.err;
   EXPECT_EQ(testing::Stop(server.pid), 0);

@@ -82,6 +82,15 @@ def test_bytes_arrive_whole_from_1_KiB_to_256_MiB(destination):
         assert out[2].dtype == np.float32 and out[2].shape == ((64 << 20) // 4,)
         assert [digest(o) for o in out] == peer.digests
         assert destination.last_paths == ["fabric"] * 4  # host memory, as UCX moves it
+        # One batch for the object's four tensors: four transfers, one request.
+        stats = destination.stats()
+        fabric = stats["transfers"]["read"]["fabric"]
+        assert fabric["completed"] == 4 and fabric["failed"] == 0
+        assert fabric["bytes"] == 1024 + (1 << 20) + (64 << 20) + (256 << 20)
+        assert stats["latency"]["read"]["count"] == 1
+        assert sum(stats["latency"]["read"]["counts"]) == 1
+        assert stats["connections"] == 1 and stats["connections_opened"] == 1
+        assert stats["regions"] == 0 and stats["peers_lost"] == 0  # targets deregistered
         # Into the caller's buffers: the same objects come back, filled.
         targets = [np.zeros(o.shape, o.dtype) for o in out]
         again = destination.recv_multiple_tensors("obj-1", peer.meta, None, targets)
