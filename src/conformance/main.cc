@@ -1,25 +1,42 @@
 // rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE] [--json]
 //                                [--timeout SECONDS] [--expect-no-devices]
+//                                [--perf [--baseline REPORT.json] [--tolerance FACTOR]]
+//                                [--only PREFIX[,PREFIX...]]
 // rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [...]
 //
 // --replay checks a captured plugin's answers (docs/capture.md) through the replay plugin
 // installed in ../lib/rayaccel/replay/ next to this program.
 //
 // Runs every check of the suite as a GoogleTest test (so --junit is GoogleTest's JUnit XML),
-// prints a summary (or JSON) and the tier the plugin reaches. Exit code: 0 when the plugin
+// prints a summary (or JSON) and the tier the plugin reaches. --perf adds tier 4's figures
+// (to the JSON, and as JUnit properties); with --baseline, a figure more than FACTOR (default
+// 3) times worse than the same figure in an earlier --json report fails its check. Exit code:
+// --only runs just the checks whose names start with a prefix ("perf", "transport."), and then
+// judges no tier: the exit code says whether they passed. Exit code: 0 when the plugin
 // reaches --tier (default 1), 1 when it does not, 2 for usage errors (a missing plugin file
 // included).
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "conformance/suite.h"
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
@@ -32,6 +49,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE]\n"
     "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n"
+    "                            [--perf [--baseline REPORT.json] [--tolerance FACTOR]]\n"
+    "                            [--only PREFIX[,PREFIX...]]\n"
     "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n";
 
 struct Result {
@@ -46,6 +65,8 @@ Options* g_options = nullptr;
 const Check* g_gate_failed = nullptr;
 int g_not_run = 0;
 std::string g_plugin_file;  // the plugin's file name, where the JUnit report places checks
+std::map<std::string, double> g_baseline;  // --baseline's figures, by name
+double g_tolerance = 3;
 
 class CheckTest : public ::testing::Test {
  public:
@@ -57,6 +78,19 @@ class CheckTest : public ::testing::Test {
       return;
     }
     Outcome o = check_->run(*g_options);
+    std::vector<std::string> regressions;
+    for (const Figure& f : o.figures) {
+      RecordProperty(f.name, absl::StrFormat("%.6g", f.value));
+      auto base = g_baseline.find(f.name);
+      if (base == g_baseline.end()) continue;
+      if (std::string r = Regression(f, base->second, g_tolerance); !r.empty()) {
+        regressions.push_back(r);
+      }
+    }
+    if (!regressions.empty() && o.status != Outcome::Status::kFail) {
+      o.status = Outcome::Status::kFail;
+      o.message = absl::StrJoin(regressions, "; ");
+    }
     g_results->push_back({check_, o});
     if (check_->gates && o.status == Outcome::Status::kFail) g_gate_failed = check_;
     if (o.status == Outcome::Status::kWarn) RecordProperty("warning", o.message);
@@ -78,6 +112,35 @@ class CheckTest : public ::testing::Test {
   const Check* check_;
 };
 
+// The figures of an earlier --json report (its checks' "figures"), by name.
+absl::StatusOr<std::map<std::string, double>> ReadBaseline(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return absl::NotFoundError(file + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  json::ParseError error;
+  std::optional<json::Value> report = json::Parse(text.str(), &error);
+  const json::Value* checks = report ? report->Find("checks") : nullptr;
+  if (checks == nullptr || checks->type() != json::Value::Type::kArray) {
+    return absl::InvalidArgumentError(
+        file + ": not a report of rayaccel-conformance --json" +
+        (report ? ""
+                : absl::StrCat(" (", error.message, " at ", error.line, ":", error.column, ")")));
+  }
+  std::map<std::string, double> figures;
+  for (const json::Value& check : checks->array()) {
+    const json::Value* f = check.Find("figures");
+    if (f == nullptr || f->type() != json::Value::Type::kObject) continue;
+    for (const auto& [name, value] : f->members()) {
+      if (value.type() == json::Value::Type::kNumber) figures[name] = value.number();
+    }
+  }
+  if (figures.empty()) {
+    return absl::InvalidArgumentError(file + ": no figures (was it run with --perf?)");
+  }
+  return figures;
+}
+
 int Usage(const std::string& problem) {
   std::fprintf(stderr, "rayaccel-conformance: %s\n%s", problem.c_str(), kUsage);
   return 2;
@@ -89,6 +152,8 @@ int Run(int argc, char** argv) {
   bool json = false;
   std::string replay;
   std::string junit;
+  std::string baseline;
+  std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string* out) {
@@ -114,9 +179,20 @@ int Run(int argc, char** argv) {
       if (key.find('.') != std::string::npos) key = key.substr(key.find('.') + 1);
       options.config[key] = v.substr(v.find('=') + 1);
     } else if (flag == "--tier") {
-      if (!value(&v) || v.size() != 1 || v[0] < '1' || v[0] > '3')
-        return Usage("--tier is 1, 2 or 3");
+      if (!value(&v) || v.size() != 1 || v[0] < '1' || v[0] > '4')
+        return Usage("--tier is 1, 2, 3 or 4 (4 needs --perf)");
       want_tier = v[0] - '0';
+    } else if (flag == "--only") {
+      if (!value(&v) || v.empty()) return Usage("--only needs check name prefixes");
+      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) only.emplace_back(p);
+    } else if (flag == "--perf") {
+      options.perf = true;
+    } else if (flag == "--baseline") {
+      if (!value(&baseline)) return Usage("--baseline needs a report");
+    } else if (flag == "--tolerance") {
+      if (!value(&v) || !absl::SimpleAtod(v, &g_tolerance) || !(g_tolerance >= 1)) {
+        return Usage("--tolerance is a factor of at least 1 (3: a figure may be 3x worse)");
+      }
     } else if (flag == "--replay") {
       if (!value(&replay) || replay.empty()) return Usage("--replay needs a capture bundle");
     } else if (flag == "--junit") {
@@ -147,6 +223,12 @@ int Run(int argc, char** argv) {
     options.config["bundle"] = realpath(replay.c_str(), bundle) != nullptr ? bundle : replay;
   }
   if (options.plugin_path.empty()) return Usage("no plugin given");
+  if (!baseline.empty()) {
+    if (!options.perf) return Usage("--baseline compares the figures of --perf");
+    absl::StatusOr<std::map<std::string, double>> figures = ReadBaseline(baseline);
+    if (!figures.ok()) return Usage(std::string(figures.status().message()));
+    g_baseline = *std::move(figures);
+  }
   struct stat st {};
   if (stat(options.plugin_path.c_str(), &st) != 0) {
     return Usage(options.plugin_path + ": " + std::strerror(errno));
@@ -174,6 +256,10 @@ int Run(int argc, char** argv) {
   // no path of the machine this suite was built on.
   g_plugin_file = options.plugin_path.substr(options.plugin_path.rfind('/') + 1);
   for (const Check& check : AllChecks()) {
+    const bool chosen = only.empty() || std::any_of(only.begin(), only.end(), [&](const auto& p) {
+                          return absl::StartsWith(check.name, p);
+                        });
+    if (!chosen) continue;
     std::string suite = "Tier" + std::to_string(check.tier);
     ::testing::RegisterTest(suite.c_str(), check.name.c_str(), nullptr, nullptr,
                             g_plugin_file.c_str(), 0,
@@ -185,7 +271,7 @@ int Run(int argc, char** argv) {
 
   // The tier: every check of that tier and below passed (a skip counts where allowed).
   int tier = 0;
-  for (int t = 1; t <= 3; ++t) {
+  for (int t = 1; t <= 4; ++t) {
     bool all = true;
     for (const Result& r : results) {
       if (r.check->tier != t) continue;
@@ -205,7 +291,11 @@ int Run(int argc, char** argv) {
     }
   }
   std::string note;
-  if (g_gate_failed != nullptr) {
+  if (!only.empty()) {
+    tier = 0;  // judged on every check, not on a few
+    note = absl::StrCat(results.size(), " checks run (--only ", absl::StrJoin(only, ","),
+                        "): no tier is judged");
+  } else if (g_gate_failed != nullptr) {
     note = std::to_string(g_not_run) + " further checks not run: the plugin does not load (" +
            g_gate_failed->name + ")";
   } else if (devices == 0 && options.expect_no_devices) {
@@ -240,6 +330,11 @@ int Run(int argc, char** argv) {
       w.Key("status").String(status_name(r.outcome.status));
       w.Key("message").String(r.outcome.message);
       w.Key("why").String(r.check->why);
+      if (!r.outcome.figures.empty()) {
+        w.Key("figures").BeginObject();
+        for (const Figure& f : r.outcome.figures) w.Key(f.name).Double(f.value);
+        w.EndObject();
+      }
       w.EndObject();
     }
     w.EndArray();
@@ -258,8 +353,19 @@ int Run(int argc, char** argv) {
                   r.check->name.c_str(), r.outcome.message.c_str());
     }
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
-    std::printf("\nTier reached: %d (%s)%s\n", tier, TierName(tier),
-                junit.empty() ? "" : ("; JUnit report: " + junit).c_str());
+    if (only.empty()) {
+      std::printf("\nTier reached: %d (%s)%s\n", tier, TierName(tier),
+                  junit.empty() ? "" : ("; JUnit report: " + junit).c_str());
+    } else if (!junit.empty()) {
+      std::printf("JUnit report: %s\n", junit.c_str());
+    }
+  }
+  if (!only.empty()) {
+    const bool all_passed = std::none_of(results.begin(), results.end(), [](const Result& r) {
+      return r.outcome.status == Outcome::Status::kFail ||
+             (r.outcome.status == Outcome::Status::kSkip && !r.check->skip_passes);
+    });
+    return all_passed ? 0 : 1;
   }
   return tier >= want_tier ? 0 : 1;
 }

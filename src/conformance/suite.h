@@ -19,6 +19,15 @@ struct Options {
   // This machine has none of the plugin's devices: finding some is a failure, and finding none
   // is what tier 1 expects (a vendor's CI without the hardware).
   bool expect_no_devices = false;
+  // Run the performance checks (tier 4): they measure rather than judge, and take seconds.
+  bool perf = false;
+};
+
+// A measured figure (the performance checks): "discovery.rescan_us", 41.3.
+struct Figure {
+  std::string name;  // its unit is the suffix: _us, _ms, _gbps (10^9 bytes/s), _per_s
+  double value = 0;
+  bool HigherIsBetter() const;
 };
 
 struct Outcome {
@@ -26,15 +35,16 @@ struct Outcome {
   enum class Status { kPass, kFail, kSkip, kWarn };
   Status status = Status::kPass;
   std::string message;
-  static Outcome Pass(std::string m = "") { return {Status::kPass, std::move(m)}; }
-  static Outcome Fail(std::string m) { return {Status::kFail, std::move(m)}; }
-  static Outcome Skip(std::string m) { return {Status::kSkip, std::move(m)}; }
-  static Outcome Warn(std::string m) { return {Status::kWarn, std::move(m)}; }
+  std::vector<Figure> figures;
+  static Outcome Pass(std::string m = "") { return {Status::kPass, std::move(m), {}}; }
+  static Outcome Fail(std::string m) { return {Status::kFail, std::move(m), {}}; }
+  static Outcome Skip(std::string m) { return {Status::kSkip, std::move(m), {}}; }
+  static Outcome Warn(std::string m) { return {Status::kWarn, std::move(m), {}}; }
 };
 
 struct Check {
   std::string name;  // "discovery.ids_stable"
-  int tier = 1;      // 1 discoverable, 2 schedulable, 3 transport
+  int tier = 1;      // 1 discoverable, 2 schedulable, 3 transport, 4 measured
   std::string why;   // one line: the promise it checks
   // A skip counts as passing for the tier (a hook the plugin need not have).
   bool skip_passes = true;
@@ -46,7 +56,12 @@ struct Check {
 
 const std::vector<Check>& AllChecks();
 
-const char* TierName(int tier);  // "discoverable", "schedulable", "transport"
+const char* TierName(int tier);  // "discoverable", "schedulable", "transport", "measured"
+
+// Whether `now` regressed past `factor` against `baseline` (a figure of the same name): the
+// reason, or empty. Times also need to be worse by 50 us, so that noise on a figure of a few
+// microseconds is no regression.
+std::string Regression(const Figure& now, double baseline, double factor);
 
 }  // namespace rayaccel::conformance
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -323,6 +324,82 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
                     << "), the registry takes the plugin as active";
     }
   }
+}
+
+// The performance gate (tier 4): figures recorded from the sim plugin pass the sim plugin and
+// fail the same plugin slowed down (20 ms per discover and transfer), naming each regression;
+// the tolerance (10x here) leaves room for a shared machine's noise.
+TEST(Conformance, ThePerformanceGateFailsARegressionAndPassesTheSamePlugin) {
+  const std::string dir = testing::MakeTempDir("perf-gate");
+  const std::string spec = "spec=" + testing::Example("dgx-h100.json");
+  const std::string baseline = dir + "/baseline.json";
+  testing::CommandResult first =
+      testing::Run({RAYACCEL_CONFORMANCE, testing::SimPlugin(), "--config", spec, "--perf",
+                    "--tier", "4", "--json", "--timeout", "20"});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  std::ofstream(baseline) << first.out;
+  json::ParseError error;
+  std::optional<json::Value> doc = json::Parse(first.out, &error);
+  ASSERT_TRUE(doc) << error.message;
+  EXPECT_EQ(doc->Find("tier_name")->string(), "measured");
+  std::set<std::string> figures;
+  for (const json::Value& c : doc->Find("checks")->array()) {
+    if (const json::Value* f = c.Find("figures")) {
+      for (const auto& [name, value] : f->members()) {
+        EXPECT_GT(value.number(), 0) << name;
+        figures.insert(name);
+      }
+    }
+  }
+  EXPECT_EQ(figures,
+            (std::set<std::string>{"discovery.cold_start_ms", "discovery.rescan_us",
+                                   "allocation.prepare_us", "transport.read_8b_latency_us",
+                                   "transport.read_64kib_gbps", "transport.read_1mib_gbps",
+                                   "transport.write_1mib_gbps", "transport.batch_64x4kib_gbps"}));
+
+  // What a vendor's CI runs on each driver update: the figures alone, against the last good.
+  Report same = Conform(testing::SimPlugin(),
+                        {"--config", spec, "--perf", "--only", "perf", "--baseline", baseline,
+                         "--tolerance", "10", "--timeout", "60", "--junit", dir + "/same.xml"});
+  EXPECT_EQ(same.exit_code, 0);
+  for (const char* check : {"perf.discovery", "perf.allocation", "perf.transport"}) {
+    EXPECT_EQ(same.checks[check].first, "pass") << check << ": " << same.checks[check].second;
+  }
+  std::ifstream junit(dir + "/same.xml");
+  std::stringstream xml;
+  xml << junit.rdbuf();
+  EXPECT_NE(xml.str().find("<property name=\"transport.read_1mib_gbps\" value=\""),
+            std::string::npos)
+      << xml.str();
+
+  EXPECT_EQ(same.checks.size(), 3u) << "--only perf";
+  Report slow =
+      Conform(RAYACCEL_SLOW_SIM_PLUGIN, {"--config", spec, "--perf", "--only", "perf", "--baseline",
+                                         baseline, "--tolerance", "10", "--timeout", "60"});
+  EXPECT_EQ(slow.exit_code, 1);
+  EXPECT_EQ(slow.checks["perf.discovery"].first, "fail");
+  EXPECT_NE(slow.checks["perf.discovery"].second.find("discovery.rescan_us is "), std::string::npos)
+      << slow.checks["perf.discovery"].second;
+  EXPECT_NE(slow.checks["perf.discovery"].second.find("past the 10x tolerated"), std::string::npos);
+  EXPECT_EQ(slow.checks["perf.allocation"].first, "pass") << "not slowed down";
+  EXPECT_EQ(slow.checks["perf.transport"].first, "fail");
+  EXPECT_NE(slow.checks["perf.transport"].second.find("transport.read_8b_latency_us is "),
+            std::string::npos)
+      << slow.checks["perf.transport"].second;
+
+  // A baseline that is not a report, or figures without --perf, are usage errors.
+  auto usage = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {RAYACCEL_CONFORMANCE, testing::SimPlugin()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::Run(args);
+  };
+  EXPECT_EQ(usage({"--baseline", baseline}).exit_code, 2) << "--baseline without --perf";
+  EXPECT_EQ(usage({"--perf", "--baseline", dir + "/missing.json"}).exit_code, 2);
+  std::ofstream(dir + "/empty.json") << "{\"checks\": []}";
+  testing::CommandResult empty = usage({"--perf", "--baseline", dir + "/empty.json"});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("no figures"), std::string::npos) << empty.err;
+  EXPECT_EQ(usage({"--perf", "--tolerance", "0.5"}).exit_code, 2);
 }
 
 // A slow but working plugin (100 ms to initialize) is not "hung": the leak check's 43 cycles

@@ -1,0 +1,82 @@
+// The sim plugin with a deliberate slowdown, for the performance gate's own test: every
+// discover, transfer and batch first sleeps 20 ms, and everything else is the sim plugin's
+// (loaded from RAYACCEL_SIM_PLUGIN, its table copied under another name). A baseline recorded
+// from the sim plugin must fail it; nothing else may.
+#include <dlfcn.h>
+#include <time.h>
+
+#include "rayaccel/plugin.h"
+
+namespace {
+
+void Pause() {
+  timespec wait{0, 20 * 1000 * 1000};
+  while (nanosleep(&wait, &wait) != 0) {
+  }
+}
+
+const rayaccel_plugin_api* g_sim = nullptr;
+rayaccel_plugin_api g_api{};
+rayaccel_transport_api g_transport{};
+
+rayaccel_status Discover(rayaccel_plugin_instance* instance, const rayaccel_sink* sink,
+                         rayaccel_error* error) {
+  Pause();
+  return g_sim->discover(instance, sink, error);
+}
+
+rayaccel_status Transfer(rayaccel_transfer_args* args, rayaccel_error* error) {
+  Pause();
+  return g_sim->transport->transfer(args, error);
+}
+
+rayaccel_status TransferBatch(rayaccel_transfer_batch_args* args, rayaccel_error* error) {
+  Pause();
+  return g_sim->transport->transfer_batch(args, error);
+}
+
+// The sim plugin's table, negotiated at this header's version; null when it does not load.
+const rayaccel_plugin_api* LoadSim(rayaccel_error* error) {
+  void* sim = dlopen(RAYACCEL_SIM_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  auto* entry =
+      sim != nullptr
+          ? reinterpret_cast<rayaccel_plugin_entry_fn>(dlsym(sim, RAYACCEL_PLUGIN_ENTRY_SYMBOL))
+          : nullptr;
+  rayaccel_negotiation n{};
+  n.struct_size = sizeof(n);
+  n.host_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
+  n.host_abi_minor = RAYACCEL_ABI_VERSION_MINOR;
+  if (entry == nullptr || entry(&n, error) != RAYACCEL_STATUS_OK || n.api == nullptr ||
+      n.chosen_abi_minor != RAYACCEL_ABI_VERSION_MINOR) {
+    return nullptr;
+  }
+  return n.api;
+}
+
+}  // namespace
+
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
+  if (negotiation->host_abi_major != RAYACCEL_ABI_VERSION_MAJOR) {
+    return rayaccel_error_set(error, RAYACCEL_STATUS_INCOMPATIBLE, "built for ABI major 1");
+  }
+  if (g_sim == nullptr) {
+    g_sim = LoadSim(error);
+    if (g_sim == nullptr) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE,
+                                "cannot load the sim plugin " RAYACCEL_SIM_PLUGIN);
+    }
+    g_api = *g_sim;
+    g_api.name = {"slow-sim", 8};
+    g_api.discover = Discover;
+    g_transport = *g_sim->transport;
+    g_transport.transfer = Transfer;
+    g_transport.transfer_batch = TransferBatch;
+    g_api.transport = &g_transport;
+  }
+  negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
+  negotiation->chosen_abi_minor =
+      rayaccel_choose_minor(negotiation->host_abi_minor, RAYACCEL_ABI_VERSION_MINOR);
+  negotiation->api = &g_api;
+  return RAYACCEL_STATUS_OK;
+}
