@@ -1,7 +1,8 @@
 // Descriptors and addresses from a peer, against a live connected pair of the sim plugin's
 // UCX transport in this process: every input becomes a READ or WRITE through a descriptor
 // whose fields and plugin bytes the input chose (checksum recomputed, so it reaches the
-// plugin and the owner), or a connect to an address whose framing the input damaged. Nothing
+// plugin and the owner), alone or in a batch with genuine entries (the owner's chunks), or a
+// connect to an address whose framing the input damaged. Nothing
 // may crash, hang, or move a byte outside a live region: the owner's two regions sit between
 // guard pages, and a canary page it never registers must keep its bytes.
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "rayaccel/transport.h"
@@ -101,9 +103,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!forged.ok()) return 0;
   const uint64_t offset = U32(data + 8) % (3 * kPage);
   const uint64_t length = 1 + U32(data + 12) % (2 * kPage);
-  auto r = data[0] % 2 == 0 ? pair.reader->Read(pair.conn, pair.local, 0, *forged, offset, length)
-                            : pair.reader->Write(pair.conn, pair.local, 0, *forged, offset, length);
-  if (r.ok() && absl::IsDeadlineExceeded(r->Wait(absl::Now() + absl::Seconds(10)))) std::abort();
+  if (data[0] % 4 == 2) {
+    // A batch: the forged entry between genuine ones, READs or WRITEs as data[3] says.
+    std::vector<rayaccel::TransferEntry> entries = {
+        {pair.local, 0, pair.descriptors[0], 0, 64},
+        {pair.local, kPage, *forged, offset, length},
+        {pair.local, 3 * kPage, pair.descriptors[1], kPage - 16, 16}};
+    auto b = data[3] & 1 ? pair.reader->WriteBatch(pair.conn, entries)
+                         : pair.reader->ReadBatch(pair.conn, entries);
+    if (b.ok() && absl::IsDeadlineExceeded(b->Wait(absl::Now() + absl::Seconds(10)))) std::abort();
+    if (b.ok() && (!b->entry(0).ok() || !b->entry(2).ok())) std::abort();  // genuine ones land
+  } else {
+    auto r = data[0] % 2 == 0
+                 ? pair.reader->Read(pair.conn, pair.local, 0, *forged, offset, length)
+                 : pair.reader->Write(pair.conn, pair.local, 0, *forged, offset, length);
+    if (r.ok() && absl::IsDeadlineExceeded(r->Wait(absl::Now() + absl::Seconds(10)))) std::abort();
+  }
   for (size_t i = 0; i < kPage; ++i) {
     if (pair.canary[i] != 0xC5) std::abort();  // the owner's unregistered memory changed
   }

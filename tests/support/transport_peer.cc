@@ -190,10 +190,18 @@ int Raw(const std::string& owner_out) {
   for (unsigned char c : local) leaked = leaked || c == kCanary;
   std::vector<unsigned char> junk(64, 0x11);
   wait(ucp_put_nbx(ep, junk.data(), junk.size(), canary, rkey, &none));
-  // The transport's own messages, with tokens no handshake gave out.
-  for (unsigned id = 9; id <= 13; ++id) {
+  // The transport's own messages, with tokens no handshake gave out: transfers (9 to 13) and
+  // batches (19 to 22), framed as the owner reads them (token, request, count) and not.
+  for (unsigned id : {9u, 10u, 11u, 12u, 13u, 19u, 20u, 21u, 22u}) {
     std::string header(40, '\x01');
     wait(ucp_am_send_nbx(ep, id, header.data(), header.size(), junk.data(), junk.size(), &none));
+    std::string framed(20, '\x01');
+    framed[16] = 2;  // two ranges
+    framed[17] = framed[18] = framed[19] = 0;
+    std::vector<unsigned char> ranges(48, 0);  // region 0 and 1, offset 0, 16 bytes
+    ranges[8 * 2] = 16, ranges[24] = 1, ranges[24 + 16] = 16;
+    wait(ucp_am_send_nbx(ep, id, framed.data(), framed.size(), ranges.data(), ranges.size(),
+                         &none));
   }
   for (int i = 0; i < 1000; ++i) ucp_worker_progress(worker);
   std::cout << (leaked ? "leaked" : "nothing") << std::endl;

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Batched transfers (`rayaccel transfer --batch N`) against `ucx_perftest` with the same message
+# size and the same number of operations in flight (-O N): ucp_get for READ, ucp_put_bw for
+# WRITE, between two processes on this machine on the same UCX_TLS (without CMA, as rayaccel).
+# Prints bandwidth and transfers per second for each size and batch, and the ratios. A batch
+# whose bytes exceed 256 MiB is left out (the server's buffer holds one batch).
+# Usage: bench/compare_batches.sh [BUILD_DIR] [UCX_TLS]
+set -euo pipefail
+build=${1:-build}
+export UCX_TLS=${2:-${UCX_TLS:-tcp}}
+cli="$build/bin/rayaccel"
+command -v ucx_perftest > /dev/null || { echo "needs ucx_perftest (ucx-utils)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$tmp"' EXIT
+
+case "$UCX_TLS" in
+  all | "") theirs_tls="^cma" ;;
+  ^*) theirs_tls="$UCX_TLS,cma" ;;
+  *) theirs_tls=$(echo "$UCX_TLS" | tr ',' '\n' | grep -vx cma | sed 's/^s[h]*m$/posix,sysv/' | paste -sd,) ;;
+esac
+
+# Iterations so that each run moves about 256 MiB or 20 000 transfers, whichever is fewer.
+iters_for() {  # size batch
+  local by_bytes=$(((256 << 20) / ($1 * $2))) by_count=$((20000 / $2))
+  local n=$((by_bytes < by_count ? by_bytes : by_count))
+  echo $((n < 5 ? 5 : n))
+}
+
+rm -f "$tmp/token"
+"$cli" transfer --serve --size 256MiB --token-file "$tmp/token" > /dev/null 2>&1 &
+while [ ! -f "$tmp/token" ]; do sleep 0.05; done
+
+ours() {  # op size batch iters -> bytes/s transfers/s
+  "$cli" transfer --token-file "$tmp/token" --op "$1" --size "$2" --batch "$3" --iters "$4" \
+    --warmup 2 --json |
+    sed -E 's/.*"bandwidth_bytes_per_s": ([0-9.]+).*/\1/' |
+    awk -v s="$2" '{ printf "%.0f %.0f\n", $1, $1 / s }'
+}
+
+theirs() {  # test size outstanding count -> bytes/s transfers/s
+  local port=$((20000 + RANDOM % 20000))
+  UCX_TLS="$theirs_tls" ucx_perftest -p $port > /dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  UCX_TLS="$theirs_tls" ucx_perftest 127.0.0.1 -p $port -t "$1" -s "$2" -n "$4" -O "$3" \
+    2> /dev/null | awk -v s="$2" '/^Final:/ { printf "%.0f %.0f\n", $7 * 1048576, $7 * 1048576 / s }'
+  wait $server 2> /dev/null || true
+}
+
+echo "UCX_TLS=$UCX_TLS (ucx_perftest: $theirs_tls), one run each, two processes on this machine"
+printf "%-8s %-6s %6s %12s %14s %12s %14s %8s\n" size op batch rayaccel "transfers/s" \
+  ucx_perftest "transfers/s" ratio
+for size in 8 4096 65536 1048576; do
+  for batch in 1 64 1024; do
+    (( size * batch > 256 << 20 )) && continue
+    n=$(iters_for $size $batch)
+    for op in read write; do
+      test=$([ $op = read ] && echo ucp_get || echo ucp_put_bw)
+      read -r a ar < <(ours $op $size $batch $n)
+      read -r b br < <(theirs $test $size $batch $((n * batch)))
+      awk -v s=$size -v op=$op -v B=$batch -v a="$a" -v ar="$ar" -v b="$b" -v br="$br" 'BEGIN {
+        printf "%-8d %-6s %6d %7.3f GB/s %14.0f %7.3f GB/s %14.0f %8.2f\n", s, op, B, a / 1e9, ar,
+               b / 1e9, br, a / b }'
+    done
+  done
+done
