@@ -349,12 +349,27 @@ Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t rea
   return mac;
 }
 
+// A MAC under the shared key over `bytes` that a peer sent, so that UCX never parses what an
+// endpoint without the key made: a UCX worker address has no length of its own and UCX's
+// parser trusts it (a damaged one aborts the process in an assertion, or reads past it).
+Mac MacOf(const std::string& key, const char* label, std::string_view bytes) {
+  Writer w;
+  w.Bytes(label, std::strlen(label) + 1).Bytes(bytes.data(), bytes.size());
+  Mac mac{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(w.str().data()), w.str().size(), mac.data(), &length);
+  return mac;
+}
+
 bool SameMac(const Mac& a, const Mac& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 constexpr char kOwnerRole[] = "rayaccel ucx transport v2: owner";
 constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
+constexpr char kAddressLabel[] = "rayaccel ucx transport v4: address";
+constexpr char kHelloLabel[] = "rayaccel ucx transport v4: hello";
 
 }  // namespace
 }  // namespace rayaccel::plugin::ucx
@@ -1647,10 +1662,18 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       const uint8_t* local = in.Bytes(l);
       uint32_t m = in.U32();
       const uint8_t* network = in.Bytes(m);
+      const Mac signature = in.Array<32>();
       if (!in.at_end() || header_length != 0 || n == 0 || l + m == 0 ||
           n > RAYACCEL_TRANSPORT_MAX_BLOB || l > RAYACCEL_TRANSPORT_MAX_BLOB ||
           m > RAYACCEL_TRANSPORT_MAX_BLOB) {
         break;
+      }
+      // Its worker addresses go to UCX only when a holder of the key made them.
+      if (!SameMac(signature, MacOf(ep->key, kHelloLabel,
+                                    std::string_view(static_cast<const char*>(data),
+                                                     length - signature.size())))) {
+        NoteRefused(ep, "its hello was not made with the shared key");
+        return UCS_OK;
       }
       size_t handshakes = ep->hellos.size();
       for (const auto& [t, p] : ep->peers) handshakes += p->authenticated ? 0 : 1;
@@ -2624,6 +2647,7 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
       const uint8_t* at = in.Bytes(n);
       if (at != nullptr && n > 0) a.assign(reinterpret_cast<const char*>(at), n);
     }
+    const Mac signature = in.Array<32>();
     const std::string &local = addresses[0], &network = addresses[1], &control = addresses[2];
     if (peer.data == nullptr || magic != kAddressMagic || peer.size > RAYACCEL_TRANSPORT_MAX_BLOB ||
         (version == kWireVersion &&
@@ -2635,6 +2659,13 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "UCX transport address version " + std::to_string(version) +
                       "; this plugin reads version " + std::to_string(kWireVersion));
+    }
+    const std::string_view signed_part(reinterpret_cast<const char*>(peer.data),
+                                       peer.size - signature.size());
+    if (!SameMac(signature, MacOf(ep->key, kAddressLabel, signed_part))) {
+      return Fail(error, RAYACCEL_STATUS_UNAUTHENTICATED,
+                  "the address was not made with this endpoint's transport key (the two keys "
+                  "differ, or the address was altered)");
     }
     std::unique_lock<std::mutex> lock(ep->mu);
     auto conn = std::make_unique<Conn>();
@@ -2667,7 +2698,11 @@ rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
       if (s != UCS_OK) break;
       w.U32(static_cast<uint32_t>(own.size())).Bytes(own.data(), own.size());
     }
-    if (s == UCS_OK) SendMessage(link->control, kHello, {}, std::move(w.str()));
+    if (s == UCS_OK) {
+      const Mac signature = MacOf(ep->key, kHelloLabel, w.str());
+      w.Bytes(signature.data(), signature.size());
+      SendMessage(link->control, kHello, {}, std::move(w.str()));
+    }
     Clock::time_point deadline = PeerDeadline(ep);
     while (s == UCS_OK && c->state != Conn::State::kWelcomed && c->failure == RAYACCEL_STATUS_OK &&
            Clock::now() < deadline) {
@@ -3516,6 +3551,9 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
       if (s != UCS_OK) return fail("ucp_worker_get_address", s);
       w.U32(static_cast<uint32_t>(address.size())).Bytes(address.data(), address.size());
     }
+    // Signed with the key: a reader parses the worker addresses only of an endpoint that has it.
+    const Mac signature = MacOf(ep->key, kAddressLabel, w.str());
+    w.Bytes(signature.data(), signature.size());
     if (w.str().size() > RAYACCEL_TRANSPORT_MAX_BLOB) {
       DestroyEndpoint(ep.get());
       return Fail(error, RAYACCEL_STATUS_RESOURCE_EXHAUSTED,

@@ -335,6 +335,42 @@ TEST(TransportDescriptor, TruncatedCorruptedOversizedAndForeignAreRefused) {
   EXPECT_TRUE(Done(t->Read(*self, *mine, 0, d, 0, buf.size())).ok());
 }
 
+// An address names UCX worker addresses, which UCX parses without a length and trusts (a
+// damaged one aborts the process in UCX's own assertions): the owner signs its address with
+// the transport key, and a reader hands UCX only an address that verifies. Every byte flipped,
+// and every cut, is refused with the reason; the genuine address still connects.
+TEST(TransportAddress, EveryAlteredOrCutAddressIsRefusedBeforeUcxSeesIt) {
+  auto owner = Open();
+  auto reader = Open();
+  ASSERT_NE(owner, nullptr);
+  ASSERT_NE(reader, nullptr);
+  const std::string genuine = owner->address();
+  for (size_t at = 0; at < genuine.size(); ++at) {
+    std::string altered = genuine;
+    altered[at] = static_cast<char>(altered[at] ^ (1 << (at % 8)));
+    absl::Status s = reader->Connect(altered).status();
+    ASSERT_TRUE(absl::IsInvalidArgument(s) || IsUnauthenticatedPeer(s)) << "byte " << at << ": " << s;
+  }
+  for (size_t size : {size_t{1}, size_t{16}, genuine.size() / 2, genuine.size() - 32,
+                      genuine.size() - 1}) {
+    absl::Status s = reader->Connect(genuine.substr(0, size)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s) || IsUnauthenticatedPeer(s)) << size << ": " << s;
+  }
+  absl::Status s = reader->Connect(genuine + "x").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  // Another key: the signature does not verify, so the address is not the reader's to use.
+  TransportOptions other;
+  other.plugin = "sim";
+  other.search_path = {RAYACCEL_PLUGIN_DIR};
+  other.key = std::string(32, 'o');
+  auto stranger = testing::OpenTransport(other);
+  ASSERT_NE(stranger, nullptr);
+  absl::Status refused = stranger->Connect(genuine).status();
+  EXPECT_TRUE(IsUnauthenticatedPeer(refused)) << refused;
+  EXPECT_NE(refused.message().find("key"), std::string::npos) << refused;
+  EXPECT_TRUE(reader->Connect(genuine).ok());
+}
+
 TEST(TransportOpen, PluginsWithoutATransportOrWithoutUcxSupportSaySo) {
   TransportOptions o;
   o.search_path = {RAYACCEL_PLUGIN_DIR};
@@ -509,6 +545,11 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
                                "4KiB", "--batch", "2000"});
   EXPECT_EQ(too_big.exit_code, 2) << too_big.err;
   EXPECT_NE(too_big.err.find("raise its --size"), std::string::npos) << too_big.err;
+  // The server verifies each write when its notification arrives: after the client is gone.
+  const absl::Time patience = absl::Now() + absl::Seconds(10);
+  while (Lines(server.out).size() < 3 && absl::Now() < patience) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_EQ(testing::Stop(server.pid), 0);
   std::vector<std::string> lines = Lines(server.out);
   ASSERT_EQ(lines.size(), 3u);  // the token, then the verified writes
