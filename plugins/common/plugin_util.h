@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <optional>
@@ -112,6 +113,14 @@ inline void Log(const rayaccel_host_api* host, rayaccel_log_level level, std::st
   if (host != nullptr && RAYACCEL_HAS_FIELD(host, rayaccel_host_api, log) && host->log != nullptr) {
     host->log(host->host_context, level, Str(text));
   }
+}
+
+// Unloads a vendor library the plugin loaded, unless RAYACCEL_NO_DLCLOSE is set (as the host
+// then keeps plugins loaded too): a library with thread-local storage unloaded before exit
+// leaves LeakSanitizer's scan of the threads' TLS a dangling entry to crash on, and profilers
+// want the symbols at exit.
+inline void CloseLibrary(void* handle) {
+  if (handle != nullptr && std::getenv("RAYACCEL_NO_DLCLOSE") == nullptr) dlclose(handle);
 }
 
 inline rayaccel_status Fail(rayaccel_error* error, rayaccel_status code, const std::string& text) {

@@ -111,12 +111,12 @@ std::unique_ptr<Driver> Load(const std::string& library, std::string* why) {
   Resolve(d->handle, "cuGetErrorString", &d->GetErrorString);
   if (!ok) {
     *why = library + " lacks a driver API entry point the transport needs";
-    dlclose(d->handle);
+    rayaccel::plugin::CloseLibrary(d->handle);
     return nullptr;
   }
   if (CUresult r = d->Init(0); r != CUDA_SUCCESS) {
     *why = d->Error("cuInit", r);
-    dlclose(d->handle);
+    rayaccel::plugin::CloseLibrary(d->handle);
     return nullptr;
   }
   return d;
@@ -129,7 +129,7 @@ class CudaRuntime : public plugin::GpuRuntime {
   ~CudaRuntime() override {
     if (d_ == nullptr) return;
     for (const auto& [ordinal, context] : contexts_) d_->PrimaryCtxRelease(ordinal);
-    dlclose(d_->handle);
+    rayaccel::plugin::CloseLibrary(d_->handle);
   }
   const char* name() const override { return "CUDA"; }
   const char* visible_variable() const override { return "CUDA_VISIBLE_DEVICES"; }

@@ -358,7 +358,7 @@ rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error
     self->nvml.EventSetFree(self->events);
   }
   if (self->ready) self->nvml.Shutdown();
-  if (self->nvml.handle != nullptr) dlclose(self->nvml.handle);
+  rayaccel::plugin::CloseLibrary(self->nvml.handle);
   delete self;
   return RAYACCEL_STATUS_OK;
 }

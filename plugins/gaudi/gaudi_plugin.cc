@@ -105,7 +105,7 @@ rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error
   Hlml& h = self->hlml;
   if (h.events != nullptr) h.hlml_event_set_free(h.events);
   if (h.initialized) h.hlml_shutdown();
-  if (h.handle != nullptr) dlclose(h.handle);
+  rayaccel::plugin::CloseLibrary(h.handle);
   delete self;
   return RAYACCEL_STATUS_OK;
 }
@@ -144,7 +144,7 @@ void LoadHlml(rayaccel_plugin_instance* self) {
                               : why);
     }
     self->hlml_failed_once = true;
-    dlclose(h.handle);
+    rayaccel::plugin::CloseLibrary(h.handle);
     h = Hlml();
     if (why.empty()) self->hlml_tried = false;  // the driver may come up later
     return;

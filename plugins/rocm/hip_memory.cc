@@ -82,7 +82,7 @@ class HipRuntime : public plugin::GpuRuntime {
  public:
   explicit HipRuntime(std::vector<std::string> libraries) : libraries_(std::move(libraries)) {}
   ~HipRuntime() override {
-    if (h_.handle != nullptr) dlclose(h_.handle);
+    rayaccel::plugin::CloseLibrary(h_.handle);
   }
   const char* name() const override { return "HIP"; }
   const char* visible_variable() const override { return "HIP_VISIBLE_DEVICES"; }
