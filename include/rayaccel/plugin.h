@@ -502,8 +502,8 @@ typedef struct rayaccel_transfer_entry {
 typedef struct rayaccel_transfer_batch_args {
   size_t struct_size;
   rayaccel_connection *connection;
-  rayaccel_transfer_op op; /* every entry's */
-  uint32_t count;          /* 1..RAYACCEL_TRANSPORT_MAX_BATCH */
+  rayaccel_transfer_op op;                /* every entry's */
+  uint32_t count;                         /* 1..RAYACCEL_TRANSPORT_MAX_BATCH */
   const rayaccel_transfer_entry *entries; /* `count` entries; valid for the call */
   /* out: one status per entry, host-owned: OK, or why that entry failed (STALE,
    * INVALID_ARGUMENT, PEER_LOST, ...). The plugin writes them all before transfer_batch

@@ -81,9 +81,7 @@ struct Hip {
 class HipRuntime : public plugin::GpuRuntime {
  public:
   explicit HipRuntime(std::vector<std::string> libraries) : libraries_(std::move(libraries)) {}
-  ~HipRuntime() override {
-    rayaccel::plugin::CloseLibrary(h_.handle);
-  }
+  ~HipRuntime() override { rayaccel::plugin::CloseLibrary(h_.handle); }
   const char* name() const override { return "HIP"; }
   const char* visible_variable() const override { return "HIP_VISIBLE_DEVICES"; }
 

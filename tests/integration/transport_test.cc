@@ -349,10 +349,11 @@ TEST(TransportAddress, EveryAlteredOrCutAddressIsRefusedBeforeUcxSeesIt) {
     std::string altered = genuine;
     altered[at] = static_cast<char>(altered[at] ^ (1 << (at % 8)));
     absl::Status s = reader->Connect(altered).status();
-    ASSERT_TRUE(absl::IsInvalidArgument(s) || IsUnauthenticatedPeer(s)) << "byte " << at << ": " << s;
+    ASSERT_TRUE(absl::IsInvalidArgument(s) || IsUnauthenticatedPeer(s))
+        << "byte " << at << ": " << s;
   }
-  for (size_t size : {size_t{1}, size_t{16}, genuine.size() / 2, genuine.size() - 32,
-                      genuine.size() - 1}) {
+  for (size_t size :
+       {size_t{1}, size_t{16}, genuine.size() / 2, genuine.size() - 32, genuine.size() - 1}) {
     absl::Status s = reader->Connect(genuine.substr(0, size)).status();
     EXPECT_TRUE(absl::IsInvalidArgument(s) || IsUnauthenticatedPeer(s)) << size << ": " << s;
   }

@@ -200,8 +200,8 @@ int Raw(const std::string& owner_out) {
     framed[17] = framed[18] = framed[19] = 0;
     std::vector<unsigned char> ranges(48, 0);  // region 0 and 1, offset 0, 16 bytes
     ranges[8 * 2] = 16, ranges[24] = 1, ranges[24 + 16] = 16;
-    wait(ucp_am_send_nbx(ep, id, framed.data(), framed.size(), ranges.data(), ranges.size(),
-                         &none));
+    wait(
+        ucp_am_send_nbx(ep, id, framed.data(), framed.size(), ranges.data(), ranges.size(), &none));
   }
   for (int i = 0; i < 1000; ++i) ucp_worker_progress(worker);
   std::cout << (leaked ? "leaked" : "nothing") << std::endl;
