@@ -44,23 +44,24 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                                \
-  X(ucp_config_read)                                                                             \
-  X(ucp_config_modify)                                                                           \
-  X(ucp_config_release)                                                                          \
-  X(ucp_init_version)                                                                            \
-  X(ucp_cleanup)                                                                                 \
-  X(ucp_context_query)                                                                           \
-  X(ucp_worker_create)                                                                           \
-  X(ucp_worker_destroy)                                                                          \
-  X(ucp_worker_get_address)                                                                      \
-  X(ucp_worker_release_address)                                                                  \
-  X(ucp_worker_progress)                                                                         \
-  X(ucp_worker_set_am_recv_handler)                                                              \
-  X(ucp_ep_create)                                                                               \
-  X(ucp_ep_close_nbx)                                                                            \
-  X(ucp_ep_flush_nbx) X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) \
-      X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm)    \
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
+  X(ucp_config_read)                                                                          \
+  X(ucp_config_modify)                                                                        \
+  X(ucp_config_release)                                                                       \
+  X(ucp_init_version)                                                                         \
+  X(ucp_cleanup)                                                                              \
+  X(ucp_context_query)                                                                        \
+  X(ucp_worker_create)                                                                        \
+  X(ucp_worker_destroy)                                                                       \
+  X(ucp_worker_get_address)                                                                   \
+  X(ucp_worker_release_address)                                                               \
+  X(ucp_worker_progress)                                                                      \
+  X(ucp_worker_set_am_recv_handler)                                                           \
+  X(ucp_ep_create)                                                                            \
+  X(ucp_ep_close_nbx)                                                                         \
+  X(ucp_ep_flush_nbx)                                                                         \
+  X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx)                  \
+      X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) \
           X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
@@ -3110,6 +3111,22 @@ void AttachPart(Request* batch, uint32_t entry, rayaccel_status issued, const ch
   }
 }
 
+// Entry `i` of a batch as the arguments of a transfer of its own.
+rayaccel_transfer_args EntryAsTransfer(const rayaccel_transfer_batch_args& a, uint32_t i) {
+  const rayaccel_transfer_entry& e = a.entries[i];
+  rayaccel_transfer_args t{};
+  t.struct_size = sizeof(t);
+  t.connection = a.connection;
+  t.op = a.op;
+  t.local = e.local;
+  t.local_offset = e.local_offset;
+  t.remote_descriptor = e.remote_descriptor;
+  t.remote_offset = e.remote_offset;
+  t.length = e.length;
+  t.path = RAYACCEL_PATH_UNREPORTED;
+  return t;
+}
+
 rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* error) {
   if (a == nullptr ||
       a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transfer_batch_args, request) ||
@@ -3187,15 +3204,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         }
         a->paths[i] = RAYACCEL_PATH_FABRIC;
         if (e.length > kChunkEntryMax) {  // zero-copy, as one transfer
-          rayaccel_transfer_args t{};
-          t.struct_size = sizeof(t);
-          t.connection = c;
-          t.op = a->op;
-          t.local = e.local;
-          t.local_offset = e.local_offset;
-          t.remote_descriptor = e.remote_descriptor;
-          t.remote_offset = e.remote_offset;
-          t.length = e.length;
+          rayaccel_transfer_args t = EntryAsTransfer(*a, i);
           char text[512] = {};
           rayaccel_error err{sizeof(err), text, sizeof(text)};
           rayaccel_request* part = nullptr;
@@ -3212,19 +3221,9 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       send();
     }
     for (uint32_t i : own) {
-      const rayaccel_transfer_entry& e = a->entries[i];
-      rayaccel_transfer_args t{};
-      t.struct_size = sizeof(t);
-      t.connection = c;
-      t.op = a->op;
-      t.local = e.local;
-      t.local_offset = e.local_offset;
-      t.remote_descriptor = e.remote_descriptor;
-      t.remote_offset = e.remote_offset;
-      t.length = e.length;
+      rayaccel_transfer_args t = EntryAsTransfer(*a, i);
       char text[512] = {};
       rayaccel_error err{sizeof(err), text, sizeof(text)};
-      t.path = RAYACCEL_PATH_UNREPORTED;
       rayaccel_status st = Transfer(&t, &err);
       a->paths[i] = t.path;
       std::lock_guard<std::mutex> lock(ep->mu);

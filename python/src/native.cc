@@ -245,24 +245,27 @@ Span Contiguous(const py::buffer& buffer, bool writable) {
 }
 
 // A transfer in flight; holds its transport, which must outlive it.
+// Waits up to `timeout_s` (None: until it ends) without the GIL. True once it completed; False
+// while still in flight; raises its error. A Request or a BatchRequest.
+template <typename Request>
+bool WaitWithoutGil(Request& request, std::optional<double> timeout_s) {
+  absl::Status st;
+  {
+    py::gil_scoped_release unlocked;
+    st = request.Wait(timeout_s.has_value() ? absl::Now() + absl::Seconds(*timeout_s)
+                                            : absl::InfiniteFuture());
+  }
+  if (absl::IsDeadlineExceeded(st) && !request.done()) return false;
+  if (!st.ok()) Throw(st);
+  return true;
+}
+
 class PyRequest {
  public:
   PyRequest(std::shared_ptr<rayaccel::Transport> transport, rayaccel::Request request)
       : transport_(std::move(transport)), request_(std::move(request)) {}
 
-  // Waits up to `timeout_s` (None: until it ends). True once it completed; False while still
-  // in flight; raises its error.
-  bool Wait(std::optional<double> timeout_s) {
-    absl::Status st;
-    {
-      py::gil_scoped_release unlocked;
-      st = request_.Wait(timeout_s.has_value() ? absl::Now() + absl::Seconds(*timeout_s)
-                                               : absl::InfiniteFuture());
-    }
-    if (absl::IsDeadlineExceeded(st) && !request_.done()) return false;
-    if (!st.ok()) Throw(st);
-    return true;
-  }
+  bool Wait(std::optional<double> timeout_s) { return WaitWithoutGil(request_, timeout_s); }
 
   // How the bytes move: "fabric", "staged", "device-ipc" or "unreported".
   std::string Path() const { return rayaccel::TransferPathName(request_.path()); }
@@ -278,19 +281,8 @@ class PyBatchRequest {
   PyBatchRequest(std::shared_ptr<rayaccel::Transport> transport, rayaccel::BatchRequest request)
       : transport_(std::move(transport)), request_(std::move(request)) {}
 
-  // As Request.wait: True once every entry landed; False while any is in flight; raises the
-  // first failed entry's error, saying how many failed.
-  bool Wait(std::optional<double> timeout_s) {
-    absl::Status st;
-    {
-      py::gil_scoped_release unlocked;
-      st = request_.Wait(timeout_s.has_value() ? absl::Now() + absl::Seconds(*timeout_s)
-                                               : absl::InfiniteFuture());
-    }
-    if (absl::IsDeadlineExceeded(st) && !request_.done()) return false;
-    if (!st.ok()) Throw(st);
-    return true;
-  }
+  // True once every entry landed; raises the first failed entry's error, saying how many.
+  bool Wait(std::optional<double> timeout_s) { return WaitWithoutGil(request_, timeout_s); }
 
   std::vector<std::string> Paths() const {
     std::vector<std::string> out;
