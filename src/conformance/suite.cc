@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -423,6 +425,21 @@ Outcome ExportsOnlyEntry(const Options& o) {
   return Outcome::Pass();
 }
 
+// The registry's own rule (CheckPermissions): the file, its folder and every folder its
+// RUNPATH/RPATH names must be writable only by their owner, who must be root or the user.
+Outcome FilesTrusted(const Options& o) {
+  absl::Status ok = CheckPermissions(o.plugin_path);
+  if (ok.ok()) return Outcome::Pass();
+  if (absl::IsPermissionDenied(ok)) {
+    return Outcome::Fail(absl::StrCat(
+        "make every folder the plugin and its libraries load from writable only by its owner "
+        "(chmod go-w), or link without a RUNPATH into one that is not; the registry refuses "
+        "the plugin: ",
+        ok.message()));
+  }
+  return Outcome::Fail(std::string(ok.message()));
+}
+
 Outcome Negotiation(const Options& o) {
   return Isolated(o, false, [&]() -> Outcome {
     void* h = dlopen(o.plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -810,6 +827,154 @@ Outcome NoLeak(const Options& o) {
                                         kCycles, " initialize/discover/shutdown cycles"));
     }
     return Outcome::Pass();
+  });
+}
+
+// --- What a plugin does to the process around it.
+
+// One lifecycle through the raw table, with a host API of the check's own that stays valid
+// after shutdown and counts what arrives then: initialize, discover, labels, topology, health,
+// shutdown. The library stays loaded, so that a thread the plugin left running cannot crash
+// the check instead of being caught. `between` runs after shutdown returns. Returns why the
+// lifecycle itself failed, or "".
+struct Lifecycle {
+  std::atomic<uint64_t> calls_after_shutdown{0};
+  std::atomic<bool> shut{false};
+};
+
+std::string RunLifecycle(const Options& o, Lifecycle* seen) {
+  setenv("RAYACCEL_NO_DLCLOSE", "1", 1);  // this child's own copy of the environment
+  absl::StatusOr<std::unique_ptr<LoadedPlugin>> p = LoadedPlugin::Open(o.plugin_path);
+  if (!p.ok()) return std::string(p.status().message());
+  const rayaccel_plugin_api& api = (*p)->api();
+  static rayaccel_host_api host{};
+  host.struct_size = sizeof(host);
+  host.host_context = seen;
+  host.log = [](void* context, rayaccel_log_level, rayaccel_string) {
+    auto* s = static_cast<Lifecycle*>(context);
+    if (s->shut.load()) s->calls_after_shutdown.fetch_add(1);
+  };
+  std::vector<rayaccel_config_entry> entries;
+  for (const auto& [key, value] : o.config) {
+    entries.push_back(
+        {sizeof(rayaccel_config_entry), {key.data(), key.size()}, {value.data(), value.size()}});
+  }
+  rayaccel_initialize_args args{};
+  args.struct_size = sizeof(args);
+  args.host = &host;
+  args.config = entries.data();
+  args.config_count = entries.size();
+  ErrorBuffer err;
+  rayaccel_status rc = api.initialize(&args, &err.error);
+  if (rc != RAYACCEL_STATUS_OK || args.instance == nullptr) {
+    return std::string(FromPluginStatus(rc, err.text, "initialize failed").message());
+  }
+  PluginReport report;
+  Collector collector(&report);
+  for (auto hook : {api.discover, api.get_labels, api.get_topology, api.get_health}) {
+    if (hook != nullptr) hook(args.instance, collector.sink(), &err.error);
+  }
+  api.shutdown(args.instance, &err.error);
+  seen->shut = true;
+  // Whatever it started winds down now, or never: a moment for a daemon's second fork.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  p->release();  // kept loaded: its threads may still run its code
+  return "";
+}
+
+Outcome QuietAfterShutdown(const Options& o) {
+  return Isolated(o, false, [&o]() -> Outcome {
+    static Lifecycle seen;
+    if (std::string why = RunLifecycle(o, &seen); !why.empty()) return Outcome::Fail(why);
+    if (const uint64_t n = seen.calls_after_shutdown.load(); n > 0) {
+      return Outcome::Fail(absl::StrCat(
+          "stop every thread that calls the host before shutdown returns: the host API was "
+          "called ",
+          n, " time(s) in the 300 ms after shutdown returned, when rayaccel_host_api is no "
+             "longer valid (a host that freed it crashes or runs freed code)"));
+    }
+    return Outcome::Pass();
+  });
+}
+
+// The processes a plugin starts must be gone when shutdown returns. The check's process is a
+// child subreaper, so even a daemon that forks twice and calls setsid stays its descendant.
+Outcome NothingLeftBehind(const Options& o) {
+  return Isolated(o, false, [&o]() -> Outcome {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    static Lifecycle seen;
+    if (std::string why = RunLifecycle(o, &seen); !why.empty()) return Outcome::Fail(why);
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {  // those that ended: gone
+    }
+    std::vector<std::string> left;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream children(task.path() / "children");
+      for (std::string pid; children >> pid;) {
+        std::ifstream comm("/proc/" + pid + "/comm");
+        std::string name;
+        std::getline(comm, name);
+        left.push_back(absl::StrCat(pid, " (", EscapeControl(name), ")"));
+        kill(std::stoi(pid), SIGKILL);
+      }
+    }
+    if (left.empty()) return Outcome::Pass();
+    return Outcome::Fail(absl::StrCat(
+        "stop and wait for every process the plugin starts before shutdown returns: ",
+        left.size(), " outlived it (", absl::StrJoin(left, ", "),
+        "), and a daemon (setsid, a second fork) outlives the host too; the suite killed them"));
+  });
+}
+
+// A signal the plugin sends to its process group reaches the host's other processes (the
+// raylet's workers, when it runs in the raylet): a witness in the group reports any it gets.
+Outcome GroupUnsignalled(const Options& o) {
+  return Isolated(o, false, [&o]() -> Outcome {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return Outcome::Fail("suite: pipe failed");
+    const pid_t witness = fork();
+    if (witness == 0) {
+      // Dies with the check, and holds none of its output open.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+      dup2(null, 1);
+      dup2(null, 2);
+      static int out = report[1];
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) continue;
+        signal(sig, [](int s) {
+          const char byte = static_cast<char>(s);
+          (void)!write(out, &byte, 1);
+        });
+      }
+      (void)!write(out, "", 1);  // ready
+      for (;;) pause();
+    }
+    close(report[1]);
+    char ready = 1;
+    if (witness < 0 || read(report[0], &ready, 1) != 1 || ready != 0) {
+      return Outcome::Fail("suite: the witness process did not start");
+    }
+    static Lifecycle seen;
+    std::string why = RunLifecycle(o, &seen);
+    int status = 0;
+    const bool ended = waitpid(witness, &status, WNOHANG | WUNTRACED) == witness;
+    fcntl(report[0], F_SETFL, O_NONBLOCK);
+    std::set<int> got;
+    for (char s; read(report[0], &s, 1) == 1;) got.insert(s);
+    kill(witness, SIGKILL);
+    waitpid(witness, nullptr, 0);
+    if (ended && WIFSIGNALED(status)) got.insert(WTERMSIG(status));
+    if (ended && WIFSTOPPED(status)) got.insert(WSTOPSIG(status));
+    if (!got.empty()) {
+      std::vector<std::string> names;
+      for (int s : got) names.push_back(absl::StrCat(s, " (", strsignal(s), ")"));
+      return Outcome::Fail(absl::StrCat(
+          "signal only processes the plugin started, by their pid: it sent signal ",
+          absl::StrJoin(names, ", "),
+          " to its whole process group (kill(0, ...) or killpg), which in the raylet is the "
+          "host's and its workers'"));
+    }
+    return why.empty() ? Outcome::Pass() : Outcome::Fail(why);
   });
 }
 
@@ -1849,6 +2014,10 @@ const std::vector<Check>& AllChecks() {
        false, ExportsOnlyEntry},
       {"abi.negotiation", 1, "1.0 and newer 1.x hosts get a table; other majors are refused", false,
        Negotiation},
+      {"abi.files_trusted", 1,
+       "the plugin file, its folder and the folders its RUNPATH names are writable only by "
+       "their owner (root or this user): the registry's rule for loading it",
+       false, FilesTrusted},
       {"abi.table", 1,
        "the table is at least 1.0-sized, names itself, has every required hook and every hook "
        "its capabilities claim",
@@ -1890,6 +2059,15 @@ const std::vector<Check>& AllChecks() {
        "the working directory, umask, signal dispositions and fds 0-2 are left as they were", false,
        ProcessStateUntouched},
       {"process.no_leak", 1, "repeated lifecycles do not grow the heap", false, NoLeak},
+      {"process.nothing_left_behind", 1,
+       "every process the plugin starts has ended when shutdown returns (daemons included)",
+       false, NothingLeftBehind},
+      {"process.group_unsignalled", 1,
+       "no signal goes to the plugin's process group (the host's, in the raylet)", false,
+       GroupUnsignalled},
+      {"lifecycle.quiet_after_shutdown", 1,
+       "nothing calls the host API once shutdown returned (its threads are stopped)", false,
+       QuietAfterShutdown},
       {"topology.valid", 2,
        "links join reported devices, no self links, each pair once; domains name real devices",
        false, TopologyValid},

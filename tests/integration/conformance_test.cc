@@ -2,6 +2,7 @@
 // plugin of the zoo fails the check that names its defect, and the suite itself never crashes
 // or hangs; the in-tree plugins reach their tiers.
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -248,7 +249,15 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"busy-health", "health.wait_bounded", "returned OK 5 times in a row within"},
         Expectation{"changes-state", "process.state_untouched", "the working directory (/"},
         Expectation{"control-chars", "process.clean_text",
-                    "1 log line(s) with control characters"}),
+                    "1 log line(s) with control characters"},
+        Expectation{"daemonizes", "process.nothing_left_behind",
+                    "stop and wait for every process the plugin starts before shutdown returns: "
+                    "1 outlived it"},
+        Expectation{"spawns-helper", "process.nothing_left_behind", "1 outlived it"},
+        Expectation{"signals-group-quietly", "process.group_unsignalled",
+                    "signal only processes the plugin started, by their pid: it sent signal 15"},
+        Expectation{"logs-after-shutdown", "lifecycle.quiet_after_shutdown",
+                    "stop every thread that calls the host before shutdown returns"}),
     [](const ::testing::TestParamInfo<Expectation>& info) {
       std::string name = info.param.plugin;
       for (char& ch : name) ch = ch == '-' ? '_' : ch;
@@ -267,6 +276,9 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
       {"lifecycle.two_instances", "the registry loads one instance"},
       {"lifecycle.shutdown_without_initialize", "the registry never does that"},
       {"lifecycle.config_copied", "needs the host's copies overwritten under the plugin"},
+      {"lifecycle.quiet_after_shutdown", "what happens after shutdown; the host copes"},
+      {"process.nothing_left_behind", "after shutdown; the host kills what it can find"},
+      {"process.group_unsignalled", "the isolated host has a group of its own and survives"},
       {"lifecycle.failures_explained", "a request, not a scan"},
       {"discovery.ids_stable", "needs two scans"},
       {"process.quiet_stdout", "isolation keeps stdout away from the host"},
@@ -324,6 +336,41 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
                     << "), the registry takes the plugin as active";
     }
   }
+}
+
+// A plugin whose RUNPATH ($ORIGIN/deps) names a folder anyone can write: whoever writes there
+// runs code in the host, so the registry refuses it, and so does the suite, with the fix.
+TEST(Conformance, AFolderTheLoaderSearchesThatAnyoneCanWriteFails) {
+  const std::string dir = testing::MakeTempDir("runpath");
+  const std::string plugin = dir + "/librayaccel-origin-runpath.so";
+  testing::CopyFile(TestPlugin("origin-runpath"), plugin);
+  ASSERT_EQ(mkdir((dir + "/deps").c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir + "/deps").c_str(), 0777), 0);
+  Report bad = Conform(plugin, {"--timeout", "20"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.checks["abi.files_trusted"].first, "fail");
+  const std::string& why = bad.checks["abi.files_trusted"].second;
+  EXPECT_EQ(why.rfind("make every folder the plugin and its libraries load from writable only "
+                      "by its owner (chmod go-w)",
+                      0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("loads libraries from " + dir + "/deps (its RUNPATH/RPATH)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("writable by everyone"), std::string::npos) << why;
+  RegistryOptions options;
+  options.plugins = {plugin};
+  options.use_environment = false;
+  options.host_topology = false;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  EXPECT_EQ((*registry)->snapshot()->plugins.at(0).state, PluginStatus::State::kRefused);
+
+  ASSERT_EQ(chmod((dir + "/deps").c_str(), 0755), 0);
+  Report fixed = Conform(plugin, {"--timeout", "20"});
+  EXPECT_EQ(fixed.checks["abi.files_trusted"].first, "pass") << fixed.checks["abi.files_trusted"].second;
+  EXPECT_EQ(fixed.exit_code, 0);
 }
 
 // The performance gate (tier 4): figures recorded from the sim plugin pass the sim plugin and

@@ -7,6 +7,17 @@
 #ifdef FAULT_LONG_STRING
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #endif
+#if defined(FAULT_DAEMONIZES) || defined(FAULT_SIGNALS_GROUP_QUIETLY)
+#define _DEFAULT_SOURCE /* setsid, kill, fork, sysconf */
+#endif
+#ifdef FAULT_LOGS_AFTER_SHUTDOWN
+#define _POSIX_C_SOURCE 200112L /* nanosleep */
+#include <pthread.h>
+#endif
+#if defined(FAULT_DAEMONIZES) || defined(FAULT_SIGNALS_GROUP_QUIETLY)
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
     defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH) || \
     defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE) || \
@@ -67,6 +78,21 @@ typedef struct new_device_info {
   rayaccel_string future_field_b;
 } new_device_info;
 
+#ifdef FAULT_LOGS_AFTER_SHUTDOWN
+/* A thread of the plugin's own that logs every millisecond, forever: after shutdown too, when
+ * the host API is no longer valid. */
+static void *chatty(void *arg) {
+  const rayaccel_host_api *host = (const rayaccel_host_api *)arg;
+  struct timespec ms = {0, 1000 * 1000};
+  for (;;) {
+    rayaccel_string line = STR("still here");
+    if (host != NULL && host->log != NULL) host->log(host->host_context, RAYACCEL_LOG_DEBUG, line);
+    nanosleep(&ms, NULL);
+  }
+  return NULL;
+}
+#endif
+
 static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error *error) {
 #ifdef FAULT_LEAK
   {
@@ -118,6 +144,12 @@ static rayaccel_status initialize(rayaccel_initialize_args *args, rayaccel_error
 #endif
     }
   }
+#ifdef FAULT_LOGS_AFTER_SHUTDOWN
+  {
+    pthread_t chatter;
+    if (pthread_create(&chatter, NULL, chatty, (void *)self->host) == 0) pthread_detach(chatter);
+  }
+#endif
   args->instance = self;
   return RAYACCEL_STATUS_OK;
 #endif
@@ -178,6 +210,7 @@ static rayaccel_status add_gpu(const rayaccel_sink *sink, uint32_t index, const 
   return sink->add_device(sink->host_context, &d);
 }
 
+
 static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
                                 rayaccel_error *error) {
   (void)instance;
@@ -197,6 +230,30 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
 #endif
 #ifdef FAULT_KILLS_GROUP
   kill(0, SIGTERM); /* every process of "its" group: the host's, were the host careless */
+#endif
+#ifdef FAULT_SIGNALS_GROUP_QUIETLY
+  /* The same, surviving it: its own SIGTERM ignored for the moment, the disposition restored. */
+  {
+    void (*was)(int) = signal(SIGTERM, SIG_IGN);
+    kill(0, SIGTERM);
+    signal(SIGTERM, was);
+  }
+#endif
+#ifdef FAULT_DAEMONIZES
+  /* A daemon: a second fork under setsid, every descriptor closed, outliving whoever loaded
+   * the plugin (and the process group it was in). */
+  {
+    pid_t first = fork();
+    if (first == 0) {
+      long fd;
+      setsid();
+      if (fork() != 0) _exit(0);
+      for (fd = 0; fd < sysconf(_SC_OPEN_MAX) && fd < 4096; ++fd) close((int)fd);
+      sleep(60);
+      _exit(0);
+    }
+    if (first > 0) waitpid(first, NULL, 0);
+  }
 #endif
 #ifdef FAULT_SPAWNS_HELPER
   /* A helper daemon that outlives the call, holding every descriptor it inherited. */
