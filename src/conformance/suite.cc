@@ -446,22 +446,42 @@ Outcome Negotiation(const Options& o) {
     if (h == nullptr) return Outcome::Fail(absl::StrCat("dlopen: ", dlerror()));
     auto entry = reinterpret_cast<rayaccel_plugin_entry_fn>(dlsym(h, RAYACCEL_PLUGIN_ENTRY_SYMBOL));
     if (entry == nullptr) return Outcome::Fail("no entry symbol");
+    ErrorBuffer err;
     auto ask = [&](uint32_t major, uint32_t minor, rayaccel_negotiation* n) {
       *n = rayaccel_negotiation{};
       n->struct_size = sizeof(*n);
       n->host_abi_major = major;
       n->host_abi_minor = minor;
-      ErrorBuffer err;
+      err.text[0] = '\0';
       return entry(n, &err.error);
     };
+    // What the plugin answered, in the words a vendor compares with its source.
+    auto answered = [&](rayaccel_status rc, const rayaccel_negotiation& n) {
+      if (rc != RAYACCEL_STATUS_OK) {
+        return absl::StrCat("it returned status ", rc, err.text[0] != '\0' ? " (" : "",
+                            EscapeControl(err.text), err.text[0] != '\0' ? ")" : "");
+      }
+      return absl::StrCat("it chose ", n.chosen_abi_major, ".", n.chosen_abi_minor,
+                          n.api == nullptr ? " and gave no table" : "");
+    };
     rayaccel_negotiation n;
-    if (ask(1, 0, &n) != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.chosen_abi_minor != 0 ||
+    rayaccel_status rc = ask(1, 0, &n);
+    if (rc != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.chosen_abi_minor != 0 ||
         n.api == nullptr) {
-      return Outcome::Fail("a 1.0 host must get ABI 1.0 and a table");
+      const char* fix =
+          rc != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1
+              ? "answer a 1.0 host with ABI 1.0 and a table (major 1, the same as the host's)"
+          : n.chosen_abi_minor != 0
+              ? "answer a 1.0 host with ABI 1.0: chosen_abi_minor = "
+                "rayaccel_choose_minor(host_abi_minor, yours), not your own minor"
+              : "answer a 1.0 host with a table (negotiation->api)";
+      return Outcome::Fail(absl::StrCat(fix, "; ", answered(rc, n)));
     }
-    if (ask(1, 99, &n) != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.api == nullptr ||
+    rc = ask(1, 99, &n);
+    if (rc != RAYACCEL_STATUS_OK || n.chosen_abi_major != 1 || n.api == nullptr ||
         n.chosen_abi_minor > 99) {
-      return Outcome::Fail("a newer 1.x host (1.99) must get the plugin's own 1.x");
+      return Outcome::Fail(absl::StrCat(
+          "answer a newer 1.x host (1.99) with your own 1.x and a table: ", answered(rc, n)));
     }
     for (uint32_t major : {0u, 2u}) {
       rayaccel_status rc = ask(major, 0, &n);
@@ -890,8 +910,9 @@ Outcome QuietAfterShutdown(const Options& o) {
       return Outcome::Fail(absl::StrCat(
           "stop every thread that calls the host before shutdown returns: the host API was "
           "called ",
-          n, " time(s) in the 300 ms after shutdown returned, when rayaccel_host_api is no "
-             "longer valid (a host that freed it crashes or runs freed code)"));
+          n,
+          " time(s) in the 300 ms after shutdown returned, when rayaccel_host_api is no "
+          "longer valid (a host that freed it crashes or runs freed code)"));
     }
     return Outcome::Pass();
   });
@@ -919,8 +940,8 @@ Outcome NothingLeftBehind(const Options& o) {
     }
     if (left.empty()) return Outcome::Pass();
     return Outcome::Fail(absl::StrCat(
-        "stop and wait for every process the plugin starts before shutdown returns: ",
-        left.size(), " outlived it (", absl::StrJoin(left, ", "),
+        "stop and wait for every process the plugin starts before shutdown returns: ", left.size(),
+        " outlived it (", absl::StrJoin(left, ", "),
         "), and a daemon (setsid, a second fork) outlives the host too; the suite killed them"));
   });
 }
@@ -2060,8 +2081,8 @@ const std::vector<Check>& AllChecks() {
        ProcessStateUntouched},
       {"process.no_leak", 1, "repeated lifecycles do not grow the heap", false, NoLeak},
       {"process.nothing_left_behind", 1,
-       "every process the plugin starts has ended when shutdown returns (daemons included)",
-       false, NothingLeftBehind},
+       "every process the plugin starts has ended when shutdown returns (daemons included)", false,
+       NothingLeftBehind},
       {"process.group_unsignalled", 1,
        "no signal goes to the plugin's process group (the host's, in the raylet)", false,
        GroupUnsignalled},

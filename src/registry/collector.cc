@@ -84,9 +84,16 @@ rayaccel_string Collector::LastRefusal(void* ctx) noexcept {
 rayaccel_status Collector::Refuse(std::string problem) {
   refused_any_ = true;
   last_refusal_ = problem;
+  // The same problem again is counted on its first line, not listed again.
+  if (auto seen = repeats_.find(problem); seen != repeats_.end()) {
+    auto& [at, count] = seen->second;
+    report_->problems[at] = absl::StrCat(problem, " (", ++count, " times)");
+    return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
   // Keep the list bounded: a plugin that sends a million bad items gets a count, not a log.
   constexpr size_t kMaxProblems = 64;
   if (report_->problems.size() < kMaxProblems) {
+    repeats_[problem] = {report_->problems.size(), 1};
     report_->problems.push_back(std::move(problem));
   } else if (report_->problems.size() == kMaxProblems) {
     report_->problems.push_back("... further problems not listed");
@@ -130,9 +137,17 @@ rayaccel_status Collector::AddDevice(void* ctx, const rayaccel_device_info* in) 
   rayaccel_device_info info;
   constexpr size_t kMin = RAYACCEL_STRUCT_SIZE(rayaccel_device_info, name);
   if (!CopyStruct(in, kMin, &info)) {
-    return self->Refuse(absl::StrCat("device: struct_size ", in == nullptr ? 0 : in->struct_size,
+    self->refused_device_ = true;
+    const size_t size = in == nullptr ? 0 : in->struct_size;
+    if (size == sizeof(void*)) {
+      return self->Refuse(absl::StrCat(
+          "device: set rayaccel_device_info.struct_size to sizeof(rayaccel_device_info) (",
+          sizeof(rayaccel_device_info), " bytes): it is ", size,
+          ", the size of a pointer (sizeof(&info)?), so no device was read"));
+    }
+    return self->Refuse(absl::StrCat("device: struct_size ", size,
                                      " is smaller than the smallest 1.0 device_info (", kMin,
-                                     " bytes)"));
+                                     " bytes): set it to sizeof(rayaccel_device_info)"));
   }
   if (!RAYACCEL_HAS_FIELD(in, rayaccel_device_info, numa_node)) info.numa_node = -1;
 
@@ -219,7 +234,10 @@ rayaccel_status Collector::AddAttribute(void* ctx, const rayaccel_attribute* in)
   }
   Device* d = self->FindDevice(attr.device_index);
   if (d == nullptr) {
-    return self->Refuse(absl::StrCat("attribute for unknown device ", attr.device_index));
+    // Where devices were refused, their attributes follow them: one line, counted.
+    return self->Refuse(self->refused_device_
+                            ? std::string("attributes for devices refused above")
+                            : absl::StrCat("attribute for unknown device ", attr.device_index));
   }
   if (d->attributes.size() >= kMaxAttributesPerDevice) {
     return self->OverLimit("attributes on one device", kMaxAttributesPerDevice);

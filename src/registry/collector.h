@@ -100,7 +100,10 @@ class Collector {
   size_t text_bytes_ = 0;
   size_t domain_members_ = 0;
   bool refused_any_ = false;
-  std::string last_refusal_;  // why the last sink call was refused (rayaccel_sink.last_refusal)
+  bool refused_device_ = false;  // a device was refused: its attributes are folded
+  std::string last_refusal_;     // why the last sink call was refused (rayaccel_sink.last_refusal)
+  // Each problem listed once: where it stands in report_->problems, and how often it came.
+  std::map<std::string, std::pair<size_t, size_t>> repeats_;
 };
 
 }  // namespace rayaccel

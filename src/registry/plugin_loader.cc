@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -311,23 +312,40 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   }
   plugin->name_ = std::string(name);
 
-  std::vector<std::string> missing;
-  if (t.initialize == nullptr) missing.push_back("initialize");
-  if (t.shutdown == nullptr) missing.push_back("shutdown");
-  if (t.get_properties == nullptr) missing.push_back("get_properties");
-  if (t.discover == nullptr) missing.push_back("discover");
-  if ((t.capabilities & RAYACCEL_CAP_TOPOLOGY) && t.get_topology == nullptr) {
-    missing.push_back("get_topology (RAYACCEL_CAP_TOPOLOGY claimed)");
+  // A hook the plugin left NULL, or one past the table's declared size (a struct_size set to
+  // less than sizeof(rayaccel_plugin_api) hides hooks the source sets: say that instead).
+  std::vector<std::string> missing, beyond;
+  auto need = [&](bool present, const char* hook, size_t offset, const char* why) {
+    if (present) return;
+    (offset >= api->struct_size ? beyond : missing).push_back(absl::StrCat(hook, why));
+  };
+#define RAYACCEL_HOOK(h) t.h != nullptr, #h, offsetof(rayaccel_plugin_api, h)
+  need(RAYACCEL_HOOK(initialize), "");
+  need(RAYACCEL_HOOK(shutdown), "");
+  need(RAYACCEL_HOOK(get_properties), "");
+  need(RAYACCEL_HOOK(discover), "");
+  if (t.capabilities & RAYACCEL_CAP_TOPOLOGY) {
+    need(RAYACCEL_HOOK(get_topology), " (RAYACCEL_CAP_TOPOLOGY claimed)");
   }
-  if ((t.capabilities & RAYACCEL_CAP_HEALTH_EVENTS) && t.wait_health_events == nullptr) {
-    missing.push_back("wait_health_events (RAYACCEL_CAP_HEALTH_EVENTS claimed)");
+  if (t.capabilities & RAYACCEL_CAP_HEALTH_EVENTS) {
+    need(RAYACCEL_HOOK(wait_health_events), " (RAYACCEL_CAP_HEALTH_EVENTS claimed)");
   }
-  if ((t.capabilities & RAYACCEL_CAP_ALLOCATION) && t.validate_quantity == nullptr &&
-      t.prepare_allocation == nullptr) {
-    missing.push_back("validate_quantity or prepare_allocation (RAYACCEL_CAP_ALLOCATION claimed)");
+  if (t.capabilities & RAYACCEL_CAP_ALLOCATION) {
+    need(t.validate_quantity != nullptr || t.prepare_allocation != nullptr,
+         "validate_quantity or prepare_allocation",
+         offsetof(rayaccel_plugin_api, validate_quantity), " (RAYACCEL_CAP_ALLOCATION claimed)");
   }
-  if ((t.capabilities & RAYACCEL_CAP_TRANSPORT) && t.transport == nullptr) {
-    missing.push_back("transport (RAYACCEL_CAP_TRANSPORT claimed)");
+  if (t.capabilities & RAYACCEL_CAP_TRANSPORT) {
+    need(RAYACCEL_HOOK(transport), " (RAYACCEL_CAP_TRANSPORT claimed)");
+  }
+#undef RAYACCEL_HOOK
+  if (!beyond.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "set the table's struct_size to sizeof(rayaccel_plugin_api) (", sizeof(rayaccel_plugin_api),
+        " bytes in ABI 1.", kHostAbiMinor, "): it says ", api->struct_size,
+        " bytes, so the host reads no hook from there on, and these lie past it: ",
+        absl::StrJoin(beyond, ", "),
+        missing.empty() ? "" : absl::StrCat("; NULL as well: ", absl::StrJoin(missing, ", "))));
   }
   if (!missing.empty()) {
     return absl::FailedPreconditionError(

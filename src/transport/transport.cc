@@ -101,6 +101,15 @@ absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin
     return absl::UnimplementedError(
         absl::StrCat("plugin ", plugin.name(), " offers no transport (RAYACCEL_CAP_TRANSPORT)"));
   }
+  // Built for a version with the transport, negotiated below it: the negotiation is the bug.
+  if (plugin.chosen_minor() < 3 && api.abi_minor >= 3) {
+    return absl::UnimplementedError(
+        absl::StrCat("plugin ", plugin.name(), " negotiated ABI 1.", plugin.chosen_minor(),
+                     " although its table says it was built for 1.", api.abi_minor,
+                     ", so the host does not use its transport: set chosen_abi_minor = "
+                     "rayaccel_choose_minor(host_abi_minor, ",
+                     api.abi_minor, ") in rayaccel_plugin_entry"));
+  }
   if (plugin.chosen_minor() < 1) {
     return absl::UnimplementedError(absl::StrCat(
         "plugin ", plugin.name(),

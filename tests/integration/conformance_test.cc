@@ -10,7 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "rayaccel/plugin.h"
 #include "rayaccel/registry.h"
 #include "support/test_support.h"
 #include "util/json.h"
@@ -224,9 +226,22 @@ INSTANTIATE_TEST_SUITE_P(
     BadPlugins, Zoo,
     ::testing::Values(
         Expectation{"no-entry", "abi.exports_only_entry", "rayaccel_plugin_entry is not exported"},
-        Expectation{"wrong-major", "abi.negotiation", "a 1.0 host must get ABI 1.0"},
+        Expectation{"wrong-major", "abi.negotiation",
+                    "answer a 1.0 host with ABI 1.0 and a table (major 1, the same as the "
+                    "host's); it chose 2.0"},
         Expectation{"small-table", "abi.table", "smaller than the smallest 1.0 table"},
         Expectation{"null-discover", "abi.table", "NULL mandatory hook: discover"},
+        Expectation{"own-minor", "abi.negotiation",
+                    "answer a 1.0 host with ABI 1.0: chosen_abi_minor = "
+                    "rayaccel_choose_minor(host_abi_minor, yours), not your own minor; it chose "
+                    "1."},
+        Expectation{"device-size-pointer", "discovery.answers_valid",
+                    "device: set rayaccel_device_info.struct_size to "
+                    "sizeof(rayaccel_device_info) (208 bytes): it is 8, the size of a pointer "
+                    "(sizeof(&info)?), so no device was read (16 times); attributes for devices "
+                    "refused above (16 times)"},
+        Expectation{"table-size-to-discover", "abi.table",
+                    "set the table's struct_size to sizeof(rayaccel_plugin_api) ("},
         Expectation{"bad-resource-name", "identity.resource_name",
                     "resource_name \"GPU, CPU\" is not a Ray resource name"},
         Expectation{"duplicate-id", "discovery.answers_valid", "duplicate id"},
@@ -248,8 +263,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "copy the configuration in initialize"},
         Expectation{"busy-health", "health.wait_bounded", "returned OK 5 times in a row within"},
         Expectation{"changes-state", "process.state_untouched", "the working directory (/"},
-        Expectation{"control-chars", "process.clean_text",
-                    "1 log line(s) with control characters"},
+        Expectation{"control-chars", "process.clean_text", "1 log line(s) with control characters"},
         Expectation{"daemonizes", "process.nothing_left_behind",
                     "stop and wait for every process the plugin starts before shutdown returns: "
                     "1 outlived it"},
@@ -369,8 +383,24 @@ TEST(Conformance, AFolderTheLoaderSearchesThatAnyoneCanWriteFails) {
 
   ASSERT_EQ(chmod((dir + "/deps").c_str(), 0755), 0);
   Report fixed = Conform(plugin, {"--timeout", "20"});
-  EXPECT_EQ(fixed.checks["abi.files_trusted"].first, "pass") << fixed.checks["abi.files_trusted"].second;
+  EXPECT_EQ(fixed.checks["abi.files_trusted"].first, "pass")
+      << fixed.checks["abi.files_trusted"].second;
   EXPECT_EQ(fixed.exit_code, 0);
+}
+
+// A plugin built with today's header and a transport that negotiates ABI 1.0: the fix is its
+// negotiation, and the suite names it (not "rebuild it").
+TEST(Conformance, ATransportBehindATooLowNegotiationNamesTheNegotiation) {
+  Report r = Conform(RAYACCEL_MINOR_ZERO_SIM_PLUGIN, {"--tier", "3", "--timeout", "20"});
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string& why = r.checks["transport.round_trip"].second;
+  EXPECT_EQ(r.checks["transport.round_trip"].first, "fail") << why;
+  EXPECT_NE(why.find(absl::StrCat("negotiated ABI 1.0 although its table says it was built for 1.",
+                                  RAYACCEL_ABI_VERSION_MINOR,
+                                  ", so the host does not use its transport: set "
+                                  "chosen_abi_minor = rayaccel_choose_minor(host_abi_minor, ")),
+            std::string::npos)
+      << why;
 }
 
 // The performance gate (tier 4): figures recorded from the sim plugin pass the sim plugin and

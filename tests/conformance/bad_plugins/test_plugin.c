@@ -198,7 +198,11 @@ static rayaccel_status add_gpu(const rayaccel_sink *sink, uint32_t index, const 
                                const char *name) {
   rayaccel_device_info d;
   memset(&d, 0, sizeof(d));
+#ifdef FAULT_DEVICE_SIZE_POINTER
+  d.struct_size = sizeof(&d); /* a vendor's slip: the size of a pointer */
+#else
   d.struct_size = sizeof(d);
+#endif
   d.index = index;
   d.id.data = id;
   d.id.size = strlen(id);
@@ -466,6 +470,23 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
     rc = sink->add_device(sink->host_context, &d);
     if (rc != RAYACCEL_STATUS_OK) return rc;
   }
+#elif defined(FAULT_DEVICE_SIZE_POINTER)
+  {
+    /* Sixteen devices, each with an attribute: every one refused, for one reason. */
+    uint32_t i;
+    for (i = 1; i < 16; ++i) add_gpu(sink, i, "GPU-test-n", "NVIDIA A100-SXM4-40GB");
+    for (i = 0; i < 16; ++i) {
+      rayaccel_attribute a;
+      memset(&a, 0, sizeof(a));
+      a.struct_size = sizeof(a);
+      a.device_index = i;
+      a.name.data = "ecc";
+      a.name.size = 3;
+      a.kind = RAYACCEL_ATTRIBUTE_BOOL;
+      a.int_value = 1;
+      sink->add_attribute(sink->host_context, &a);
+    }
+  }
 #else
   add_gpu(sink, 1, "GPU-test-1", "NVIDIA A100-SXM4-40GB");
 #endif
@@ -619,6 +640,9 @@ static rayaccel_status prepare_allocation(rayaccel_plugin_instance *instance,
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
+#elif defined(FAULT_TABLE_SIZE_TO_DISCOVER)
+    /* A vendor's slip: the size up to discover, with get_topology set below it in the source. */
+    RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, discover),
 #else
     sizeof(rayaccel_plugin_api),
 #endif
@@ -683,6 +707,13 @@ RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiatio
   /* A plugin built for ABI 2 that does not check the host's version. */
   n->chosen_abi_major = 2;
   n->chosen_abi_minor = 0;
+  n->api = &kApi;
+  (void)error;
+  return RAYACCEL_STATUS_OK;
+#elif defined(FAULT_OWN_MINOR)
+  /* A plugin that answers its own minor whatever the host speaks. */
+  n->chosen_abi_major = 1;
+  n->chosen_abi_minor = RAYACCEL_ABI_VERSION_MINOR;
   n->api = &kApi;
   (void)error;
   return RAYACCEL_STATUS_OK;

@@ -1,7 +1,10 @@
-// The sim plugin with a deliberate slowdown, for the performance gate's own test: every
-// discover, transfer and batch first sleeps 20 ms, and everything else is the sim plugin's
-// (loaded from RAYACCEL_SIM_PLUGIN, its table copied under another name). A baseline recorded
-// from the sim plugin must fail it; nothing else may.
+// The sim plugin with one thing changed, for tests of the suite that need a working transport
+// (everything else is the sim plugin's, loaded from RAYACCEL_SIM_PLUGIN, its table copied
+// under SHIM_NAME):
+//   SHIM_SLOW          every discover, transfer and batch first sleeps 20 ms (the performance
+//                      gate's test: a baseline recorded from the sim plugin must fail it);
+//   SHIM_MINOR_ZERO    negotiates ABI 1.0 whatever the host speaks, with a table built for
+//                      today's (a vendor's slip: the host then does not use its transport).
 #include <dlfcn.h>
 #include <time.h>
 
@@ -10,9 +13,11 @@
 namespace {
 
 void Pause() {
+#ifdef SHIM_SLOW
   timespec wait{0, 20 * 1000 * 1000};
   while (nanosleep(&wait, &wait) != 0) {
   }
+#endif
 }
 
 const rayaccel_plugin_api* g_sim = nullptr;
@@ -67,7 +72,7 @@ rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) 
                                 "cannot load the sim plugin " RAYACCEL_SIM_PLUGIN);
     }
     g_api = *g_sim;
-    g_api.name = {"slow-sim", 8};
+    g_api.name = {SHIM_NAME, sizeof(SHIM_NAME) - 1};
     g_api.discover = Discover;
     g_transport = *g_sim->transport;
     g_transport.transfer = Transfer;
@@ -75,8 +80,12 @@ rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) 
     g_api.transport = &g_transport;
   }
   negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
+#ifdef SHIM_MINOR_ZERO
+  negotiation->chosen_abi_minor = 0;
+#else
   negotiation->chosen_abi_minor =
       rayaccel_choose_minor(negotiation->host_abi_minor, RAYACCEL_ABI_VERSION_MINOR);
+#endif
   negotiation->api = &g_api;
   return RAYACCEL_STATUS_OK;
 }
