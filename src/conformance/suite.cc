@@ -354,6 +354,7 @@ std::string Call(const LoadedPlugin& p, Hook hook, const rayaccel_sink* sink, co
 
 struct Discovery {
   PluginReport report;
+  size_t discover_problems = 0;  // report.problems from discover itself come first
   std::vector<std::string> raw_pci;
   std::map<uint32_t, std::string> raw_types;
   std::string error;
@@ -365,6 +366,7 @@ Discovery Discover(const LoadedPlugin& p, bool labels, bool topology, bool healt
   Recorder recorder(collector);
   const rayaccel_plugin_api& api = p.api();
   d.error = Call(p, api.discover, &recorder.sink, "discover", collector);
+  d.discover_problems = d.report.problems.size();
   if (d.error.empty() && labels && api.get_labels != nullptr) {
     d.error = Call(p, api.get_labels, &recorder.sink, "get_labels", collector);
   }
@@ -380,6 +382,21 @@ Discovery Discover(const LoadedPlugin& p, bool labels, bool topology, bool healt
 }
 
 std::string Problems(const PluginReport& r) { return absl::StrJoin(r.problems, "; "); }
+
+// The problems of the hooks a check is about, after discover's own (which
+// discovery.answers_valid reports): the devices they name may be the ones discover lost.
+std::string ProblemsAfterDiscover(const Discovery& d) {
+  std::vector<std::string> own(
+      d.report.problems.begin() + static_cast<std::ptrdiff_t>(d.discover_problems),
+      d.report.problems.end());
+  std::string text = absl::StrJoin(own, "; ");
+  if (d.discover_problems > 0) {
+    text = absl::StrCat(text, text.empty() ? "" : " ",
+                        "(discover's own answers were refused too: discovery.answers_valid says "
+                        "why)");
+  }
+  return text;
+}
 
 // The body of most checks: load, initialize, run `fn`; the plugin shuts down after the verdict
 // is written (g_after_verdict), so a plugin that crashes in shutdown fails lifecycle.repeated
@@ -713,7 +730,7 @@ Outcome LabelsValid(const Options& o) {
     if (p.api().get_labels == nullptr) return Outcome::Skip("no get_labels hook");
     Discovery d = Discover(p, true, false, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    if (!d.report.problems.empty()) return Outcome::Fail(ProblemsAfterDiscover(d));
     return Outcome::Pass(absl::StrCat(d.report.labels.size(), " labels"));
   });
 }
@@ -1004,7 +1021,7 @@ Outcome TopologyValid(const Options& o) {
     if (p.api().get_topology == nullptr) return Outcome::Fail("no get_topology hook");
     Discovery d = Discover(p, false, true, false);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    if (!d.report.problems.empty()) return Outcome::Fail(ProblemsAfterDiscover(d));
     return Outcome::Pass(
         absl::StrCat(d.report.links.size(), " links, ", d.report.domains.size(), " domains"));
   });
@@ -1014,7 +1031,7 @@ Outcome HealthValid(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery d = Discover(p, false, false, true);
     if (!d.error.empty()) return Outcome::Fail(d.error);
-    if (!d.report.problems.empty()) return Outcome::Fail(Problems(d.report));
+    if (!d.report.problems.empty()) return Outcome::Fail(ProblemsAfterDiscover(d));
     for (const auto& [index, health] : d.report.health) {
       bool known = std::any_of(d.report.devices.begin(), d.report.devices.end(),
                                [&](const Device& dev) { return dev.index == index; });
