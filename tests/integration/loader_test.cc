@@ -203,10 +203,12 @@ TEST(Loader, AHungHealthWaitHoldsUpNothingWhenIsolated) {
 
 // The permission check follows the plugin's RUNPATH: a folder the loader would take libraries
 // from, writable by anyone, is as dangerous as the plugin file being so.
+// A copy of its own ($ORIGIN/deps), so that no other test sees the folder while it is open.
 TEST(Loader, ARunpathFolderWritableByOthersIsRefused) {
-  const std::string plugin = TestPlugin("writable-runpath");
-  const std::string dir = std::string(RAYACCEL_TEST_PLUGIN_DIR) + "/writable-runpath";
-  rmdir(dir.c_str());
+  const std::string copy = testing::MakeTempDir("runpath-loader");
+  const std::string plugin = copy + "/librayaccel-origin-runpath.so";
+  testing::CopyFile(TestPlugin("origin-runpath"), plugin);
+  const std::string dir = copy + "/deps";
   EXPECT_TRUE(CheckPermissions(plugin).ok()) << "missing, in a folder only its owner writes";
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
@@ -217,7 +219,7 @@ TEST(Loader, ARunpathFolderWritableByOthersIsRefused) {
       << st;
   EXPECT_NE(st.message().find("writable by everyone"), std::string::npos) << st;
   std::shared_ptr<const NodeSnapshot> snap = Load({plugin, SimPlugin()}, {});
-  EXPECT_EQ(StatusOf(*snap, "writable-runpath").state, PluginStatus::State::kRefused);
+  EXPECT_EQ(StatusOf(*snap, "origin-runpath").state, PluginStatus::State::kRefused);
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   EXPECT_TRUE(CheckPermissions(plugin).ok());
   rmdir(dir.c_str());
