@@ -59,6 +59,7 @@ TEST(LibrarySymbols, OnlyTheApiIsExported) {
                                             "rayaccel::LogEnabled(",
                                             "rayaccel::LogLine(",
                                             "rayaccel::BestLink(",
+                                            "rayaccel::PrometheusWriter::",
                                             "RAYACCEL_0"};
   std::vector<std::string> api;
   for (const std::string& mangled : *symbols) {
