@@ -1590,8 +1590,12 @@ void BatchPutReceived(void* request, ucs_status_t status, size_t /*length*/, voi
   Lib().ucp_request_free(request);
   auto* b = static_cast<BatchPut*>(user_data);
   b->ep->activity++;
-  if (status == UCS_OK)
+  if (status == UCS_OK) {
     ApplyPutBatch(b->ep, b->token, b->id, b->n, b->bytes.data(), b->bytes.size());
+  } else {  // the writer hears it (if it is still there), rather than waiting in vain
+    b->ep->outbox.push_back(
+        {true, b->token, kPutBatchAck, ReplyHeader(b->token, b->id, RAYACCEL_STATUS_INTERNAL)});
+  }
   delete b;
 }
 
@@ -2029,6 +2033,10 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       ucs_status_ptr_t r =
           Lib().ucp_am_recv_data_nbx(fabric->worker, data, b->bytes.data(), length, &param);
       if (r == nullptr) ApplyPutBatch(ep, token, req, n, b->bytes.data(), b->bytes.size());
+      if (r != nullptr && UCS_PTR_IS_ERR(r)) {
+        ep->outbox.push_back(
+            {true, token, kPutBatchAck, ReplyHeader(token, req, RAYACCEL_STATUS_INTERNAL)});
+      }
       if (r == nullptr || UCS_PTR_IS_ERR(r)) delete b;
       return UCS_OK;
     }
