@@ -1,8 +1,25 @@
 #include "web/http_server.h"
 
-#include <httplib.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -30,10 +47,58 @@ bool CookieSafe(absl::string_view token) {
 
 constexpr auto kEventWait = std::chrono::milliseconds(500);
 constexpr int kKeepAliveEvery = 30;  // waits (15 s) without an event, then a comment is sent
+// Text a stream's client has not taken yet; past this it is not reading, and the stream ends.
+constexpr size_t kStreamBacklog = 64 * 1024;
+constexpr size_t kStreamBlock = 4096;
+// A request line and its headers must fit (and a response's head): larger ones get 431.
+constexpr size_t kConnectionMemory = 32 * 1024;
+// Event-loop threads, each with its share of the connections: a slow page render on one still
+// leaves the other answering.
+constexpr unsigned kLoopThreads = 2;
+// Descriptors left to the rest of the process (gRPC, plugins' hosts, files) when the limit
+// on connections is fitted under RLIMIT_NOFILE.
+constexpr size_t kReservedDescriptors = 256;
+
+// Headers every answer carries: nothing here is embedded elsewhere, cached, or guessed at.
+void AddCommonHeaders(MHD_Response* response) {
+  MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(response, "Cache-Control", "no-store");
+  MHD_add_response_header(response, "Referrer-Policy", "no-referrer");
+  MHD_add_response_header(response, "Content-Security-Policy",
+                          "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                          "img-src 'self' data:; frame-ancestors 'self'");
+}
+
+MHD_Result Send(MHD_Connection* connection, int status, const std::string& body,
+                const std::string& content_type,
+                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;
+  AddCommonHeaders(response);
+  if (!content_type.empty())
+    MHD_add_response_header(response, "Content-Type", content_type.c_str());
+  for (const auto& [name, value] : headers) {
+    MHD_add_response_header(response, name.c_str(), value.c_str());
+  }
+  const MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(status), response);
+  MHD_destroy_response(response);
+  return queued;
+}
+
+MHD_Result Refuse(MHD_Connection* connection, int status, const std::string& why,
+                  const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  return Send(connection, status, why + "\n", "text/plain; charset=utf-8", headers);
+}
+
+std::string Header(MHD_Connection* connection, const char* name) {
+  const char* value = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, name);
+  return value == nullptr ? std::string() : std::string(value);
+}
 
 // The token a browser sent in its cookie, as an Authorization header's value; empty if none.
-std::string CookieToken(const httplib::Request& req, const std::string& cookie) {
-  for (absl::string_view part : absl::StrSplit(req.get_header_value("Cookie"), ';')) {
+std::string CookieToken(MHD_Connection* connection, const std::string& cookie) {
+  for (absl::string_view part : absl::StrSplit(Header(connection, "Cookie"), ';')) {
     part = absl::StripAsciiWhitespace(part);
     if (absl::ConsumePrefix(&part, cookie) && absl::ConsumePrefix(&part, "=")) {
       return absl::StrCat("Bearer ", part);
@@ -42,17 +107,316 @@ std::string CookieToken(const httplib::Request& req, const std::string& cookie) 
   return "";
 }
 
-// Headers every answer carries: nothing here is embedded elsewhere, cached, or guessed at.
-void SetCommonHeaders(httplib::Response& res) {
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Cache-Control", "no-store");
-  res.set_header("Referrer-Policy", "no-referrer");
-  res.set_header("Content-Security-Policy",
-                 "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                 "frame-ancestors 'self'");
+bool HasBody(MHD_Connection* connection) {
+  const std::string length = Header(connection, "Content-Length");
+  return !Header(connection, "Transfer-Encoding").empty() || (!length.empty() && length != "0");
+}
+
+// ?name=value pairs, decoded; the last value of a repeated name; "" for a name without '='.
+std::map<std::string, std::string> Query(MHD_Connection* connection) {
+  std::map<std::string, std::string> query;
+  MHD_get_connection_values(
+      connection, MHD_GET_ARGUMENT_KIND,
+      [](void* cls, MHD_ValueKind, const char* key, const char* value) {
+        (*static_cast<std::map<std::string, std::string>*>(cls))[key] =
+            value == nullptr ? "" : value;
+        return MHD_YES;
+      },
+      &query);
+  return query;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--http: cannot read ", path));
+  return text.str();
+}
+
+// The listening socket, bound and listening; MHD takes it over.
+absl::StatusOr<int> Listen(const std::string& host, int port, int* bound, bool* ipv6) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http: cannot resolve ", host, ": ", gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
+      sockaddr_storage local{};
+      socklen_t size = sizeof(local);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size);
+      *ipv6 = local.ss_family == AF_INET6;
+      *bound = ntohs(*ipv6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
+                           : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+      freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return absl::UnavailableError(
+      absl::StrCat("--http: cannot listen on ", host, ":", port, " (", why, ")"));
+}
+
+void LogFromMhd(void*, const char* format, va_list args) {
+  char line[512];
+  std::vsnprintf(line, sizeof(line), format, args);
+  absl::string_view text = absl::StripTrailingAsciiWhitespace(line);
+  spdlog::debug("http: {}", std::string(text));
 }
 
 }  // namespace
+
+struct HttpServer::State {
+  struct Route {
+    std::regex pattern;
+    std::function<Response(const Request&)> page;                    // or
+    std::function<std::optional<EventSource>(const Request&)> open;  // an event stream
+  };
+  // One event stream: its source runs on a thread of its own (the pump) and leaves text here;
+  // MHD's loop takes it when the socket can be written, and suspends the connection while
+  // there is none, so a quiet stream costs neither the loop nor a busy wait.
+  struct Stream {
+    State* server = nullptr;
+    MHD_Connection* connection = nullptr;
+    EventSource source;
+    std::mutex mu;
+    std::string pending;
+    bool ended = false;      // no more text: the source ended, the client stalled, or we stop
+    bool suspended = false;  // MHD waits for a resume before it asks for text again
+    bool released = false;   // MHD is done with the response (the connection is gone)
+  };
+
+  std::vector<Route> routes;
+  const rpc::BearerToken* token = nullptr;
+  bool check_host = false;
+  bool secure_cookie = false;
+  bool require_client_certificate = false;
+  std::string cookie;
+  size_t max_streams = 0;
+  MHD_Daemon* daemon = nullptr;
+
+  std::mutex mu;
+  std::condition_variable pumps_done;
+  bool stopping = false;
+  size_t open_streams = 0;    // from the 200 until MHD frees the response
+  size_t pumps = 0;           // pump threads still running
+  std::set<Stream*> streams;  // those MHD still holds, to be resumed at stop
+
+  // MHD calls this once the headers are in, and again once the body is: the answer is given
+  // at the second call, so that the connection can carry the next request. A request with a
+  // body is answered at the first, which closes the connection unread: no route takes one.
+  static MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url,
+                           const char* method, const char*, const char*, size_t* upload_size,
+                           void** request_state) {
+    static int headers_seen;
+    if (*request_state == nullptr) {
+      *request_state = &headers_seen;
+      if (!HasBody(connection)) return MHD_YES;
+    }
+    if (*upload_size != 0) *upload_size = 0;  // not reached: answered at the first call
+    return static_cast<State*>(cls)->Handle(connection, url, method);
+  }
+  MHD_Result Handle(MHD_Connection* connection, const char* url, const char* method);
+  MHD_Result Authorize(MHD_Connection* connection, const std::string& path, bool* handled);
+  MHD_Result OpenStream(MHD_Connection* connection, const Route& route, const Request& request);
+  static void Pump(std::shared_ptr<Stream> stream);
+  static ssize_t ReadStream(void* cls, uint64_t, char* buf, size_t max);
+  static void ReleaseStream(void* cls);
+};
+
+MHD_Result HttpServer::State::Authorize(MHD_Connection* connection, const std::string& path,
+                                        bool* handled) {
+  *handled = true;
+  // A client certificate was asked for in the handshake: without one the CA signed, the
+  // connection closes before anything is read, as gRPC's listener refuses it.
+  if (require_client_certificate) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    unsigned int verdict = 0;
+    if (info == nullptr ||
+        gnutls_certificate_verify_peers2(static_cast<gnutls_session_t>(info->tls_session),
+                                         &verdict) != GNUTLS_E_SUCCESS ||
+        verdict != 0) {
+      return MHD_NO;
+    }
+  }
+  // Without a token, a loopback listener answers only requests addressed to a loopback name:
+  // a page elsewhere cannot rebind its own name to 127.0.0.1 and read the view.
+  if (check_host && !IsLoopbackHost(Header(connection, "Host"))) {
+    return Refuse(connection, 421, "this view answers requests for localhost or 127.0.0.1 only");
+  }
+  if (token == nullptr) {
+    *handled = false;
+    return MHD_YES;
+  }
+  // A page opened with ?token=: the token becomes a cookie, and the address loses it.
+  if (const char* given = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "token");
+      given != nullptr && token->Refusal(absl::StrCat("Bearer ", given)).empty()) {
+    if (!CookieSafe(given)) {
+      return Refuse(connection, 400,
+                    "this token has characters a cookie cannot carry: send it as "
+                    "\"Authorization: Bearer TOKEN\"");
+    }
+    return Send(
+        connection, 303, "", "",
+        {{"Set-Cookie", absl::StrCat(cookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
+                                     secure_cookie ? "; Secure" : "")},
+         {"Location", SameSiteRedirect(path)}});
+  }
+  std::string authorization = Header(connection, "Authorization");
+  if (authorization.empty()) authorization = CookieToken(connection, cookie);
+  const std::string why = token->Refusal(authorization);
+  if (why.empty()) {
+    *handled = false;
+    return MHD_YES;
+  }
+  return Refuse(connection, 401, why + " (a browser: open the page once with ?token=TOKEN)",
+                {{"WWW-Authenticate", "Bearer realm=\"rayaccel\""}});
+}
+
+MHD_Result HttpServer::State::Handle(MHD_Connection* connection, const char* url,
+                                     const char* method) {
+  const std::string path = url == nullptr ? "" : url;  // MHD has decoded it
+  bool handled = false;
+  const MHD_Result authorized = Authorize(connection, path, &handled);
+  if (handled) return authorized;
+  if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
+    return Refuse(connection, 405, "this view answers GET and HEAD only", {{"Allow", "GET, HEAD"}});
+  }
+  for (const Route& route : routes) {
+    std::smatch match;
+    if (!std::regex_match(path, match, route.pattern)) continue;
+    Request request;
+    for (size_t i = 1; i < match.size(); ++i) request.captures.push_back(match[i].str());
+    request.query = Query(connection);
+    if (route.open) return OpenStream(connection, route, request);
+    const Response answer = route.page(request);
+    return Send(connection, answer.status, answer.body, answer.content_type);
+  }
+  return Refuse(connection, 404, "no such page");
+}
+
+MHD_Result HttpServer::State::OpenStream(MHD_Connection* connection, const Route& route,
+                                         const Request& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return Refuse(connection, 503, "stopping");
+    if (open_streams >= max_streams) {
+      return Refuse(connection, 503, absl::StrCat("already ", max_streams, " event streams open"));
+    }
+    ++open_streams;
+  }
+  std::optional<EventSource> source = route.open(request);
+  if (!source.has_value()) {
+    std::lock_guard<std::mutex> lock(mu);
+    --open_streams;
+    return Refuse(connection, 404, "no such stream");
+  }
+  auto stream = std::make_shared<Stream>();
+  stream->server = this;
+  stream->connection = connection;
+  stream->source = *std::move(source);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    streams.insert(stream.get());
+  }
+  // From here ReleaseStream, which MHD calls when it is done with the response (or at once
+  // when it could not be created or queued), gives back the stream's place.
+  MHD_Response* response =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, kStreamBlock, &ReadStream,
+                                        new std::shared_ptr<Stream>(stream), &ReleaseStream);
+  if (response == nullptr) return MHD_NO;
+  AddCommonHeaders(response);
+  MHD_add_response_header(response, "Content-Type", "text/event-stream");
+  const MHD_Result queued = MHD_queue_response(connection, 200, response);
+  MHD_destroy_response(response);
+  if (queued != MHD_YES) return queued;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++pumps;
+  }
+  std::thread(&State::Pump, std::move(stream)).detach();
+  return MHD_YES;
+}
+
+void HttpServer::State::Pump(std::shared_ptr<Stream> stream) {
+  int idle = 0;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->ended || stream->released) break;
+    }
+    const std::optional<std::string> event = stream->source(kEventWait);
+    std::string text;
+    if (event.has_value() && !event->empty()) {
+      text = absl::StrCat("data: ", *event, "\n\n");
+      idle = 0;
+    } else if (event.has_value() && ++idle >= kKeepAliveEvery) {
+      text = ": keep-alive\n\n";  // a comment: proxies and the browser see it is alive
+      idle = 0;
+    }
+    std::lock_guard<std::mutex> lock(stream->mu);
+    if (stream->released) break;
+    stream->pending += text;
+    // A client that takes nothing while events pile up is not reading: end its stream.
+    if (!event.has_value() || stream->pending.size() > kStreamBacklog) stream->ended = true;
+    if (stream->suspended && (stream->ended || !text.empty())) {
+      stream->suspended = false;
+      MHD_resume_connection(stream->connection);
+    }
+  }
+  State* server = stream->server;
+  stream.reset();
+  std::lock_guard<std::mutex> lock(server->mu);
+  --server->pumps;
+  server->pumps_done.notify_all();
+}
+
+ssize_t HttpServer::State::ReadStream(void* cls, uint64_t, char* buf, size_t max) {
+  Stream& stream = **static_cast<std::shared_ptr<Stream>*>(cls);
+  std::lock_guard<std::mutex> lock(stream.mu);
+  if (!stream.pending.empty()) {
+    const size_t n = std::min(max, stream.pending.size());
+    std::memcpy(buf, stream.pending.data(), n);
+    stream.pending.erase(0, n);
+    return static_cast<ssize_t>(n);
+  }
+  if (stream.ended) return MHD_CONTENT_READER_END_OF_STREAM;
+  stream.suspended = true;  // the pump resumes it with the next text
+  MHD_suspend_connection(stream.connection);
+  return 0;
+}
+
+void HttpServer::State::ReleaseStream(void* cls) {
+  auto* held = static_cast<std::shared_ptr<Stream>*>(cls);
+  Stream* stream = held->get();
+  {
+    std::lock_guard<std::mutex> lock(stream->server->mu);
+    stream->server->streams.erase(stream);
+    --stream->server->open_streams;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stream->mu);
+    stream->released = true;
+  }
+  delete held;
+}
+
+HttpServer::HttpServer() : state_(std::make_unique<State>()) {}
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions& options,
                                                               const Routes& routes) {
@@ -77,154 +441,111 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   if (colon == std::string::npos || !absl::SimpleAtoi(uri.substr(colon + 1), &port)) {
     return absl::InvalidArgumentError(absl::StrCat("--http: no port in ", options.listen));
   }
+  std::string key, cert, client_ca;
+  if (tls) {
+    for (auto [path, into] :
+         {std::pair{&options.tls_key_file, &key}, std::pair{&options.tls_cert_file, &cert},
+          std::pair{&options.tls_client_ca_file, &client_ca}}) {
+      if (path->empty()) continue;
+      absl::StatusOr<std::string> pem = ReadPem(*path);
+      if (!pem.ok()) return pem.status();
+      *into = *std::move(pem);
+    }
+  }
 
   std::unique_ptr<HttpServer> out(new HttpServer());
-  out->tls_ = tls;
+  State& state = *out->state_;
+  for (const auto& [pattern, page] : routes.pages)
+    state.routes.push_back({std::regex(pattern), page, {}});
+  for (const auto& [pattern, open] : routes.events)
+    state.routes.push_back({std::regex(pattern), {}, open});
+  state.token = options.token;
+  state.check_host = options.token == nullptr && address->loopback;
+  state.secure_cookie = tls;
+  state.require_client_certificate = tls && !client_ca.empty();
+  state.max_streams = options.max_event_streams;
+
+  // As many connections as the descriptor limit leaves room for.
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  size_t max_connections = options.max_connections;
+  if (files.rlim_cur != RLIM_INFINITY) {
+    const size_t room = files.rlim_cur > kReservedDescriptors + 16
+                            ? static_cast<size_t>(files.rlim_cur) - kReservedDescriptors
+                            : 16;
+    if (room < max_connections) {
+      spdlog::warn(
+          "http: {} connections at most (the open-files limit is {}; raise it for the {} "
+          "wanted)",
+          room, static_cast<uint64_t>(files.rlim_cur), max_connections);
+      max_connections = room;
+    }
+  }
+  max_connections = std::max<size_t>(max_connections, kLoopThreads);
+  out->max_connections_ = max_connections;
+
+  int bound = 0;
+  bool ipv6 = false;
+  absl::StatusOr<int> listener = Listen(host, port, &bound, &ipv6);
+  if (!listener.ok()) return listener.status();
+  state.cookie = TokenCookie(bound);
+
+  unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (tls) flags |= MHD_USE_TLS;
+  if (ipv6) flags |= MHD_USE_IPv6;
+  std::vector<MHD_OptionItem> items = {
+      {MHD_OPTION_LISTEN_SOCKET, *listener, nullptr},
+      {MHD_OPTION_THREAD_POOL_SIZE, kLoopThreads, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(max_connections), nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+       static_cast<intptr_t>(std::min(options.max_connections_per_address, max_connections)),
+       nullptr},
+      {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(options.idle_timeout.count()), nullptr},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(kConnectionMemory), nullptr},
+      {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogFromMhd), nullptr},
+  };
   if (tls) {
-    auto ssl = std::make_unique<httplib::SSLServer>(
-        options.tls_cert_file.c_str(), options.tls_key_file.c_str(),
-        options.tls_client_ca_file.empty() ? nullptr : options.tls_client_ca_file.c_str());
-    if (!ssl->is_valid()) {
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, key.data()});
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, cert.data()});
+    if (!client_ca.empty()) items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, client_ca.data()});
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  state.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &State::Answer, &state,
+                                  MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+  if (state.daemon == nullptr) {  // MHD has closed the listener, as it does at stop
+    if (tls) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--http: cannot use the TLS certificate ", options.tls_cert_file, ", key ",
           options.tls_key_file, options.tls_client_ca_file.empty() ? "" : " and client CA ",
           options.tls_client_ca_file, " (unreadable, not PEM, or not a pair)"));
     }
-    out->server_ = std::move(ssl);
-  } else {
-    out->server_ = std::make_unique<httplib::Server>();
+    return absl::UnavailableError(absl::StrCat("--http: cannot serve on ", options.listen));
   }
-  httplib::Server& server = *out->server_;
-  const size_t threads = options.max_event_streams + 8;  // streams, and room for pages
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-
-  const rpc::BearerToken* token = options.token;
-  const bool secure_cookie = tls;
-  const bool check_host = token == nullptr && address->loopback;
-  auto cookie = std::make_shared<std::string>();  // named once the port is known
-  server.set_pre_routing_handler([token, secure_cookie, check_host, cookie](
-                                     const httplib::Request& req, httplib::Response& res) {
-    SetCommonHeaders(res);
-    auto refuse = [&res](int status, const std::string& why) {
-      res.status = status;
-      res.set_content(why + "\n", "text/plain; charset=utf-8");
-      return httplib::Server::HandlerResponse::Handled;
-    };
-    // Without a token, a loopback listener answers only requests addressed to a loopback
-    // name: a page elsewhere cannot rebind its own name to 127.0.0.1 and read the view.
-    if (check_host && !IsLoopbackHost(req.get_header_value("Host"))) {
-      return refuse(421, "this view answers requests for localhost or 127.0.0.1 only");
-    }
-    if (token == nullptr) return httplib::Server::HandlerResponse::Unhandled;
-    // A page opened with ?token=: the token becomes a cookie, and the address loses it.
-    if (req.has_param("token")) {
-      const std::string given = req.get_param_value("token");
-      if (token->Refusal(absl::StrCat("Bearer ", given)).empty()) {
-        if (!CookieSafe(given)) {
-          return refuse(400,
-                        "this token has characters a cookie cannot carry: send it as "
-                        "\"Authorization: Bearer TOKEN\"");
-        }
-        res.set_header("Set-Cookie",
-                       absl::StrCat(*cookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict",
-                                    secure_cookie ? "; Secure" : ""));
-        res.set_redirect(SameSiteRedirect(req.path), 303);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    std::string authorization = req.get_header_value("Authorization");
-    if (authorization.empty()) authorization = CookieToken(req, *cookie);
-    std::string why = token->Refusal(authorization);
-    if (why.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer realm=\"rayaccel\"");
-    return refuse(401, why + " (a browser: open the page once with ?token=TOKEN)");
-  });
-
-  auto to_request = [](const httplib::Request& req) {
-    Request r;
-    for (size_t i = 1; i < req.matches.size(); ++i) r.captures.push_back(req.matches[i].str());
-    for (const auto& [name, value] : req.params) r.query[name] = value;
-    return r;
-  };
-  for (const auto& route : routes.pages) {
-    server.Get(route.first, [page = route.second, to_request](const httplib::Request& req,
-                                                              httplib::Response& res) {
-      Response r = page(to_request(req));
-      res.status = r.status;
-      res.set_content(r.body, r.content_type);
-    });
-  }
-  std::shared_ptr<Streams> streams = out->streams_;
-  const size_t max_streams = options.max_event_streams;
-  for (const auto& route : routes.events) {
-    server.Get(route.first, [open = route.second, to_request, streams, max_streams](
-                                const httplib::Request& req, httplib::Response& res) {
-      if (streams->open.fetch_add(1) >= max_streams) {
-        streams->open.fetch_sub(1);
-        res.status = 503;
-        res.set_content(absl::StrCat("already ", max_streams, " event streams open\n"),
-                        "text/plain; charset=utf-8");
-        return;
-      }
-      std::optional<EventSource> opened = open(to_request(req));
-      if (!opened.has_value()) {
-        streams->open.fetch_sub(1);
-        res.status = 404;
-        res.set_content("no such stream\n", "text/plain; charset=utf-8");
-        return;
-      }
-      auto source = std::make_shared<EventSource>(*std::move(opened));
-      auto idle = std::make_shared<int>(0);
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [source, idle, streams](size_t, httplib::DataSink& sink) {
-            if (streams->stopping.load()) return false;
-            std::optional<std::string> event = (*source)(kEventWait);
-            if (!event.has_value()) {
-              sink.done();
-              return true;
-            }
-            std::string text;
-            if (!event->empty()) {
-              text = absl::StrCat("data: ", *event, "\n\n");
-              *idle = 0;
-            } else if (++*idle >= kKeepAliveEvery) {
-              text = ": keep-alive\n\n";  // a comment: proxies and the browser see it is alive
-              *idle = 0;
-            }
-            return text.empty() || sink.write(text.data(), text.size());
-          },
-          [streams](bool) { streams->open.fetch_sub(1); });
-    });
-  }
-
-  int bound = -1;
-  if (port == 0) {
-    bound = server.bind_to_any_port(host);
-  } else if (server.bind_to_port(host, port)) {
-    bound = port;
-  }
-  if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("--http: cannot listen on ", options.listen));
-  }
+  out->tls_ = tls;
   out->address_ =
       absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]", ":", bound);
-  *cookie = TokenCookie(bound);
-  auto ended = std::make_shared<std::atomic<bool>>(false);
-  out->thread_ = std::thread([&server, ended] {
-    server.listen_after_bind();
-    *ended = true;
-  });
-  // stop() does nothing until the server runs: wait for that, so that a server destroyed at
-  // once (a signal right after start) still stops.
-  while (!server.is_running() && !*ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return out;
 }
 
 HttpServer::~HttpServer() {
-  streams_->stopping = true;
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  State& state = *state_;
+  if (state.daemon == nullptr) return;
+  {
+    // MHD must not be stopped with a connection suspended: every stream ends and is resumed.
+    std::lock_guard<std::mutex> lock(state.mu);
+    state.stopping = true;
+    for (State::Stream* stream : state.streams) {
+      std::lock_guard<std::mutex> stream_lock(stream->mu);
+      stream->ended = true;
+      if (stream->suspended) {
+        stream->suspended = false;
+        MHD_resume_connection(stream->connection);
+      }
+    }
+  }
+  MHD_stop_daemon(state.daemon);  // closes the listener and every connection
+  std::unique_lock<std::mutex> lock(state.mu);
+  state.pumps_done.wait(lock, [&state] { return state.pumps == 0; });
 }
 
 }  // namespace rayaccel::web

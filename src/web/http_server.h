@@ -1,5 +1,7 @@
 // The HTTP view's server (`rayaccel serve --http`, `rayaccel sink --http`): read-only routes
-// and server-sent event streams on a TCP address, served by cpp-httplib on threads of its own.
+// and server-sent event streams on a TCP address, served by libmicrohttpd's event loop, so an
+// idle or slow client holds a connection slot, never a thread: a scraper and a page still get
+// their answer while hundreds of connections sit idle (docs/web.md, "Under load").
 // The same rules as the gRPC listener: TLS with the same certificate files (and client
 // certificates when a client CA is given), plain TCP only on loopback unless the operator allows
 // it, and the bearer token, when there is one, on every route. A browser cannot add an
@@ -10,22 +12,16 @@
 #ifndef RAYACCEL_WEB_HTTP_SERVER_H_
 #define RAYACCEL_WEB_HTTP_SERVER_H_
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "rpc/server.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace rayaccel::web {
 
@@ -40,14 +36,14 @@ struct Response {
   int status = 200;
 };
 
-// One connection's event stream. Called again and again on that connection's thread: waits at
+// One connection's event stream. Called again and again on a thread of that stream's own: waits at
 // most `wait` for the next event and returns its data (one line: JSON, say), "" when nothing
 // happened in that time, or nullopt to end the stream.
 using EventSource = std::function<std::optional<std::string>(std::chrono::milliseconds wait)>;
 
 struct Routes {
-  // Keys are cpp-httplib patterns: a literal path, or a regular expression such as
-  // "/api/node/([0-9a-f]{56})".
+  // Keys are ECMAScript regular expressions the whole decoded path must match: a literal path,
+  // or a pattern such as "/api/node/([0-9a-f]{56})".
   std::map<std::string, std::function<Response(const Request&)>> pages;
   // Server-sent events (text/event-stream); the function makes a connection's source, or
   // says there is no such stream (404).
@@ -59,8 +55,14 @@ struct HttpOptions {
   bool allow_insecure_tcp = false;
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;  // PEM; empty: plain HTTP
   const rpc::BearerToken* token = nullptr;  // must outlive the server; null: none required
-  // Streams open at once; one more is answered 503 (each holds a thread while it is open).
+  // Streams open at once; one more is answered 503 (each has a thread waiting for its events).
   size_t max_event_streams = 32;
+  // Connections held at once, in all and from one client address; one more is closed as it is
+  // accepted. The total is lowered to what the process's descriptor limit leaves room for.
+  size_t max_connections = 4096;
+  size_t max_connections_per_address = 2048;
+  // A connection that sends and takes nothing for this long is closed (keep-alive included).
+  std::chrono::seconds idle_timeout{30};
 };
 
 class HttpServer {
@@ -68,25 +70,24 @@ class HttpServer {
   // Returns once it listens.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpOptions& options,
                                                            const Routes& routes);
-  ~HttpServer();  // stops listening, ends event streams, waits for requests in progress
+  // Stops listening, ends event streams, closes every connection, and returns once no route
+  // or event source runs any more.
+  ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   const std::string& address() const { return address_; }  // "HOST:PORT", the port bound
   const char* scheme() const { return tls_ ? "https" : "http"; }
+  size_t max_connections() const { return max_connections_; }  // after the descriptor limit
+
+  struct State;  // the daemon, the routes and the open streams (http_server.cc)
 
  private:
-  HttpServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  HttpServer();
+  std::unique_ptr<State> state_;
   std::string address_;
   bool tls_ = false;
-  // Shared with the streams' callbacks, which may run until the server has stopped.
-  struct Streams {
-    std::atomic<bool> stopping{false};
-    std::atomic<size_t> open{0};
-  };
-  std::shared_ptr<Streams> streams_ = std::make_shared<Streams>();
+  size_t max_connections_ = 0;
 };
 
 }  // namespace rayaccel::web
