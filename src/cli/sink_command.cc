@@ -82,8 +82,10 @@ int RunSink(const rpc::ServerOptions& server_options, bool json, const std::stri
   spdlog::info("sink: listening on {}", (*server)->target());
   std::unique_ptr<web::HttpServer> http;
   if (!http_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
-        HttpOptionsFor(http_listen, server_options, token.get()), web::SinkRoutes(&sink));
+    const web::HttpOptions options = HttpOptionsFor(http_listen, server_options, token.get());
+    web::RaiseOpenFilesLimitFor(options);
+    absl::StatusOr<std::unique_ptr<web::HttpServer>> started =
+        web::HttpServer::Start(options, web::SinkRoutes(&sink));
     if (!started.ok()) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(started.status().message()).c_str());
       return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

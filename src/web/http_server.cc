@@ -4,6 +4,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 #include <cstdarg>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -171,6 +173,13 @@ absl::StatusOr<int> Listen(const std::string& host, int port, int* bound, bool* 
       absl::StrCat("--http: cannot listen on ", host, ":", port, " (", why, ")"));
 }
 
+// True when the other end of `fd` has closed or reset the connection.
+bool PeerGone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 void LogFromMhd(void*, const char* format, va_list args) {
   char line[512];
   std::vsnprintf(line, sizeof(line), format, args);
@@ -192,12 +201,21 @@ struct HttpServer::State {
   struct Stream {
     State* server = nullptr;
     MHD_Connection* connection = nullptr;
+    int fd = -1;  // the connection's socket: MHD keeps it open while the stream is suspended
     EventSource source;
     std::mutex mu;
     std::string pending;
     bool ended = false;      // no more text: the source ended, the client stalled, or we stop
     bool suspended = false;  // MHD waits for a resume before it asks for text again
     bool released = false;   // MHD is done with the response (the connection is gone)
+  };
+
+  // A connection waiting for a request's head, since when (the reaper closes late ones).
+  struct Waiting {
+    int fd = -1;
+    std::chrono::steady_clock::time_point since;
+    bool waiting = true;
+    bool reaped = false;
   };
 
   std::vector<Route> routes;
@@ -209,6 +227,13 @@ struct HttpServer::State {
   size_t max_streams = 0;
   MHD_Daemon* daemon = nullptr;
 
+  std::chrono::seconds head_timeout{30};
+  std::mutex connections_mu;
+  std::condition_variable reaper_wake;
+  bool reaper_stop = false;
+  std::map<MHD_Connection*, Waiting> connections;  // every open one
+  std::thread reaper;
+
   std::mutex mu;
   std::condition_variable pumps_done;
   bool stopping = false;
@@ -219,12 +244,52 @@ struct HttpServer::State {
   // MHD calls this once the headers are in, and again once the body is: the answer is given
   // at the second call, so that the connection can carry the next request. A request with a
   // body is answered at the first, which closes the connection unread: no route takes one.
+  // MHD_OPTION_NOTIFY_CONNECTION: called before MHD closes the socket, so that the reaper,
+  // under the same lock, never shuts down a descriptor a newer connection has been given.
+  static void Connections(void* cls, MHD_Connection* connection, void**,
+                          MHD_ConnectionNotificationCode code) {
+    State& state = *static_cast<State*>(cls);
+    std::lock_guard<std::mutex> lock(state.connections_mu);
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      state.connections.erase(connection);
+      return;
+    }
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == nullptr) return;
+    state.connections[connection] = {info->connect_fd, std::chrono::steady_clock::now()};
+  }
+  // Whether a request's head is awaited on `connection` (from now).
+  void SetWaiting(MHD_Connection* connection, bool waiting) {
+    std::lock_guard<std::mutex> lock(connections_mu);
+    auto it = connections.find(connection);
+    if (it == connections.end()) return;
+    it->second.waiting = waiting;
+    it->second.since = std::chrono::steady_clock::now();
+  }
+  static void Completed(void* cls, MHD_Connection* connection, void**, MHD_RequestTerminationCode) {
+    static_cast<State*>(cls)->SetWaiting(connection, true);
+  }
+  void Reap() {
+    std::unique_lock<std::mutex> lock(connections_mu);
+    while (!reaper_wake.wait_for(lock, std::chrono::seconds(1), [this] { return reaper_stop; })) {
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& [connection, entry] : connections) {
+        if (entry.waiting && !entry.reaped && now - entry.since > head_timeout) {
+          entry.reaped = true;
+          shutdown(entry.fd, SHUT_RDWR);  // MHD sees the end and closes it as usual
+        }
+      }
+    }
+  }
+
   static MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url,
                            const char* method, const char*, const char*, size_t* upload_size,
                            void** request_state) {
     static int headers_seen;
     if (*request_state == nullptr) {
       *request_state = &headers_seen;
+      static_cast<State*>(cls)->SetWaiting(connection, false);
       if (!HasBody(connection)) return MHD_YES;
     }
     if (*upload_size != 0) *upload_size = 0;  // not reached: answered at the first call
@@ -329,6 +394,10 @@ MHD_Result HttpServer::State::OpenStream(MHD_Connection* connection, const Route
   auto stream = std::make_shared<Stream>();
   stream->server = this;
   stream->connection = connection;
+  if (const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD)) {
+    stream->fd = info->connect_fd;
+  }
   stream->source = *std::move(source);
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -372,8 +441,12 @@ void HttpServer::State::Pump(std::shared_ptr<Stream> stream) {
     std::lock_guard<std::mutex> lock(stream->mu);
     if (stream->released) break;
     stream->pending += text;
-    // A client that takes nothing while events pile up is not reading: end its stream.
-    if (!event.has_value() || stream->pending.size() > kStreamBacklog) stream->ended = true;
+    // A client that takes nothing while events pile up is not reading: end its stream. One
+    // that has gone is noticed here too: MHD does not look at a suspended connection.
+    if (!event.has_value() || stream->pending.size() > kStreamBacklog ||
+        (stream->suspended && PeerGone(stream->fd))) {
+      stream->ended = true;
+    }
     if (stream->suspended && (stream->ended || !text.empty())) {
       stream->suspended = false;
       MHD_resume_connection(stream->connection);
@@ -414,6 +487,18 @@ void HttpServer::State::ReleaseStream(void* cls) {
     stream->released = true;
   }
   delete held;
+}
+
+uint64_t RaiseOpenFilesLimitFor(const HttpOptions& options) {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 0;
+  const rlim_t wanted = options.max_connections + kReservedDescriptors;
+  if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
+    rlimit raised = files;
+    raised.rlim_cur = files.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, files.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) files = raised;
+  }
+  return static_cast<uint64_t>(files.rlim_cur);
 }
 
 HttpServer::HttpServer() : state_(std::make_unique<State>()) {}
@@ -464,6 +549,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   state.secure_cookie = tls;
   state.require_client_certificate = tls && !client_ca.empty();
   state.max_streams = options.max_event_streams;
+  state.head_timeout = options.request_head_timeout;
 
   // As many connections as the descriptor limit leaves room for.
   rlimit files{};
@@ -503,6 +589,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
       {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(options.idle_timeout.count()), nullptr},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(kConnectionMemory), nullptr},
       {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogFromMhd), nullptr},
+      {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&State::Connections), &state},
+      {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&State::Completed), &state},
   };
   if (tls) {
     items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, key.data()});
@@ -521,6 +609,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
     }
     return absl::UnavailableError(absl::StrCat("--http: cannot serve on ", options.listen));
   }
+  state.reaper = std::thread([&state] { state.Reap(); });
   out->tls_ = tls;
   out->address_ =
       absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]", ":", bound);
@@ -544,6 +633,12 @@ HttpServer::~HttpServer() {
     }
   }
   MHD_stop_daemon(state.daemon);  // closes the listener and every connection
+  {
+    std::lock_guard<std::mutex> lock(state.connections_mu);
+    state.reaper_stop = true;
+  }
+  state.reaper_wake.notify_all();
+  state.reaper.join();
   std::unique_lock<std::mutex> lock(state.mu);
   state.pumps_done.wait(lock, [&state] { return state.pumps == 0; });
 }

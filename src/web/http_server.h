@@ -13,6 +13,7 @@
 #define RAYACCEL_WEB_HTTP_SERVER_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,7 +64,15 @@ struct HttpOptions {
   size_t max_connections_per_address = 2048;
   // A connection that sends and takes nothing for this long is closed (keep-alive included).
   std::chrono::seconds idle_timeout{30};
+  // Each request's line and headers must be in within this long of the connection opening or
+  // of the previous answer, however slowly they trickle in; else the connection is closed.
+  std::chrono::seconds request_head_timeout{30};
 };
+
+// Raises this process's soft limit on open files (RLIMIT_NOFILE), up to its hard limit, so that
+// `options.max_connections` fit beside what else the process opens; returns the soft limit now.
+// For a command that owns its process (serve, sink), before Start; an embedder manages its own.
+uint64_t RaiseOpenFilesLimitFor(const HttpOptions& options);
 
 class HttpServer {
  public:

@@ -10,7 +10,11 @@
   when a client CA is given;
 - the token: 401 without it, ?token= turns it into an HttpOnly cookie and redirects to the
   address without it, the cookie then opens every route, a wrong one is 401;
-- more event streams than allowed are answered 503, and a closed one frees its place.
+- more event streams than allowed are answered 503, and a closed one frees its place;
+- under 1000 idle connections, 100 clients sending a header a byte a second and 32 event
+  streams (bench/web_load.py, small), the agent's and the sink's /metrics and pages are all
+  answered, the agent's gRPC service too, and every connection is closed once the load stops;
+- an agent stopped with event streams open stops at once.
 """
 
 import http.client
@@ -241,12 +245,54 @@ def check_stream_limit(tmp):
     print("agent: 32 event streams, the 33rd refused until one closes")
 
 
+def check_front_under_load(tmp):
+    load = os.path.join(SOURCE, "bench", "web_load.py")
+    err = os.path.join(tmp, "load-agent.err")
+    agent = start(["serve", "--listen", f"unix:{tmp}/load.sock", "--plugin", SIM,
+                   "--no-host-topology", "--http", "tcp://127.0.0.1:0"], err)
+    host = web_address(agent, err)
+    r = subprocess.run([sys.executable, load, f"http://{host}", "--seconds", "2",
+                        "--streams", "32", "--pid", str(agent.pid), "--grpc",
+                        f"{RAYACCEL} resources --agent unix:{tmp}/load.sock", "--check"],
+                       capture_output=True, text=True, timeout=240)
+    print(r.stdout, end="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(0 failed)" in r.stdout, r.stdout  # the gRPC calls under the same load
+    # Stopped while 32 streams wait for their next event: it stops at once, and cleanly.
+    streams = []
+    for _ in range(32):
+        c = http.client.HTTPConnection(host, timeout=10)
+        c.request("GET", "/api/events")
+        assert c.getresponse().status == 200
+        streams.append(c)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=20) == 0, open(err).read()
+    for c in streams:
+        c.close()
+
+    err = os.path.join(tmp, "load-sink.err")
+    sink = start(["sink", "--listen", f"unix:{tmp}/load-sink.sock", "--http",
+                  "tcp://127.0.0.1:0"], err)
+    host = web_address(sink, err)
+    start(["serve", "--listen", f"unix:{tmp}/load-node.sock", "--plugin", SIM,
+           "--no-host-topology", "--raylet", f"unix:{tmp}/load-sink.sock", "--node-id",
+           "e" * 56], os.path.join(tmp, "load-node.err"))
+    wait_until(lambda: json.loads(get(f"http://{host}/api/nodes")[2])["total"] == 1, "a node")
+    r = subprocess.run([sys.executable, load, f"http://{host}", "--seconds", "2",
+                        "--paths", "/metrics,/,/api/nodes", "--check"],
+                       capture_output=True, text=True, timeout=240)
+    print(r.stdout, end="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    print("agent and sink: answered under idle, slow and streaming clients; recovered")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="rayaccel-http-")
     try:
         check_sink(tmp)
         check_agent_tls_and_token(tmp)
         check_stream_limit(tmp)
+        check_front_under_load(tmp)
         r = subprocess.run([RAYACCEL, "discover", "--http", "tcp://127.0.0.1:0"],
                            capture_output=True, text=True)
         assert r.returncode == 2 and "--http is serve's and sink's" in r.stderr, r.stderr
