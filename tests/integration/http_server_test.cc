@@ -164,6 +164,17 @@ TEST(HttpServer, ARequestBodyIsNeverReadTheAnswerComesAtOnceAndTheConnectionClos
   EXPECT_TRUE(s.ClosedWithin(seconds(10)));
 }
 
+TEST(HttpServer, AHeadTooLargeIsRefusedNotBuffered) {
+  auto server = StartServer(Loopback(), PageRoutes());
+  ASSERT_NE(server, nullptr);
+  Socket big_header(PortOf(*server));
+  big_header.Send(Get("/hello", absl::StrCat("X-Big: ", std::string(40000, 'a'), "\r\n")));
+  EXPECT_EQ(big_header.Receive(seconds(10), "\r\n").substr(0, 12), "HTTP/1.1 431");
+  Socket long_line(PortOf(*server));
+  long_line.Send(Get(absl::StrCat("/", std::string(40000, 'a'))));
+  EXPECT_EQ(long_line.Receive(seconds(10), "\r\n").substr(0, 12), "HTTP/1.1 414");
+}
+
 TEST(HttpServer, OneClientAddressCannotTakeEveryConnection) {
   HttpOptions options = Loopback();
   options.max_connections = 64;
