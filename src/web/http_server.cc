@@ -241,9 +241,6 @@ struct HttpServer::State {
   size_t pumps = 0;           // pump threads still running
   std::set<Stream*> streams;  // those MHD still holds, to be resumed at stop
 
-  // MHD calls this once the headers are in, and again once the body is: the answer is given
-  // at the second call, so that the connection can carry the next request. A request with a
-  // body is answered at the first, which closes the connection unread: no route takes one.
   // MHD_OPTION_NOTIFY_CONNECTION: called before MHD closes the socket, so that the reaper,
   // under the same lock, never shuts down a descriptor a newer connection has been given.
   static void Connections(void* cls, MHD_Connection* connection, void**,
@@ -283,6 +280,9 @@ struct HttpServer::State {
     }
   }
 
+  // MHD calls this once the headers are in, and again once the body is: the answer is given
+  // at the second call, so that the connection can carry the next request. A request with a
+  // body is answered at the first, which closes the connection unread: no route takes one.
   static MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url,
                            const char* method, const char*, const char*, size_t* upload_size,
                            void** request_state) {
@@ -380,7 +380,8 @@ MHD_Result HttpServer::State::OpenStream(MHD_Connection* connection, const Route
   {
     std::lock_guard<std::mutex> lock(mu);
     if (stopping) return Refuse(connection, 503, "stopping");
-    if (open_streams >= max_streams) {
+    // A stream's place is back once its pump has stopped too: no more threads than streams.
+    if (open_streams >= max_streams || pumps >= max_streams) {
       return Refuse(connection, 503, absl::StrCat("already ", max_streams, " event streams open"));
     }
     ++open_streams;
