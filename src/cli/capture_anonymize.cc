@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "isolation/report_codec.h"
-#include "registry/collector.h"
+#include "loader/collector.h"
 
 namespace rayaccel::cli {
 namespace {

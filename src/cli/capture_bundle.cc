@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "cli/render.h"
+#include "present/render.h"
 #include "rayaccel/plugin.h"
 #include "topology/host_topology.h"
 #include "util/json.h"
@@ -399,7 +399,7 @@ std::string WriteBundle(const CapturedNode& node, const NodeSnapshot& snapshot,
     w.EndObject();
   }
   w.EndArray();
-  w.Key("snapshot").Raw(DiscoverJson(snapshot));
+  w.Key("snapshot").Raw(present::DiscoverJson(snapshot));
   w.EndObject();
   return w.Finish();
 }

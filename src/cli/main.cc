@@ -29,8 +29,8 @@
 #include "cli/capture_bundle.h"
 #include "cli/log_format.h"
 #include "cli/ray_start_env.h"
-#include "cli/render.h"
 #include "cli/transfer_command.h"
+#include "present/render.h"
 #include "util/log.h"
 #if RAYACCEL_CLI_RPC
 #include "cli/agent_client.h"
@@ -589,16 +589,16 @@ int Run(int argc, char** argv) {
     }
   }
   if (cmd == "discover") {
-    out = args.json ? DiscoverJson(*snap) : DiscoverText(*snap);
+    out = args.json ? present::DiscoverJson(*snap) : present::DiscoverText(*snap);
   } else if (cmd == "plugins") {
-    out = args.json ? PluginsJson(*snap) : PluginsText(*snap);
+    out = args.json ? present::PluginsJson(*snap) : present::PluginsText(*snap);
   } else if (cmd == "resources") {
-    out = args.json ? ResourcesJson(snap->ray) : ResourcesText(snap->ray);
+    out = args.json ? present::ResourcesJson(snap->ray) : present::ResourcesText(snap->ray);
   } else if (cmd == "topo") {
-    out = args.dot    ? TopoDot(*snap)
-          : args.svg  ? TopoSvg(*snap)
-          : args.json ? TopoJson(*snap)
-                      : TopoText(*snap);
+    out = args.dot    ? present::TopoDot(*snap)
+          : args.svg  ? present::TopoSvg(*snap)
+          : args.json ? present::TopoJson(*snap)
+                      : present::TopoText(*snap);
   } else if (cmd == "allocate") {
     // Positions are this snapshot's: named here by the ids they hold.
     for (auto [positions, ids] : {std::pair{&args.available_positions, &args.available},
@@ -629,12 +629,12 @@ int Run(int argc, char** argv) {
       }
       env = *std::move(prepared);
     }
-    out = args.json ? AllocationJson(*snap, *allocation, env)
-                    : AllocationText(*snap, *allocation, env);
+    out = args.json ? present::AllocationJson(*snap, *allocation, env)
+                    : present::AllocationText(*snap, *allocation, env);
     if (allocation->devices.empty()) exit_code = kExitNoAllocation;
   } else if (cmd == "diff") {
     Bundle here;
-    here.snapshot_json = DiscoverJson(*snap);
+    here.snapshot_json = present::DiscoverJson(*snap);
     if (args.replay.empty()) {
       Manifest manifest = CollectManifest(false);
       AddVendorStacks(*snap, &manifest);
@@ -672,7 +672,7 @@ int Run(int argc, char** argv) {
       return kExitFailure;
     }
     std::shared_ptr<const NodeSnapshot> recorded = (*replayed)->snapshot();
-    if (!args.anonymize && DiscoverJson(*recorded) != DiscoverJson(*snap)) {
+    if (!args.anonymize && present::DiscoverJson(*recorded) != present::DiscoverJson(*snap)) {
       std::fprintf(stderr,
                    "rayaccel: the node changed while it was captured; the bundle holds the "
                    "later answers\n");
@@ -708,7 +708,7 @@ int Run(int argc, char** argv) {
     }
     out = *std::move(env);
   } else {
-    out = RayStartArgs(snap->ray);
+    out = present::RayStartArgs(snap->ray);
   }
   if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
     std::fprintf(stderr, "rayaccel: cannot write output: %s\n", std::strerror(errno));

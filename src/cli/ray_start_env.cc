@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cli/render.h"
+#include "present/render.h"
 #include "ray/ray_mapping.h"
 
 namespace rayaccel::cli {
@@ -38,7 +38,7 @@ absl::StatusOr<std::string> RayStartEnvironment(const NodeSnapshot& snapshot,
     }
   }
   std::vector<std::string> pairs;
-  for (const auto& [name, value] : env) pairs.push_back(name + "=" + ShellQuote(value));
+  for (const auto& [name, value] : env) pairs.push_back(name + "=" + present::ShellQuote(value));
   return pairs.empty() ? "" : absl::StrJoin(pairs, " ") + "\n";
 }
 

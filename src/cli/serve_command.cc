@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "cli/render.h"
 #include "cli/sd_notify.h"
+#include "present/render.h"
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
 #include "rpc/registry_service.h"

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "cli/render.h"
 #include "cli/serve_command.h"
+#include "present/render.h"
 #include "rpc/raylet_sink.h"
 #include "spdlog/spdlog.h"
 #include "web/cluster_view.h"
@@ -26,8 +26,8 @@ class Printer : public rpc::RayletSink::Listener {
                        const std::map<std::string, std::string>& labels,
                        const v1::NodeSnapshot& snapshot) override {
     RayView view{resources, labels};
-    std::string out = json_ ? SinkUpdateJson(node_id, snapshot.generation(), view)
-                            : SinkUpdateText(node_id, snapshot.generation(), view);
+    std::string out = json_ ? present::SinkUpdateJson(node_id, snapshot.generation(), view)
+                            : present::SinkUpdateText(node_id, snapshot.generation(), view);
     std::lock_guard<std::mutex> lock(mu_);  // streams run on gRPC's threads
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "registry/node_publication.h"
+#include "ray/node_publication.h"
 #include "rayaccel/host.h"
 #include "rayaccel/registry.h"
 

@@ -20,7 +20,7 @@
 
 #include "isolation/report_codec.h"
 #include "isolation/wire.h"
-#include "registry/plugin_loader.h"
+#include "loader/plugin_loader.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "isolation/report_codec.h"
 #include "isolation/wire.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 
 namespace rayaccel::isolation {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "isolation/wire.h"
-#include "registry/plugin_handle.h"
+#include "loader/plugin_handle.h"
 #include "util/json.h"
 
 namespace rayaccel::isolation {

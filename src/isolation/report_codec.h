@@ -34,8 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "isolation/report_walk.h"
-#include "registry/collector.h"
-#include "registry/validate.h"
+#include "loader/collector.h"
+#include "model/validate.h"
 
 namespace rayaccel::isolation {
 

@@ -1,6 +1,6 @@
 #include "isolation/report_walk.h"
 
-#include "registry/validate.h"
+#include "model/validate.h"
 
 namespace rayaccel::isolation {
 namespace {

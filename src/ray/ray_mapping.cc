@@ -6,7 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 
 namespace rayaccel {
 namespace {

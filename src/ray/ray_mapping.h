@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 
 namespace rayaccel {
 

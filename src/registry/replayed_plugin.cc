@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "isolation/report_codec.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 
 namespace rayaccel {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/plugin_handle.h"
 #include "rayaccel/registry.h"
-#include "registry/plugin_handle.h"
 
 namespace rayaccel {
 

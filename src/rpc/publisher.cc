@@ -4,8 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "model/validate.h"
 #include "rayaccel/v1/sink.grpc.pb.h"
-#include "registry/validate.h"
 #include "rpc/sink_state.h"
 #include "rpc/snapshot_proto.h"
 #include "util/log_line.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 #include "util/log_line.h"
 
 namespace rayaccel::rpc {

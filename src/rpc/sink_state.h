@@ -16,13 +16,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "registry/node_publication.h"
+#include "ray/node_publication.h"
 #include "rayaccel/registry.h"
 #include "rayaccel/v1/snapshot.pb.h"
 
 namespace rayaccel::rpc {
 
-// The rules (registry/node_publication.h), for the wire's maps as for any other.
+// The rules (ray/node_publication.h), for the wire's maps as for any other.
 using ::rayaccel::CheckNodeId;
 using ::rayaccel::CheckNodeLabels;
 using ::rayaccel::CheckNodeResources;

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 #include "topology/partition.h"
 
 namespace rayaccel {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 
 namespace rayaccel {
 

@@ -3,7 +3,7 @@
 #ifndef RAYACCEL_TOPOLOGY_ENRICH_H_
 #define RAYACCEL_TOPOLOGY_ENRICH_H_
 
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 #include "topology/host_topology.h"
 
 namespace rayaccel {

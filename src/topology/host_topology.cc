@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "registry/validate.h"
+#include "model/validate.h"
 
 namespace rayaccel {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 
 struct hwloc_obj;
 

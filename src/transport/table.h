@@ -4,8 +4,9 @@
 #define RAYACCEL_TRANSPORT_TABLE_H_
 
 #include "absl/status/statusor.h"
+#include "loader/plugin_loader.h"
+#include "loader/transport_table.h"  // CheckTransportTable, the raw table's checks
 #include "rayaccel/plugin.h"
-#include "registry/plugin_loader.h"
 
 namespace rayaccel::transport {
 
@@ -13,11 +14,6 @@ namespace rayaccel::transport {
 // not use it: no RAYACCEL_CAP_TRANSPORT, an ABI 1.0 plugin (whose table was experimental and
 // had another shape), a table smaller than 1.1's, or a hook left NULL.
 absl::StatusOr<rayaccel_transport_api> TransportTable(const LoadedPlugin& plugin);
-
-// The same checks on a raw table (at least 1.1's size, no hook left NULL), and its zero-padded
-// copy; the loader uses them to refuse a plugin that claims RAYACCEL_CAP_TRANSPORT with a table
-// it cannot use.
-absl::StatusOr<rayaccel_transport_api> CheckTransportTable(const rayaccel_transport_api* table);
 
 }  // namespace rayaccel::transport
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "rayaccel/registry.h"
+#include "rayaccel/log_level.h"
 #include "spdlog/logger.h"
 
 namespace rayaccel {

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "fmt/format.h"
-#include "rayaccel/registry.h"
+#include "rayaccel/log_level.h"
 
 namespace rayaccel {
 

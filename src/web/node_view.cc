@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cli/render.h"
+#include "present/render.h"
 #include "web/assets.h"
 
 namespace rayaccel::web {
@@ -39,9 +39,9 @@ void AddNodeView(Routes* routes, const std::string& page, const std::string& api
     if (feed(request).current() == nullptr) return NotFound("no such node has published");
     return AssetResponse("node.html");
   };
-  routes->pages[api + "/snapshot"] = Rendered(feed, "application/json", cli::DiscoverJson);
-  routes->pages[api + "/topology"] = Rendered(feed, "application/json", cli::TopoJson);
-  routes->pages[api + "/topology.svg"] = Rendered(feed, "image/svg+xml", cli::TopoSvg);
+  routes->pages[api + "/snapshot"] = Rendered(feed, "application/json", present::DiscoverJson);
+  routes->pages[api + "/topology"] = Rendered(feed, "application/json", present::TopoJson);
+  routes->pages[api + "/topology.svg"] = Rendered(feed, "image/svg+xml", present::TopoSvg);
   // Each event is the generation now shown; the first comes at once, the next on a change.
   routes->events[api + "/events"] = [feed](const Request& request) -> std::optional<EventSource> {
     NodeFeed node = feed(request);

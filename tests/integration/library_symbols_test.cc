@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "registry/elf_file.h"
+#include "loader/elf_file.h"
 #include "support/test_support.h"
 
 namespace rayaccel {

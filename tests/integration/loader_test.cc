@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "loader/plugin_loader.h"
 #include "rayaccel/registry.h"
-#include "registry/plugin_loader.h"
 #include "support/test_support.h"
 
 namespace rayaccel {

@@ -2,8 +2,8 @@
 // totals, node labels, and the order of generations within an agent session. Free of any wire
 // format, so that the gRPC sink (rpc/sink_state.h) and a raylet with its own gRPC (through
 // rayaccel/host.h) apply the same rules.
-#ifndef RAYACCEL_REGISTRY_NODE_PUBLICATION_H_
-#define RAYACCEL_REGISTRY_NODE_PUBLICATION_H_
+#ifndef RAYACCEL_RAY_NODE_PUBLICATION_H_
+#define RAYACCEL_RAY_NODE_PUBLICATION_H_
 
 #include <cstdint>
 #include <map>
@@ -76,4 +76,4 @@ class PublicationOrder {
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_NODE_PUBLICATION_H_
+#endif  // RAYACCEL_RAY_NODE_PUBLICATION_H_

@@ -1,4 +1,4 @@
-#include "registry/validate.h"
+#include "model/validate.h"
 
 #include <cstdio>
 

@@ -1,11 +1,11 @@
-#include "registry/node_publication.h"
+#include "ray/node_publication.h"
 
 #include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "model/validate.h"
 #include "ray/ray_mapping.h"
-#include "registry/validate.h"
 
 namespace rayaccel {
 

@@ -1,6 +1,6 @@
 // Checks on what plugins return: text, label syntax, PCI bus ids. Pure functions.
-#ifndef RAYACCEL_REGISTRY_VALIDATE_H_
-#define RAYACCEL_REGISTRY_VALIDATE_H_
+#ifndef RAYACCEL_MODEL_VALIDATE_H_
+#define RAYACCEL_MODEL_VALIDATE_H_
 
 #include <optional>
 #include <string>
@@ -55,4 +55,4 @@ std::optional<std::string> NormalizePciBusId(absl::string_view text);
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_VALIDATE_H_
+#endif  // RAYACCEL_MODEL_VALIDATE_H_

@@ -1,4 +1,4 @@
-#include "cli/render.h"
+#include "present/render.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "topology/enrich.h"
 #include "util/json.h"
 
-namespace rayaccel::cli {
+namespace rayaccel::present {
 namespace {
 
 // A plain left-aligned text table with two spaces between columns.
@@ -788,4 +788,4 @@ std::string SinkUpdateJson(const std::string& node_id, uint64_t generation, cons
                       absl::StrJoin(labels, ", "), "}}\n");
 }
 
-}  // namespace rayaccel::cli
+}  // namespace rayaccel::present

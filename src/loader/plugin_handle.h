@@ -1,7 +1,7 @@
 // What the registry needs from a plugin, wherever it runs: in this process (LoadedPlugin) or
 // in a child process of its own (RemotePlugin, docs/conformance.md "isolation").
-#ifndef RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
-#define RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
+#ifndef RAYACCEL_LOADER_PLUGIN_HANDLE_H_
+#define RAYACCEL_LOADER_PLUGIN_HANDLE_H_
 
 #include <cstdint>
 #include <map>
@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "registry/collector.h"
+#include "loader/collector.h"
 
 namespace rayaccel {
 
@@ -69,4 +69,4 @@ class PluginHandle {
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_PLUGIN_HANDLE_H_
+#endif  // RAYACCEL_LOADER_PLUGIN_HANDLE_H_

@@ -1,7 +1,7 @@
 // The host side of rayaccel_sink: collects one plugin's answers, checking each item as it
 // arrives. A bad item is dropped with a note in `problems`; the plugin's other answers stay.
-#ifndef RAYACCEL_REGISTRY_COLLECTOR_H_
-#define RAYACCEL_REGISTRY_COLLECTOR_H_
+#ifndef RAYACCEL_LOADER_COLLECTOR_H_
+#define RAYACCEL_LOADER_COLLECTOR_H_
 
 #include <map>
 #include <string>
@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "rayaccel/plugin.h"
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 
 namespace rayaccel {
 
@@ -108,4 +108,4 @@ class Collector {
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_COLLECTOR_H_
+#endif  // RAYACCEL_LOADER_COLLECTOR_H_

@@ -1,13 +1,14 @@
-// How the CLI shows a NodeSnapshot: human tables and the stable JSON of docs/cli.md.
-#ifndef RAYACCEL_CLI_RENDER_H_
-#define RAYACCEL_CLI_RENDER_H_
+// How a NodeSnapshot is shown, by the CLI and by the web view alike: human tables, the link
+// grid, DOT and SVG pictures, and the stable JSON of docs/cli.md.
+#ifndef RAYACCEL_PRESENT_RENDER_H_
+#define RAYACCEL_PRESENT_RENDER_H_
 
 #include <map>
 #include <string>
 
-#include "rayaccel/registry.h"
+#include "rayaccel/snapshot.h"
 
-namespace rayaccel::cli {
+namespace rayaccel::present {
 
 std::string DiscoverJson(const NodeSnapshot& snapshot);
 std::string DiscoverText(const NodeSnapshot& snapshot);
@@ -48,6 +49,6 @@ std::string AllocationJson(const NodeSnapshot& snapshot, const Allocation& alloc
 std::string SinkUpdateText(const std::string& node_id, uint64_t generation, const RayView& ray);
 std::string SinkUpdateJson(const std::string& node_id, uint64_t generation, const RayView& ray);
 
-}  // namespace rayaccel::cli
+}  // namespace rayaccel::present
 
-#endif  // RAYACCEL_CLI_RENDER_H_
+#endif  // RAYACCEL_PRESENT_RENDER_H_

@@ -1,4 +1,4 @@
-#include "registry/plugin_loader.h"
+#include "loader/plugin_loader.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -17,11 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "registry/collector.h"
-#include "registry/elf_file.h"
-#include "registry/validate.h"
+#include "loader/collector.h"
+#include "loader/elf_file.h"
+#include "loader/transport_table.h"
+#include "model/validate.h"
 #include "spdlog/spdlog.h"
-#include "transport/table.h"
 #include "util/log.h"
 
 namespace rayaccel {
@@ -353,7 +353,7 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   }
   // A 1.1 transport table is checked whole (a 1.0 one was experimental and is never used).
   if ((t.capabilities & RAYACCEL_CAP_TRANSPORT) && negotiation.chosen_abi_minor >= 1) {
-    if (auto table = transport::CheckTransportTable(t.transport); !table.ok()) {
+    if (auto table = CheckTransportTable(t.transport); !table.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("RAYACCEL_CAP_TRANSPORT claimed, but ", table.status().message()));
     }

@@ -1,4 +1,4 @@
-#include "registry/collector.h"
+#include "loader/collector.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/validate.h"
 #include "ray/ray_mapping.h"
-#include "registry/validate.h"
 
 namespace rayaccel {
 namespace {

@@ -1,4 +1,4 @@
-#include "registry/elf_file.h"
+#include "loader/elf_file.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 // What the loader and the conformance suite read from a plugin's ELF file (64-bit
 // little-endian, as on x86_64 and aarch64 Linux) without loading it: the symbols it exports,
 // and the folders it asks the dynamic loader to search.
-#ifndef RAYACCEL_REGISTRY_ELF_FILE_H_
-#define RAYACCEL_REGISTRY_ELF_FILE_H_
+#ifndef RAYACCEL_LOADER_ELF_FILE_H_
+#define RAYACCEL_LOADER_ELF_FILE_H_
 
 #include <string>
 #include <vector>
@@ -21,4 +21,4 @@ absl::StatusOr<std::vector<std::string>> LibrarySearchPath(const std::string& pa
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_ELF_FILE_H_
+#endif  // RAYACCEL_LOADER_ELF_FILE_H_

@@ -1,7 +1,7 @@
 // Finding plugin files, refusing unsafe ones, dlopen, version negotiation and the checks on a
 // plugin's table. A LoadedPlugin is one initialized plugin instance with its library.
-#ifndef RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
-#define RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
+#ifndef RAYACCEL_LOADER_PLUGIN_LOADER_H_
+#define RAYACCEL_LOADER_PLUGIN_LOADER_H_
 
 #include <atomic>
 #include <exception>
@@ -13,8 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loader/plugin_handle.h"
 #include "rayaccel/plugin.h"
-#include "registry/plugin_handle.h"
 
 namespace rayaccel {
 
@@ -134,4 +134,4 @@ rayaccel_status CallPlugin(ErrorBuffer* err, Call&& call) noexcept {
 
 }  // namespace rayaccel
 
-#endif  // RAYACCEL_REGISTRY_PLUGIN_LOADER_H_
+#endif  // RAYACCEL_LOADER_PLUGIN_LOADER_H_
