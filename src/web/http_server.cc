@@ -5,7 +5,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -29,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "rpc/listen_address.h"
+#include "util/log_line.h"
 #include "web/request_guard.h"
 
 namespace rayaccel::web {
@@ -184,7 +184,7 @@ void LogFromMhd(void*, const char* format, va_list args) {
   char line[512];
   std::vsnprintf(line, sizeof(line), format, args);
   absl::string_view text = absl::StripTrailingAsciiWhitespace(line);
-  spdlog::debug("http: {}", std::string(text));
+  LogAt(LogLevel::kDebug, "http: {}", std::string(text));
 }
 
 }  // namespace
@@ -561,10 +561,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
                             ? static_cast<size_t>(files.rlim_cur) - kReservedDescriptors
                             : 16;
     if (room < max_connections) {
-      spdlog::warn(
-          "http: {} connections at most (the open-files limit is {}; raise it for the {} "
-          "wanted)",
-          room, static_cast<uint64_t>(files.rlim_cur), max_connections);
+      LogAt(LogLevel::kWarning,
+            "http: {} connections at most (the open-files limit is {}; raise it for the {} "
+            "wanted)",
+            room, static_cast<uint64_t>(files.rlim_cur), max_connections);
       max_connections = room;
     }
   }

@@ -4,7 +4,7 @@ Ray cannot be installed here and its files are not shipped, so Ray's answers are
 from its source, one table per family: (method, input, environment, Ray's answer), each row
 naming the file of Ray's python/ray/_private/accelerators/ (newest Ray) it comes from. Each
 table runs against a real plugin on the project's fixtures (CUDA on the fake NVML, ROCm on a
-KFD capture, TPU host trees, Gaudi sysfs trees) and on a node without the family.
+KFD capture, TPU host trees, Gaudi and Neuron sysfs trees) and on a node without the family.
 """
 
 import os
@@ -24,7 +24,8 @@ VARIABLES = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICE
              "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
              "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
              "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
-             "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES"]
+             "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES", "NEURON_RT_VISIBLE_CORES",
+             "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES"]
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +44,14 @@ def registry(plugin_name, config, env=None, monkeypatch=None):
 def gaudi2():
     with registry("gaudi", {"gaudi.sysfs_root": source("tests", "fixtures", "gaudi", "hls2",
                                                         "sys")}) as r:
+        yield r
+
+
+@pytest.fixture
+def trn1():
+    host = source("tests", "fixtures", "neuron", "trn1-32xlarge")
+    with registry("neuron", {"neuron.sysfs_root": os.path.join(host, "sys"),
+                             "neuron.dev_root": os.path.join(host, "dev")}) as r:
         yield r
 
 
@@ -253,6 +262,30 @@ HPU = [
 def test_gaudi_as_hpu_py(gaudi2, monkeypatch):
     assert gaudi2.snapshot().resources["HPU"] == 8
     check(rayaccel.ray.accelerator_manager("HPU", gaudi2), HPU, monkeypatch)
+
+
+# neuron.py: the count is the sum of neuron-ls's nc_count (32 on a trn1.32xlarge), the type
+# always ray.util.accelerators.AWS_NEURON_CORE; a float that is not whole is refused, ints are
+# not; the variable is written as ",".join(ids); env_bool reads NOSET.
+NEURON = [
+    ("get_current_node_num_accelerators", UNSET, {}, 32),
+    ("get_current_node_accelerator_type", UNSET, {}, "aws-neuron-core"),
+    (VALIDATE, 0, {}, True), (VALIDATE, 2, {}, True), (VALIDATE, 2.0, {}, True),
+    (VALIDATE, 0.5, {}, False), (VALIDATE, 1.5, {}, False),
+    (VAR, UNSET, {}, "NEURON_RT_VISIBLE_CORES"),
+    (GET, UNSET, {}, None), (GET, UNSET, {"NEURON_RT_VISIBLE_CORES": ""}, []),
+    (GET, UNSET, {"NEURON_RT_VISIBLE_CORES": "0,5"}, ["0", "5"]),
+    (SET, ["0", "1", "5"], {}, {"NEURON_RT_VISIBLE_CORES": "0,1,5"}),
+    (SET, [], {}, {"NEURON_RT_VISIBLE_CORES": ""}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES": "1"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES": "0"},
+     {"NEURON_RT_VISIBLE_CORES": "1"}),
+]
+
+
+def test_neuron_as_neuron_py(trn1, monkeypatch):
+    assert trn1.snapshot().resources["neuron_cores"] == 32
+    check(rayaccel.ray.accelerator_manager("neuron_cores", trn1), NEURON, monkeypatch)
 
 
 def test_families_the_node_lacks_as_rays_managers(sim_h100, monkeypatch):
