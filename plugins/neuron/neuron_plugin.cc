@@ -100,8 +100,10 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
         if (rc != RAYACCEL_STATUS_OK) continue;
         plugin::AddAttribute(sink, core, "neuron_device", static_cast<int64_t>(d.index));
         plugin::AddAttribute(sink, core, "core_on_device", static_cast<int64_t>(k));
-        plugin::AddAttribute(sink, core, "instance_family", d.instance_type);
-        plugin::AddAttribute(sink, core, "device_node", d.device_node);
+        if (!d.instance_type.empty()) {
+          plugin::AddAttribute(sink, core, "instance_family", d.instance_type);
+        }
+        if (!d.device_node.empty()) plugin::AddAttribute(sink, core, "device_node", d.device_node);
       }
     }
     return RAYACCEL_STATUS_OK;

@@ -4,7 +4,7 @@ Ray cannot be installed here and its files are not shipped, so Ray's answers are
 from its source, one table per family: (method, input, environment, Ray's answer), each row
 naming the file of Ray's python/ray/_private/accelerators/ (newest Ray) it comes from. Each
 table runs against a real plugin on the project's fixtures (CUDA on the fake NVML, ROCm on a
-KFD capture, TPU host trees, Gaudi and Neuron sysfs trees) and on a node without the family.
+KFD capture, TPU host trees, Gaudi, Neuron and Ascend trees) and on a node without the family.
 """
 
 import os
@@ -25,7 +25,8 @@ VARIABLES = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICE
              "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
              "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
              "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES", "NEURON_RT_VISIBLE_CORES",
-             "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES"]
+             "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "ASCEND_RT_VISIBLE_DEVICES",
+             "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
 
 
 @pytest.fixture(autouse=True)
@@ -52,6 +53,14 @@ def trn1():
     host = source("tests", "fixtures", "neuron", "trn1-32xlarge")
     with registry("neuron", {"neuron.sysfs_root": os.path.join(host, "sys"),
                              "neuron.dev_root": os.path.join(host, "dev")}) as r:
+        yield r
+
+
+@pytest.fixture
+def atlas800():
+    host = source("tests", "fixtures", "ascend", "atlas-800-9000")
+    with registry("ascend", {"ascend.sysfs_root": os.path.join(host, "sys"),
+                             "ascend.dev_root": os.path.join(host, "dev")}) as r:
         yield r
 
 
@@ -286,6 +295,27 @@ NEURON = [
 def test_neuron_as_neuron_py(trn1, monkeypatch):
     assert trn1.snapshot().resources["neuron_cores"] == 32
     check(rayaccel.ray.accelerator_manager("neuron_cores", trn1), NEURON, monkeypatch)
+
+
+# npu.py: the count is acl's (the NPUs this process sees); any quantity, fractions too;
+# "" and "NoDevFiles" are no device; the variable is written as ",".join(ids); NOSET read as
+# any non-empty value (os.environ.get), so "0" keeps the variable as it was.
+NPU = [
+    ("get_current_node_num_accelerators", UNSET, {}, 8),
+    (VALIDATE, 0.5, {}, True), (VALIDATE, 3, {}, True), (VALIDATE, 0, {}, True),
+    (VAR, UNSET, {}, "ASCEND_RT_VISIBLE_DEVICES"),
+    (GET, UNSET, {}, None), (GET, UNSET, {"ASCEND_RT_VISIBLE_DEVICES": ""}, []),
+    (GET, UNSET, {"ASCEND_RT_VISIBLE_DEVICES": "NoDevFiles"}, []),
+    (GET, UNSET, {"ASCEND_RT_VISIBLE_DEVICES": "0,2"}, ["0", "2"]),
+    (SET, ["0", "1"], {}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}),
+    (SET, [], {}, {"ASCEND_RT_VISIBLE_DEVICES": ""}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "0"}, {}),
+]
+
+
+def test_ascend_as_npu_py(atlas800, monkeypatch):
+    assert atlas800.snapshot().resources["NPU"] == 8
+    check(rayaccel.ray.accelerator_manager("NPU", atlas800), NPU, monkeypatch)
 
 
 def test_families_the_node_lacks_as_rays_managers(sim_h100, monkeypatch):
