@@ -404,12 +404,15 @@ MHD_Result HttpServer::State::OpenStream(MHD_Connection* connection, const Route
     std::lock_guard<std::mutex> lock(mu);
     streams.insert(stream.get());
   }
-  // From here ReleaseStream, which MHD calls when it is done with the response (or at once
-  // when it could not be created or queued), gives back the stream's place.
-  MHD_Response* response =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, kStreamBlock, &ReadStream,
-                                        new std::shared_ptr<Stream>(stream), &ReleaseStream);
-  if (response == nullptr) return MHD_NO;
+  // From here ReleaseStream gives back the stream's place: MHD calls it when it is done with
+  // the response (a response it could not queue included); one it could not create, we do.
+  auto* held = new std::shared_ptr<Stream>(stream);
+  MHD_Response* response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, kStreamBlock,
+                                                             &ReadStream, held, &ReleaseStream);
+  if (response == nullptr) {
+    ReleaseStream(held);
+    return MHD_NO;
+  }
   AddCommonHeaders(response);
   MHD_add_response_header(response, "Content-Type", "text/event-stream");
   const MHD_Result queued = MHD_queue_response(connection, 200, response);
