@@ -98,6 +98,22 @@ TEST(AscendPlugin, AContainersNpusAreNumberedLogicallyAsTheRuntimeNumbersThem) {
   EXPECT_TRUE(HccsPairs(*s).empty());  // 3 and 5 are in different rings
 }
 
+TEST(AscendPlugin, LyingNodesAndPciAttributesCostOnlyWhatTheyTouch) {
+  auto registry = Ascend("malformed");
+  auto s = registry->snapshot();
+  EXPECT_EQ(StatusOf(*s, "ascend").state, PluginStatus::State::kActive);
+  // davinci0-2 are NPUs; davinciX, an id past any driver and davinci_manager are not.
+  ASSERT_EQ(s->devices.size(), 3u);
+  EXPECT_EQ(s->devices[0].pci_bus_id, "0000:01:00.0");
+  EXPECT_EQ(s->devices[0].accelerator_type, "Ascend910");
+  // NPU 1's function gives "one" as its id, NPU 2's says a device id that is not hex: neither
+  // is matched, and the NPUs stay, without PCI facts.
+  EXPECT_EQ(s->devices[1].pci_bus_id, "");
+  EXPECT_EQ(s->devices[2].pci_bus_id, "");
+  EXPECT_EQ(s->ray.resources.at("NPU"), 3);
+  EXPECT_TRUE(HccsPairs(*s).empty());
+}
+
 TEST(AscendPlugin, ANodeWithoutNpusGivesNothingAndSaysSo) {
   auto registry = Ascend("no-npus");  // a Huawei NIC, no davinci nodes
   auto s = registry->snapshot();

@@ -122,6 +122,20 @@ TEST(NeuronPlugin, AnAgentThatIsNotRootCountsCoresFromTheMetricsFolders) {
   for (const Link& l : s->links) EXPECT_NE(l.type_name, "NeuronLink");
 }
 
+TEST(NeuronPlugin, LiesAndDamageInTheDriversFilesCostOnlyWhatTheyTouch) {
+  auto registry = Neuron("malformed");
+  auto s = registry->snapshot();
+  EXPECT_EQ(StatusOf(*s, "neuron").state, PluginStatus::State::kActive);
+  // neuron0 (core_count "two": its two neuron_core folders count) and neuron2; neuron1 (4096
+  // cores of an unknown architecture) and neuron3 (no count anywhere) are left out.
+  ASSERT_EQ(s->devices.size(), 4u);
+  EXPECT_EQ(s->devices[0].id, "neuron-0-nc0");
+  EXPECT_EQ(s->devices[3].id, "neuron-2-nc1");
+  EXPECT_EQ(s->ray.resources.at("neuron_cores"), 4);
+  // Neither wiring list is believed: one has a bad entry, the other an overflow.
+  for (const Link& l : s->links) EXPECT_NE(l.type_name, "NeuronLink");
+}
+
 TEST(NeuronPlugin, ADriverWithoutDevicesGivesNothingAndSaysSo) {
   auto registry = Neuron("driver-no-devices");
   auto s = registry->snapshot();
