@@ -114,15 +114,8 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
       for (size_t i = 0; i < npus.size(); ++i) {
         members.push_back(npus[i]->logical_id);
         for (size_t j = i + 1; j < npus.size(); ++j) {
-          rayaccel_link link{};
-          link.struct_size = sizeof(link);
-          link.device_a = npus[i]->logical_id;
-          link.device_b = npus[j]->logical_id;
-          link.type = RAYACCEL_LINK_OTHER;
-          link.type_name = Str("HCCS");
-          link.count = 1;
-          link.hops = 1;
-          sink->add_link(sink->host_context, &link);
+          plugin::AddLink(sink, npus[i]->logical_id, npus[j]->logical_id, RAYACCEL_LINK_OTHER,
+                          "HCCS");
         }
       }
       plugin::AddDomain(sink, "hccs", "group" + std::to_string(group), members);

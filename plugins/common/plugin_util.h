@@ -103,6 +103,23 @@ inline rayaccel_status AddDomain(const rayaccel_sink* sink, std::string_view kin
   return sink->add_domain(sink->host_context, &d);
 }
 
+// A direct link (one link, one hop) between two devices; `type_name` names an
+// RAYACCEL_LINK_OTHER interconnect, `weight` is the plugin's own distance (0: none).
+inline rayaccel_status AddLink(const rayaccel_sink* sink, uint32_t a, uint32_t b,
+                               rayaccel_link_type type, std::string_view type_name = {},
+                               uint32_t weight = 0) {
+  rayaccel_link link{};
+  link.struct_size = sizeof(link);
+  link.device_a = a;
+  link.device_b = b;
+  link.type = type;
+  link.type_name = Str(type_name);
+  link.count = 1;
+  link.hops = 1;
+  link.weight = weight;
+  return sink->add_link(sink->host_context, &link);
+}
+
 inline rayaccel_status SetEnv(const rayaccel_sink* sink, std::string_view name,
                               std::string_view value) {
   return sink->set_env(sink->host_context, Str(name), Str(value));

@@ -100,27 +100,12 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
         if (rc != RAYACCEL_STATUS_OK) continue;
         plugin::AddAttribute(sink, core, "neuron_device", static_cast<int64_t>(d.index));
         plugin::AddAttribute(sink, core, "core_on_device", static_cast<int64_t>(k));
-        if (!d.instance_type.empty()) {
-          plugin::AddAttribute(sink, core, "instance_family", d.instance_type);
-        }
-        if (!d.device_node.empty()) plugin::AddAttribute(sink, core, "device_node", d.device_node);
+        plugin::AddAttribute(sink, core, "instance_family", d.instance_type);  // "" is left out
+        plugin::AddAttribute(sink, core, "device_node", d.device_node);
       }
     }
     return RAYACCEL_STATUS_OK;
   });
-}
-
-rayaccel_link Link(uint32_t a, uint32_t b, const char* type_name, uint32_t weight) {
-  rayaccel_link link{};
-  link.struct_size = sizeof(link);
-  link.device_a = a;
-  link.device_b = b;
-  link.type = RAYACCEL_LINK_OTHER;
-  link.type_name = Str(type_name);
-  link.count = 1;
-  link.hops = 1;
-  link.weight = weight;
-  return link;
 }
 
 // Cores of one device share it (weight 1); cores of devices the driver says are wired
@@ -142,8 +127,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
       for (uint32_t k = 0; k < d.core_count; ++k) cores.push_back(base + k);
       for (size_t i = 0; i < cores.size(); ++i) {
         for (size_t j = i + 1; j < cores.size(); ++j) {
-          rayaccel_link l = Link(cores[i], cores[j], "on-device", 1);
-          sink->add_link(sink->host_context, &l);
+          plugin::AddLink(sink, cores[i], cores[j], RAYACCEL_LINK_OTHER, "on-device", 1);
         }
       }
       plugin::AddDomain(sink, "neuron-device", "neuron" + std::to_string(d.index), cores);
@@ -154,8 +138,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
         const uint32_t peer_base = first.at(peer);
         for (uint32_t k = 0; k < d.core_count; ++k) {
           for (uint32_t m = 0; m < other->second->core_count; ++m) {
-            rayaccel_link l = Link(base + k, peer_base + m, "NeuronLink", 2);
-            sink->add_link(sink->host_context, &l);
+            plugin::AddLink(sink, base + k, peer_base + m, RAYACCEL_LINK_OTHER, "NeuronLink", 2);
           }
         }
       }

@@ -250,14 +250,7 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
       size_t x = i % grid.width, y = i / grid.width;
       for (size_t j : {x + 1 < grid.width ? i + 1 : i, y + 1 < grid.height ? i + grid.width : i}) {
         if (j == i) continue;
-        rayaccel_link link{};
-        link.struct_size = sizeof(link);
-        link.device_a = present[i];
-        link.device_b = present[j];
-        link.type = RAYACCEL_LINK_ICI;
-        link.count = 1;
-        link.hops = 1;
-        sink->add_link(sink->host_context, &link);
+        plugin::AddLink(sink, present[i], present[j], RAYACCEL_LINK_ICI);
       }
     }
     if (!self->slice.slice_name.empty() && !present.empty()) {
