@@ -58,5 +58,8 @@ def rayaccel_system_repositories():
     # spdlog and fmt header-only: compiled into librayaccel.so and hidden there.
     system_library(name = "com_github_spdlog", target = "spdlog", defines = ["FMT_HEADER_ONLY=1"])
     system_library(name = "hwloc", target = "hwloc", pkg_config = ["hwloc"])
+
+    # Header-only, under the name Ray gives nlohmann-json.
+    system_library(name = "nlohmann_json", target = "nlohmann_json")
     system_library(name = "boringssl", target = "crypto", pkg_config = ["libcrypto"])
     system_library(name = "ucx", target = "headers")

@@ -2,10 +2,11 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <limits>
+#include <iterator>
 #include <unordered_set>
+
+#include "nlohmann/json.hpp"
 
 namespace rayaccel::json {
 
@@ -54,281 +55,305 @@ std::optional<uint64_t> Value::as_uint64() const {
   return static_cast<uint64_t>(v);
 }
 
+namespace {
+
+// What nlohmann's lexer has read: the iterator it reads through marks the last character it
+// handed over, and whether it was asked for one past the end. Values and errors are placed from
+// these marks, since the library's events carry no positions.
+struct ReadMark {
+  const char* last = nullptr;
+  bool past_end = false;
+};
+
+class MarkingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  MarkingIterator(const char* at, ReadMark* mark) : at_(at), mark_(mark) {}
+  const char& operator*() const {
+    mark_->last = at_;
+    return *at_;
+  }
+  MarkingIterator& operator++() {
+    ++at_;
+    return *this;
+  }
+  MarkingIterator operator++(int) {
+    MarkingIterator before = *this;
+    ++at_;
+    return before;
+  }
+  // The lexer compares with the end before each read.
+  bool operator==(const MarkingIterator& other) const {
+    if (at_ != other.at_) return false;
+    mark_->past_end = true;
+    return true;
+  }
+  bool operator!=(const MarkingIterator& other) const { return !(*this == other); }
+
+ private:
+  const char* at_;
+  ReadMark* mark_;
+};
+
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Our message for one of nlohmann's, and where it points.
+struct Problem {
+  enum class Where {
+    kToken,    // the start of the token after the last value (a bad literal, number or value)
+    kStop,     // the character the lexer stopped on inside a string, or the end
+    kBracket,  // the one-character token ('[', ',', ':', ...) just read
+    kEnd,      // the end of the text
+  };
+  std::string message;
+  Where where = Where::kToken;
+};
+
+Problem Describe(const nlohmann::detail::exception& ex, char token_start) {
+  using Where = Problem::Where;
+  if (ex.id == 406) return {"number out of range"};
+  std::string_view what = ex.what();
+  std::string_view context;
+  if (size_t at = what.find("while parsing "); at != std::string_view::npos) {
+    context = what.substr(at + 14);
+    context = context.substr(0, context.find(" - "));
+  }
+  std::string_view body = what.substr(std::min(what.size(), what.find(" - ") + 3));
+  if (size_t read = body.find("; last read: "); read != std::string_view::npos) {
+    const std::string_view lexer = body.substr(0, read);
+    auto has = [&](std::string_view s) { return lexer.find(s) != std::string_view::npos; };
+    if (has("missing closing quote")) return {"unterminated string", Where::kStop};
+    if (has("control character")) return {"control character in string", Where::kStop};
+    if (has("surrogate")) return {"unpaired surrogate in \\u escape", Where::kStop};
+    if (has("4 hex digits")) return {"invalid \\u escape", Where::kStop};
+    if (has("after backslash")) return {"invalid escape in string", Where::kStop};
+    if (has("UTF-8")) return {"invalid UTF-8 in string", Where::kStop};
+    if (has("after '.'")) return {"invalid number: digits expected after '.'"};
+    if (has("exponent")) return {"invalid number: digits expected in exponent"};
+    if (has("invalid number")) return {"invalid number"};
+    if (has("invalid literal") &&
+        (token_start == 't' || token_start == 'f' || token_start == 'n')) {
+      return {"invalid literal"};
+    }
+    return {"unexpected character"};
+  }
+  // "unexpected <token>[; expected <token>]": a one-character token is named in quotes.
+  std::string_view unexpected = body.substr(std::min(body.size(), sizeof("unexpected")));
+  unexpected = unexpected.substr(0, unexpected.find(';'));
+  Where where = unexpected == "end of input"                           ? Where::kEnd
+                : unexpected.size() == 3 && unexpected.front() == '\'' ? Where::kBracket
+                                                                       : Where::kToken;
+  if (context == "array") return {"expected ',' or ']' in array", where};
+  if (context == "object") return {"expected ',' or '}' in object", where};
+  if (context == "object key") return {"expected a member name in quotes", where};
+  if (context == "object separator") return {"expected ':' after member name", where};
+  if (where == Where::kEnd) return {"unexpected end of input", where};
+  if (body.find("expected end of input") != std::string_view::npos) {
+    return {"unexpected text after the document", where};
+  }
+  return {"unexpected character", where};
+}
+
+// A JSON number's length from `at` (nlohmann has checked its form).
+size_t NumberLength(std::string_view text, size_t at) {
+  size_t end = at;
+  auto digits = [&] {
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+  };
+  if (end < text.size() && text[end] == '-') ++end;
+  if (end < text.size() && text[end] == '0') {
+    ++end;  // a leading zero stands alone: "01" is 0, then text after the document
+  } else {
+    digits();
+  }
+  if (end < text.size() && text[end] == '.') ++end, digits();
+  if (end < text.size() && (text[end] == 'e' || text[end] == 'E')) {
+    ++end;
+    if (end < text.size() && (text[end] == '+' || text[end] == '-')) ++end;
+    digits();
+  }
+  return end - at;
+}
+
+}  // namespace
+
+// Builds Values from nlohmann's SAX events, placing each where its first character is.
 class Parser {
  public:
   explicit Parser(std::string_view text) : text_(text) {}
 
   std::optional<Value> Run(ParseError* error) {
-    Value value;
-    SkipSpace();
-    bool ok = ParseValue(&value, 0);
-    if (ok) {
-      SkipSpace();
-      if (pos_ != text_.size()) ok = Fail("unexpected text after the document");
-    }
-    if (!ok) {
+    MarkingIterator first(text_.data(), &mark_), last(text_.data() + text_.size(), &mark_);
+    if (!nlohmann::json::sax_parse(first, last, this)) {
       if (error != nullptr) *error = error_;
       return std::nullopt;
     }
-    return value;
+    return std::move(root_);
+  }
+
+  // nlohmann's SAX interface.
+  bool null() { return Scalar(4, Value::Type::kNull, false); }
+  bool boolean(bool value) { return Scalar(value ? 4 : 5, Value::Type::kBool, value); }
+  bool number_integer(int64_t /*value*/) { return Number(); }
+  bool number_unsigned(uint64_t /*value*/) { return Number(); }
+  bool number_float(double /*value*/, const std::string& /*text*/) { return Number(); }
+  bool string(std::string& value) {
+    Value* v = Place(NextToken());
+    if (v == nullptr) return false;
+    v->type_ = Value::Type::kString;
+    v->text_ = std::move(value);
+    prev_end_ = Read();
+    return true;
+  }
+  bool binary(nlohmann::json::binary_t& /*value*/) { return false; }  // not in JSON text
+  bool start_object(size_t /*elements*/) { return Open(Value::Type::kObject); }
+  bool key(std::string& name) {
+    const size_t start = NextToken();
+    prev_end_ = Read();
+    if (!keys_.back().insert(name).second) {
+      return Fail("duplicate member \"" + name + "\"", start);
+    }
+    key_ = std::move(name);
+    return true;
+  }
+  bool end_object() { return Close(); }
+  bool start_array(size_t /*elements*/) { return Open(Value::Type::kArray); }
+  bool end_array() { return Close(); }
+  bool parse_error(size_t /*position*/, const std::string& /*token*/,
+                   const nlohmann::detail::exception& ex) {
+    const size_t next = NextToken();
+    const Problem problem = Describe(ex, next < text_.size() ? text_[next] : '\0');
+    size_t at = next;
+    switch (problem.where) {
+      case Problem::Where::kToken:
+        break;
+      case Problem::Where::kStop:
+        at = mark_.past_end ? text_.size() : Read() - 1;
+        break;
+      case Problem::Where::kBracket:
+        at = Read() - 1;  // the lexer reads no further than a bracket, comma or colon
+        break;
+      case Problem::Where::kEnd:
+        at = text_.size();
+        break;
+    }
+    return Fail(problem.message, at);
   }
 
  private:
-  static constexpr int kMaxDepth = 64;
+  static constexpr size_t kMaxDepth = 64;
 
-  bool Fail(const std::string& message) {
-    error_ = ParseError{message, line_, column()};
+  // Index just past the last character the lexer has read.
+  size_t Read() const {
+    return mark_.last == nullptr ? 0 : static_cast<size_t>(mark_.last - text_.data()) + 1;
+  }
+
+  // Where the token after the last one seen starts: past blanks, a ',' or ':', and blanks.
+  size_t NextToken() const {
+    size_t at = prev_end_;
+    while (at < text_.size() && IsBlank(text_[at])) ++at;
+    if (at < text_.size() && (text_[at] == ',' || text_[at] == ':')) {
+      ++at;
+      while (at < text_.size() && IsBlank(text_[at])) ++at;
+    }
+    return at;
+  }
+
+  bool Fail(std::string message, size_t at) {
+    int line = 1;
+    size_t line_start = 0;
+    for (size_t i = 0; i < at && i < text_.size(); ++i) {
+      if (text_[i] == '\n') ++line, line_start = i + 1;
+    }
+    error_ = ParseError{std::move(message), line, static_cast<int>(at - line_start) + 1};
     return false;
   }
-  int column() const { return static_cast<int>(pos_ - line_start_) + 1; }
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
 
-  void SkipSpace() {
-    while (!AtEnd()) {
-      char c = text_[pos_];
-      if (c == '\n') {
-        ++line_;
-        line_start_ = ++pos_;
-      } else if (c == ' ' || c == '\t' || c == '\r') {
-        ++pos_;
+  // The 1-based line and column of `at`; values arrive in text order, so a cursor moves on.
+  void Locate(size_t at, Value* v) {
+    for (; cursor_ < at; ++cursor_) {
+      if (text_[cursor_] == '\n') ++line_, line_start_ = cursor_ + 1;
+    }
+    v->line_ = line_;
+    v->column_ = static_cast<int>(at - line_start_) + 1;
+  }
+
+  // The slot for a value starting at `at`: the document, the next item, or the member named
+  // by the last key; nullptr past the nesting limit.
+  Value* Place(size_t at) {
+    if (stack_.size() > kMaxDepth) {
+      Fail("nesting deeper than 64 levels", at);
+      return nullptr;
+    }
+    Value* v = &root_;
+    if (!stack_.empty()) {
+      Value* parent = stack_.back();
+      if (parent->type_ == Value::Type::kArray) {
+        v = &parent->items_.emplace_back();
       } else {
-        break;
+        v = &parent->members_.emplace_back(std::move(key_), Value()).second;
       }
     }
+    Locate(at, v);
+    return v;
   }
 
-  bool ParseValue(Value* out, int depth) {
-    if (depth > kMaxDepth) return Fail("nesting deeper than 64 levels");
-    out->line_ = line_;
-    out->column_ = column();
-    switch (Peek()) {
-      case '{':
-        return ParseObject(out, depth);
-      case '[':
-        return ParseArray(out, depth);
-      case '"':
-        out->type_ = Value::Type::kString;
-        return ParseString(&out->text_);
-      case 't':
-        return ParseLiteral("true", out, Value::Type::kBool, true);
-      case 'f':
-        return ParseLiteral("false", out, Value::Type::kBool, false);
-      case 'n':
-        return ParseLiteral("null", out, Value::Type::kNull, false);
-      case '\0':
-        if (AtEnd()) return Fail("unexpected end of input");
-        return Fail("unexpected character");
-      default:
-        if (Peek() == '-' || (Peek() >= '0' && Peek() <= '9')) return ParseNumber(out);
-        return Fail("unexpected character");
-    }
-  }
-
-  bool ParseLiteral(std::string_view word, Value* out, Value::Type type, bool value) {
-    if (text_.substr(pos_, word.size()) != word) return Fail("invalid literal");
-    pos_ += word.size();
-    out->type_ = type;
-    out->bool_ = value;
+  bool Scalar(size_t length, Value::Type type, bool value) {
+    const size_t start = NextToken();
+    Value* v = Place(start);
+    if (v == nullptr) return false;
+    v->type_ = type;
+    v->bool_ = value;
+    prev_end_ = start + length;
     return true;
   }
 
-  bool ParseNumber(Value* out) {
-    size_t start = pos_;
-    auto digits = [&] {
-      size_t n = 0;
-      while (!AtEnd() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_, ++n;
-      return n;
-    };
-    if (Peek() == '-') ++pos_;
-    if (Peek() == '0') {
-      ++pos_;
-    } else if (digits() == 0) {
-      return Fail("invalid number");
-    }
-    if (Peek() == '.') {
-      ++pos_;
-      if (digits() == 0) return Fail("invalid number: digits expected after '.'");
-    }
-    if (Peek() == 'e' || Peek() == 'E') {
-      ++pos_;
-      if (Peek() == '+' || Peek() == '-') ++pos_;
-      if (digits() == 0) return Fail("invalid number: digits expected in exponent");
-    }
-    out->type_ = Value::Type::kNumber;
-    out->text_ = std::string(text_.substr(start, pos_ - start));
-    out->number_ = std::strtod(out->text_.c_str(), nullptr);
-    if (!std::isfinite(out->number_)) return Fail("number out of range");
+  bool Number() {
+    const size_t start = NextToken();
+    Value* v = Place(start);
+    if (v == nullptr) return false;
+    const size_t length = NumberLength(text_, start);
+    v->type_ = Value::Type::kNumber;
+    v->text_ = std::string(text_.substr(start, length));
+    v->number_ = std::strtod(v->text_.c_str(), nullptr);
+    prev_end_ = start + length;
+    if (!std::isfinite(v->number_)) return Fail("number out of range", start);
     return true;
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  bool ParseHex4(uint32_t* out) {
-    if (pos_ + 4 > text_.size()) return Fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = text_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        return Fail("invalid \\u escape");
-      }
-    }
-    *out = v;
+  bool Open(Value::Type type) {
+    const size_t start = NextToken();
+    Value* v = Place(start);
+    if (v == nullptr) return false;
+    v->type_ = type;
+    stack_.push_back(v);
+    keys_.emplace_back();
+    prev_end_ = start + 1;
     return true;
   }
 
-  bool ParseString(std::string* out) {
-    ++pos_;  // opening quote
-    out->clear();
-    while (true) {
-      if (AtEnd()) return Fail("unterminated string");
-      char c = text_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (static_cast<unsigned char>(c) < 0x20) return Fail("control character in string");
-      if (c != '\\') {
-        out->push_back(c);
-        ++pos_;
-        continue;
-      }
-      ++pos_;
-      char e = Peek();
-      ++pos_;
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(e);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!ParseHex4(&cp)) return false;
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low = 0;
-            if (text_.substr(pos_, 2) != "\\u") return Fail("unpaired surrogate in \\u escape");
-            pos_ += 2;
-            if (!ParseHex4(&low)) return false;
-            if (low < 0xDC00 || low > 0xDFFF) return Fail("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return Fail("unpaired surrogate in \\u escape");
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return Fail("invalid escape in string");
-      }
-    }
-  }
-
-  bool ParseArray(Value* out, int depth) {
-    out->type_ = Value::Type::kArray;
-    ++pos_;
-    SkipSpace();
-    if (Peek() == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      Value item;
-      SkipSpace();
-      if (!ParseValue(&item, depth + 1)) return false;
-      out->items_.push_back(std::move(item));
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-      } else if (Peek() == ']') {
-        ++pos_;
-        return true;
-      } else {
-        return Fail("expected ',' or ']' in array");
-      }
-    }
-  }
-
-  bool ParseObject(Value* out, int depth) {
-    out->type_ = Value::Type::kObject;
-    ++pos_;
-    SkipSpace();
-    if (Peek() == '}') {
-      ++pos_;
-      return true;
-    }
-    std::unordered_set<std::string> keys;  // duplicate check in O(1): inputs may be hostile
-    while (true) {
-      SkipSpace();
-      if (Peek() != '"') return Fail("expected a member name in quotes");
-      const size_t key_pos = pos_;
-      std::string key;
-      if (!ParseString(&key)) return false;
-      if (!keys.insert(key).second) {
-        pos_ = key_pos;  // point at the repeated name
-        return Fail("duplicate member \"" + key + "\"");
-      }
-      SkipSpace();
-      if (Peek() != ':') return Fail("expected ':' after member name");
-      ++pos_;
-      SkipSpace();
-      Value value;
-      if (!ParseValue(&value, depth + 1)) return false;
-      out->members_.emplace_back(std::move(key), std::move(value));
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-      } else if (Peek() == '}') {
-        ++pos_;
-        return true;
-      } else {
-        return Fail("expected ',' or '}' in object");
-      }
-    }
+  bool Close() {
+    stack_.pop_back();
+    keys_.pop_back();
+    prev_end_ = Read();
+    return true;
   }
 
   std::string_view text_;
-  size_t pos_ = 0;
+  ReadMark mark_;
+  size_t prev_end_ = 0;  // just past the last token an event was seen for
+  Value root_;
+  std::vector<Value*> stack_;  // open containers, outermost first
+  // Member names of each open container (duplicate check in O(1): inputs may be hostile).
+  std::vector<std::unordered_set<std::string>> keys_;
+  std::string key_;  // the name of the member whose value comes next
+  size_t cursor_ = 0, line_start_ = 0;
   int line_ = 1;
-  size_t line_start_ = 0;
   ParseError error_;
 };
 
@@ -336,37 +361,12 @@ std::optional<Value> Parse(std::string_view text, ParseError* error) {
   return Parser(text).Run(error);
 }
 
+// Strings and numbers are written by nlohmann's serializer: escapes as RFC 8259 has them, a
+// byte that is no UTF-8 replaced by U+FFFD (never an exception), doubles in their shortest
+// exact form.
 std::string Quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(c));
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
+  return nlohmann::json(std::string(text))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Writer::Newline() {
@@ -445,9 +445,7 @@ Writer& Writer::Double(double value) {
   } else if (value == std::floor(value) && std::fabs(value) < 9.0e15) {
     out_ += std::to_string(static_cast<int64_t>(value));
   } else {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.17g", value);
-    out_ += buf;
+    out_ += nlohmann::json(value).dump();
   }
   return *this;
 }

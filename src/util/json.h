@@ -1,8 +1,8 @@
-// A small JSON reader and writer with no dependencies beyond the standard library.
+// JSON in and out, on nlohmann-json (header-only: plugins link it without Abseil or Protobuf).
 //
-// Why our own: the sim plugin must report "file:line: field: problem" for a malformed spec,
-// it is linked into a plugin that must not drag Abseil or Protobuf along, and the CLI's
-// `--json` output must be byte-stable. Every parsed value remembers where it started.
+// nlohmann's events carry no positions, and the sim plugin must report "file:line: field:
+// problem" for a malformed spec, so Parse builds its own Values, each remembering where it
+// started; the Writer streams, so that the CLI's `--json` output is byte-stable.
 #ifndef RAYACCEL_UTIL_JSON_H_
 #define RAYACCEL_UTIL_JSON_H_
 
@@ -65,8 +65,8 @@ struct ParseError {
   int column = 0;
 };
 
-// Parses one JSON document (RFC 8259; duplicate object keys and nesting deeper than 64 are
-// errors). Returns nullopt and fills `error` on failure.
+// Parses one JSON document (RFC 8259, UTF-8; duplicate object keys and nesting deeper than 64
+// are errors). Returns nullopt and fills `error` on failure.
 std::optional<Value> Parse(std::string_view text, ParseError* error);
 
 // Writes JSON with two-space indentation and members in the order they are added.
