@@ -14,9 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -27,6 +29,7 @@
 #include "absl/strings/strip.h"
 #include "cli/capture_anonymize.h"
 #include "cli/capture_bundle.h"
+#include "cli/command_line.h"
 #include "cli/log_format.h"
 #include "cli/ray_start_env.h"
 #include "cli/transfer_command.h"
@@ -220,172 +223,164 @@ int Diff(const Bundle& a, const Bundle& b, const std::string& b_name) {
 
 // Parses argv; returns -1 to go on, or an exit code.
 int Parse(int argc, char** argv, Args* args) {
-  std::vector<std::string> bare_config;  // --config KEY=VALUE
-  std::vector<std::string> rest(argv + 1, argv + argc);
-  for (size_t i = 0; i < rest.size(); ++i) {
-    const std::string& arg = rest[i];
-    std::string flag = arg, value;
-    bool has_inline = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      flag = arg.substr(0, arg.find('='));
-      value = arg.substr(arg.find('=') + 1);
-      has_inline = true;
+  if (CommandLine::AsksForHelp(argc, argv, 1)) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  CommandLine line;
+  std::string isolation, objective, size, rescan, socket_mode, log_format, log_level;
+  std::vector<std::string> required, available, must_include, available_positions,
+      must_include_positions, plugins, plugin_paths, configs, positionals;
+  bool no_host_topology = false;
+  line.Flag("--json", &args->json);
+  line.Flag("--dot", &args->dot);
+  line.Flag("--svg", &args->svg);
+  line.Flag("--no-host-topology", &no_host_topology);
+  line.Flag("--allow-insecure-tcp", &args->server.allow_insecure_tcp);
+  line.Flag("--include-hostname", &args->include_hostname);
+  line.Flag("--anonymize", &args->anonymize);
+  line.Flag("--env", &args->env);
+  line.Values("--require", &required, "--require needs RESOURCE=N, N above 0 (--require GPU=8)");
+  line.Value("--isolation", &isolation, "--isolation is process or none");
+  line.Value("--hwloc-xml", &args->options.hwloc_xml, "--hwloc-xml needs a file");
+  line.Value("--objective", &objective, "--objective is partition or request");
+  line.Value("--size", &size, "--size needs a whole number");
+  line.Values("--available", &available, "--available needs device ids, comma-separated");
+  line.Values("--must-include", &must_include, "--must-include needs device ids, comma-separated");
+  line.Values("--available-positions", &available_positions,
+              "--available-positions needs snapshot positions, comma-separated");
+  line.Values("--must-include-positions", &must_include_positions,
+              "--must-include-positions needs snapshot positions, comma-separated");
+  line.Value("--resource", &args->resource, "--resource needs a name");
+  line.Value("--raylet", &args->raylet, "--raylet needs an address");
+  line.Value("--node-id", &args->node_id, "--node-id needs Ray's node id");
+  line.Value("--rescan-interval", &rescan, "--rescan-interval needs a whole number of seconds");
+  line.Value("--listen", &args->server.listen, "--listen needs an address");
+  line.Value("--http", &args->http, "--http needs tcp://HOST:PORT");
+  line.Value("--socket-mode", &socket_mode,
+             "--socket-mode needs an octal mode of at most 0777 with 0600 in it (0660)");
+  line.Value("--socket-group", &args->server.socket_group,
+             "--socket-group needs a group name or number");
+  const std::pair<const char*, std::string*> files[] = {
+      {"--tls-cert", &args->server.tls_cert_file},
+      {"--tls-key", &args->server.tls_key_file},
+      {"--tls-client-ca", &args->server.tls_client_ca_file},
+      {"--token-file", &args->server.token_file},
+      {"--raylet-token-file", &args->raylet_token_file},
+      {"--raylet-tls-ca", &args->raylet_tls_ca_file},
+      {"--tls-ca", &args->tls_ca_file},
+      {"--out", &args->out},
+  };
+  for (const auto& [name, out] : files) line.Value(name, out, std::string(name) + " needs a file");
+  line.Value("--replay", &args->replay, "--replay needs a bundle");
+  line.Value("--agent", &args->agent, "--agent needs an address");
+  line.Values("--plugin", &plugins, "--plugin needs a name or path");
+  line.Values("--plugin-path", &plugin_paths, "--plugin-path needs folders");
+  line.Values("--config", &configs, "--config needs PLUGIN.KEY=VALUE");
+  line.Value("--config-file", &args->options.config_file, "--config-file needs a file");
+  line.Value("--log-format", &log_format, "--log-format is text or json");
+  line.Value("--log-level", &log_level, "--log-level needs a level");
+  line.Positionals(&positionals);
+  if (std::optional<std::string> problem = line.Parse(argc, argv, 1)) return Usage(*problem);
+
+  // The values, in the options' order above.
+  for (const std::string& v : required) {
+    double n = 0;
+    size_t eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(v.substr(eq + 1), &n) || n <= 0) {
+      return Usage(line.Needs("--require"));
     }
-    auto take = [&](std::string* out) {
-      if (has_inline) {
-        *out = value;
-        return true;
-      }
-      if (i + 1 >= rest.size()) return false;
-      *out = rest[++i];
-      return true;
-    };
-    if (flag == "-h" || flag == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    } else if (flag == "--json") {
-      args->json = true;
-    } else if (flag == "--require") {
-      std::string v;
-      double n = 0;
-      size_t eq = 0;
-      if (!take(&v) || (eq = v.find('=')) == std::string::npos || eq == 0 ||
-          !absl::SimpleAtod(v.substr(eq + 1), &n) || n <= 0) {
-        return Usage("--require needs RESOURCE=N, N above 0 (--require GPU=8)");
-      }
-      args->required.emplace_back(v.substr(0, eq), n);
-    } else if (flag == "--dot") {
-      args->dot = true;
-    } else if (flag == "--svg") {
-      args->svg = true;
-    } else if (flag == "--isolation") {
-      std::string v;
-      if (!take(&v) || (v != "process" && v != "none")) {
-        return Usage("--isolation is process or none");
-      }
-      args->options.isolation = v == "process" ? RegistryOptions::Isolation::kChildProcess
-                                               : RegistryOptions::Isolation::kInProcess;
-      args->isolation_given = true;
-    } else if (flag == "--no-host-topology") {
-      args->options.host_topology = false;
-    } else if (flag == "--hwloc-xml") {
-      if (!take(&args->options.hwloc_xml)) return Usage("--hwloc-xml needs a file");
-    } else if (flag == "--objective") {
-      std::string v;
-      if (!take(&v) || (v != "partition" && v != "request")) {
-        return Usage("--objective is partition or request");
-      }
-      args->options.allocation_objective = v == "partition" ? AllocationObjective::kWholePartition
-                                                            : AllocationObjective::kRequestFirst;
-    } else if (flag == "--size") {
-      std::string v;
-      if (!take(&v) || !absl::SimpleAtoi(v, &args->size) || args->size < 0) {
-        return Usage("--size needs a whole number");
-      }
-    } else if (flag == "--available" || flag == "--must-include") {
-      std::string v;
-      if (!take(&v)) return Usage(flag + " needs device ids, comma-separated");
-      auto* list = flag == "--available" ? &args->available : &args->must_include;
+    args->required.emplace_back(v.substr(0, eq), n);
+  }
+  if (line.Given("--isolation")) {
+    if (isolation != "process" && isolation != "none") return Usage(line.Needs("--isolation"));
+    args->options.isolation = isolation == "process" ? RegistryOptions::Isolation::kChildProcess
+                                                     : RegistryOptions::Isolation::kInProcess;
+    args->isolation_given = true;
+  }
+  if (no_host_topology) args->options.host_topology = false;
+  if (line.Given("--objective")) {
+    if (objective != "partition" && objective != "request") return Usage(line.Needs("--objective"));
+    args->options.allocation_objective = objective == "partition"
+                                             ? AllocationObjective::kWholePartition
+                                             : AllocationObjective::kRequestFirst;
+  }
+  if (line.Given("--size") && (!absl::SimpleAtoi(size, &args->size) || args->size < 0)) {
+    return Usage(line.Needs("--size"));
+  }
+  for (const auto& [given, list] :
+       {std::pair{&available, &args->available}, std::pair{&must_include, &args->must_include}}) {
+    for (const std::string& v : *given) {
       for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipEmpty())) list->emplace_back(id);
-    } else if (flag == "--available-positions" || flag == "--must-include-positions") {
-      std::string v;
-      if (!take(&v)) return Usage(flag + " needs snapshot positions, comma-separated");
-      auto* list = flag == "--available-positions" ? &args->available_positions
-                                                   : &args->must_include_positions;
+    }
+  }
+  for (const auto& [flag, given, list] :
+       {std::tuple{"--available-positions", &available_positions, &args->available_positions},
+        std::tuple{"--must-include-positions", &must_include_positions,
+                   &args->must_include_positions}}) {
+    for (const std::string& v : *given) {
       for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
         size_t n = 0;
-        if (!absl::SimpleAtoi(p, &n))
-          return Usage(flag + ": \"" + std::string(p) + "\" is not a position");
+        if (!absl::SimpleAtoi(p, &n)) {
+          return Usage(std::string(flag) + ": \"" + std::string(p) + "\" is not a position");
+        }
         list->push_back(n);
       }
-    } else if (flag == "--resource") {
-      if (!take(&args->resource)) return Usage("--resource needs a name");
-    } else if (flag == "--raylet") {
-      if (!take(&args->raylet) || args->raylet.empty()) return Usage("--raylet needs an address");
-    } else if (flag == "--node-id") {
-      if (!take(&args->node_id)) return Usage("--node-id needs Ray's node id");
-    } else if (flag == "--rescan-interval") {
-      std::string v;
-      if (!take(&v) || !absl::SimpleAtoi(v, &args->rescan_interval_s) ||
-          args->rescan_interval_s < 0) {
-        return Usage("--rescan-interval needs a whole number of seconds");
-      }
-    } else if (flag == "--listen") {
-      if (!take(&args->server.listen) || args->server.listen.empty()) {
-        return Usage("--listen needs an address");
-      }
-    } else if (flag == "--http") {
-      if (!take(&args->http) || args->http.empty()) return Usage("--http needs tcp://HOST:PORT");
-    } else if (flag == "--socket-mode") {
-      std::string v;
-      char* end = nullptr;
-      unsigned long mode = take(&v) && !v.empty() ? std::strtoul(v.c_str(), &end, 8) : 0;
-      if (end == nullptr || *end != '\0' || mode > 0777 || (mode & 0600) != 0600) {
-        return Usage("--socket-mode needs an octal mode of at most 0777 with 0600 in it (0660)");
-      }
-      args->server.socket_mode = static_cast<unsigned>(mode);
-    } else if (flag == "--socket-group") {
-      if (!take(&args->server.socket_group) || args->server.socket_group.empty()) {
-        return Usage("--socket-group needs a group name or number");
-      }
-    } else if (flag == "--tls-cert" || flag == "--tls-key" || flag == "--tls-client-ca" ||
-               flag == "--token-file" || flag == "--raylet-token-file" ||
-               flag == "--raylet-tls-ca" || flag == "--tls-ca") {
-      std::string* out = flag == "--tls-cert"            ? &args->server.tls_cert_file
-                         : flag == "--tls-key"           ? &args->server.tls_key_file
-                         : flag == "--tls-client-ca"     ? &args->server.tls_client_ca_file
-                         : flag == "--token-file"        ? &args->server.token_file
-                         : flag == "--raylet-token-file" ? &args->raylet_token_file
-                         : flag == "--tls-ca"            ? &args->tls_ca_file
-                                                         : &args->raylet_tls_ca_file;
-      if (!take(out) || out->empty()) return Usage(flag + " needs a file");
-    } else if (flag == "--agent") {
-      if (!take(&args->agent) || args->agent.empty()) return Usage("--agent needs an address");
-    } else if (flag == "--allow-insecure-tcp") {
-      args->server.allow_insecure_tcp = true;
-    } else if (flag == "--plugin") {
-      std::string v;
-      if (!take(&v) || v.empty()) return Usage("--plugin needs a name or path");
-      args->options.plugins.push_back(v);
-    } else if (flag == "--plugin-path") {
-      std::string v;
-      if (!take(&v)) return Usage("--plugin-path needs folders");
-      for (absl::string_view dir : absl::StrSplit(v, ':', absl::SkipEmpty())) {
-        args->options.search_path.emplace_back(dir);
-      }
-    } else if (flag == "--config") {
-      std::string v;
-      if (!take(&v)) return Usage("--config needs PLUGIN.KEY=VALUE");
-      if (v.find('=') != std::string::npos && v.find('.') > v.find('=')) {
-        bare_config.push_back(v);  // KEY=VALUE: for the one --plugin, resolved below
-      } else if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
-        return Usage(std::string(st.message()));
-      }
-    } else if (flag == "--replay") {
-      if (!take(&args->replay) || args->replay.empty()) return Usage("--replay needs a bundle");
-    } else if (flag == "--out") {
-      if (!take(&args->out) || args->out.empty()) return Usage("--out needs a file");
-    } else if (flag == "--include-hostname") {
-      args->include_hostname = true;
-    } else if (flag == "--anonymize") {
-      args->anonymize = true;
-    } else if (flag == "--env") {
-      args->env = true;
-    } else if (flag == "--config-file") {
-      if (!take(&args->options.config_file)) return Usage("--config-file needs a file");
-    } else if (flag == "--log-format") {
-      if (!take(&args->log_format) || (args->log_format != "text" && args->log_format != "json")) {
-        return Usage("--log-format is text or json");
-      }
-    } else if (flag == "--log-level") {
-      if (!take(&args->log_level)) return Usage("--log-level needs a level");
-      if (spdlog::level::from_str(args->log_level) == spdlog::level::off &&
-          args->log_level != "off") {
-        return Usage("unknown log level \"" + args->log_level + "\"");
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      return Usage("unknown option " + arg);
-    } else if (args->command.empty()) {
+    }
+  }
+  if (line.Given("--rescan-interval") &&
+      (!absl::SimpleAtoi(rescan, &args->rescan_interval_s) || args->rescan_interval_s < 0)) {
+    return Usage(line.Needs("--rescan-interval"));
+  }
+  if (line.Given("--socket-mode")) {
+    char* end = nullptr;
+    unsigned long mode = socket_mode.empty() ? 0 : std::strtoul(socket_mode.c_str(), &end, 8);
+    if (end == nullptr || *end != '\0' || mode > 0777 || (mode & 0600) != 0600) {
+      return Usage(line.Needs("--socket-mode"));
+    }
+    args->server.socket_mode = static_cast<unsigned>(mode);
+  }
+  // Options whose value must not be empty.
+  const std::pair<const char*, const std::string*> not_empty[] = {
+      {"--raylet", &args->raylet}, {"--listen", &args->server.listen},
+      {"--http", &args->http},     {"--socket-group", &args->server.socket_group},
+      {"--agent", &args->agent},   {"--replay", &args->replay},
+  };
+  for (const auto& [name, value] : not_empty) {
+    if (line.Given(name) && value->empty()) return Usage(line.Needs(name));
+  }
+  for (const auto& [name, value] : files) {
+    if (line.Given(name) && value->empty()) return Usage(line.Needs(name));
+  }
+  for (const std::string& v : plugins) {
+    if (v.empty()) return Usage(line.Needs("--plugin"));
+    args->options.plugins.push_back(v);
+  }
+  for (const std::string& v : plugin_paths) {
+    for (absl::string_view dir : absl::StrSplit(v, ':', absl::SkipEmpty())) {
+      args->options.search_path.emplace_back(dir);
+    }
+  }
+  std::vector<std::string> bare_config;  // --config KEY=VALUE
+  for (const std::string& v : configs) {
+    if (v.find('=') != std::string::npos && v.find('.') > v.find('=')) {
+      bare_config.push_back(v);  // KEY=VALUE: for the one --plugin, resolved below
+    } else if (absl::Status st = AddConfigAssignment(v, &args->options.config); !st.ok()) {
+      return Usage(std::string(st.message()));
+    }
+  }
+  if (line.Given("--log-format")) {
+    if (log_format != "text" && log_format != "json") return Usage(line.Needs("--log-format"));
+    args->log_format = log_format;
+  }
+  if (line.Given("--log-level")) {
+    if (spdlog::level::from_str(log_level) == spdlog::level::off && log_level != "off") {
+      return Usage("unknown log level \"" + log_level + "\"");
+    }
+    args->log_level = log_level;
+  }
+  for (const std::string& arg : positionals) {
+    if (args->command.empty()) {
       args->command = arg;
     } else if (args->command == "diff" && args->bundles.size() < 2) {
       args->bundles.push_back(arg);

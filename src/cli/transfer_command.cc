@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/command_line.h"
 #include "rayaccel/transport.h"
 #include "transport/transport_metrics.h"
 
@@ -185,88 +187,88 @@ bool ParseSize(absl::string_view text, uint64_t* out) {
 }
 
 int Parse(int argc, char** argv, Options* o) {
+  if (CommandLine::AsksForHelp(argc, argv, 2)) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  CommandLine line;
+  std::string memory, size, op, batch, iters, warmup, peer_timeout;
+  std::vector<std::string> configs, positionals;
   o->transport.plugin = "sim";
-  for (int i = 2; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    size_t eq = flag.find('=');
-    bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) value = flag.substr(eq + 1), flag.resize(eq);
-    auto take = [&]() {
-      if (inline_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    if (flag == "-h" || flag == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    } else if (flag == "--serve") {
-      o->serve = true;
-    } else if (flag == "--json") {
-      o->json = true;
-    } else if (flag == "--own-memory") {
-      o->own_memory = true;
-    } else if (flag == "--memory") {
-      if (!take()) return Usage("--memory is host or device[:N]");
-      if (value == "host") {
-        o->memory = MemoryKind::kHost;
-      } else if (value == "device" || value.rfind("device:", 0) == 0) {
-        o->memory = MemoryKind::kDevice;
-        if (value.size() > 6 && !absl::SimpleAtoi(value.substr(7), &o->device)) {
-          return Usage("--memory device:N needs a device index");
-        }
-      } else {
-        return Usage("--memory is host or device[:N]");
+  line.Flag("--serve", &o->serve);
+  line.Flag("--json", &o->json);
+  line.Flag("--own-memory", &o->own_memory);
+  line.Value("--memory", &memory, "--memory is host or device[:N]");
+  line.Value("--connect", &o->token, "--connect needs a token");
+  line.Value("--metrics-file", &o->metrics_file, "--metrics-file needs a file");
+  line.Value("--token-file", &o->token_file, "--token-file needs a file");
+  line.Value("--plugin", &o->transport.plugin, "--plugin needs a name or path");
+  std::vector<std::string> plugin_paths;
+  line.Values("--plugin-path", &plugin_paths, "--plugin-path needs folders");
+  line.Values("--config", &configs, "--config needs KEY=VALUE");
+  line.Value("--size", &size, "--size needs a size such as 8, 4KiB or 64MiB (at most 1 TiB)");
+  line.Value("--op", &op, "--op is read or write");
+  line.Value("--batch", &batch, "--batch needs a count from 1 to 1000000");
+  line.Value("--iters", &iters, "--iters needs a whole number");
+  line.Value("--warmup", &warmup, "--warmup needs a whole number");
+  line.Value("--key-file", &o->transport.key_file, "--key-file needs a file");
+  line.Value("--peer-timeout-ms", &peer_timeout, "--peer-timeout-ms needs a positive whole number");
+  line.Positionals(&positionals);
+  if (std::optional<std::string> problem = line.Parse(argc, argv, 2)) return Usage(*problem);
+  if (!positionals.empty()) return Usage("unexpected argument " + positionals[0]);
+
+  const std::pair<const char*, const std::string*> not_empty[] = {
+      {"--connect", &o->token},
+      {"--metrics-file", &o->metrics_file},
+      {"--token-file", &o->token_file},
+      {"--plugin", &o->transport.plugin},
+      {"--key-file", &o->transport.key_file},
+  };
+  for (const auto& [name, value] : not_empty) {
+    if (line.Given(name) && value->empty()) return Usage(line.Needs(name));
+  }
+  if (line.Given("--memory")) {
+    if (memory == "host") {
+      o->memory = MemoryKind::kHost;
+    } else if (memory == "device" || memory.rfind("device:", 0) == 0) {
+      o->memory = MemoryKind::kDevice;
+      if (memory.size() > 6 && !absl::SimpleAtoi(memory.substr(7), &o->device)) {
+        return Usage("--memory device:N needs a device index");
       }
-    } else if (flag == "--connect") {
-      if (!take() || value.empty()) return Usage("--connect needs a token");
-      o->token = value;
-    } else if (flag == "--metrics-file") {
-      if (!take() || value.empty()) return Usage("--metrics-file needs a file");
-      o->metrics_file = value;
-    } else if (flag == "--token-file") {
-      if (!take() || value.empty()) return Usage("--token-file needs a file");
-      o->token_file = value;
-    } else if (flag == "--plugin") {
-      if (!take() || value.empty()) return Usage("--plugin needs a name or path");
-      o->transport.plugin = value;
-    } else if (flag == "--plugin-path") {
-      if (!take()) return Usage("--plugin-path needs folders");
-      for (absl::string_view dir : absl::StrSplit(value, ':', absl::SkipEmpty())) {
-        o->transport.search_path.emplace_back(dir);
-      }
-    } else if (flag == "--config") {
-      if (!take() || value.find('=') == std::string::npos) return Usage("--config needs KEY=VALUE");
-      o->transport.config[value.substr(0, value.find('='))] = value.substr(value.find('=') + 1);
-    } else if (flag == "--size") {
-      if (!take() || !ParseSize(value, &o->size)) {
-        return Usage("--size needs a size such as 8, 4KiB or 64MiB (at most 1 TiB)");
-      }
-    } else if (flag == "--op") {
-      if (!take() || (value != "read" && value != "write")) return Usage("--op is read or write");
-      o->write = value == "write";
-    } else if (flag == "--batch") {
-      if (!take() || !absl::SimpleAtoi(value, &o->batch) || o->batch < 1 || o->batch > 1000000) {
-        return Usage("--batch needs a count from 1 to 1000000");
-      }
-    } else if (flag == "--iters" || flag == "--warmup") {
-      int n = 0;
-      if (!take() || !absl::SimpleAtoi(value, &n) || n < (flag == "--iters" ? 1 : 0)) {
-        return Usage(flag + " needs a whole number");
-      }
-      (flag == "--iters" ? o->iters : o->warmup) = n;
-    } else if (flag == "--key-file") {
-      if (!take() || value.empty()) return Usage("--key-file needs a file");
-      o->transport.key_file = value;
-    } else if (flag == "--peer-timeout-ms") {
-      int ms = 0;
-      if (!take() || !absl::SimpleAtoi(value, &ms) || ms <= 0) {
-        return Usage("--peer-timeout-ms needs a positive whole number");
-      }
-      o->transport.peer_timeout = absl::Milliseconds(ms);
     } else {
-      return Usage("unknown argument " + std::string(argv[i]));
+      return Usage(line.Needs("--memory"));
     }
+  }
+  for (const std::string& v : plugin_paths) {
+    for (absl::string_view dir : absl::StrSplit(v, ':', absl::SkipEmpty())) {
+      o->transport.search_path.emplace_back(dir);
+    }
+  }
+  for (const std::string& v : configs) {
+    if (v.find('=') == std::string::npos) return Usage(line.Needs("--config"));
+    o->transport.config[v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
+  }
+  if (line.Given("--size") && !ParseSize(size, &o->size)) return Usage(line.Needs("--size"));
+  if (line.Given("--op")) {
+    if (op != "read" && op != "write") return Usage(line.Needs("--op"));
+    o->write = op == "write";
+  }
+  if (line.Given("--batch") &&
+      (!absl::SimpleAtoi(batch, &o->batch) || o->batch < 1 || o->batch > 1000000)) {
+    return Usage(line.Needs("--batch"));
+  }
+  if (line.Given("--iters") && (!absl::SimpleAtoi(iters, &o->iters) || o->iters < 1)) {
+    return Usage(line.Needs("--iters"));
+  }
+  if (line.Given("--warmup") && (!absl::SimpleAtoi(warmup, &o->warmup) || o->warmup < 0)) {
+    return Usage(line.Needs("--warmup"));
+  }
+  if (line.Given("--peer-timeout-ms")) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(peer_timeout, &ms) || ms <= 0) {
+      return Usage(line.Needs("--peer-timeout-ms"));
+    }
+    o->transport.peer_timeout = absl::Milliseconds(ms);
   }
   if (o->serve && !o->token.empty()) return Usage("--serve and --connect exclude each other");
   if (o->own_memory && o->memory == MemoryKind::kDevice) {

@@ -313,6 +313,60 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_NE(help.out.find("ray-start-args"), std::string::npos);
 }
 
+// Each usage error names the option and what its value must be, whichever way the value is
+// given (`--flag value`, `--flag=value`, missing, empty).
+TEST(Cli, UsageErrorsNameTheOption) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"discover", "--bogus"}, "rayaccel: unknown option --bogus\n"},
+      {{"discover", "extra"}, "rayaccel: unexpected argument extra\n"},
+      {{"allocate", "--size"}, "rayaccel: --size needs a whole number\n"},
+      {{"allocate", "--size=x"}, "rayaccel: --size needs a whole number\n"},
+      {{"allocate", "--size", "-3"}, "rayaccel: --size needs a whole number\n"},
+      {{"allocate", "--size=", "--json"}, "rayaccel: --size needs a whole number\n"},
+      {{"discover", "--plugin="}, "rayaccel: --plugin needs a name or path\n"},
+      {{"serve", "--socket-mode", "0644x"}, "rayaccel: --socket-mode needs an octal mode"},
+      {{"serve", "--listen="}, "rayaccel: --listen needs an address\n"},
+      {{"allocate", "--size", "1", "--available-positions", "1,x"},
+       "rayaccel: --available-positions: \"x\" is not a position\n"},
+      {{"discover", "--isolation", "thread"}, "rayaccel: --isolation is process or none\n"},
+      {{"discover", "--log-level=loud"}, "rayaccel: unknown log level \"loud\"\n"},
+      {{"discover", "--require", "GPU"}, "rayaccel: --require needs RESOURCE=N"},
+      {{"diff", "a.json", "b.json", "c.json"}, "rayaccel: unexpected argument c.json\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    CommandResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind(message, 0), 0u) << ::testing::PrintToString(args) << "\n" << r.err;
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> transfer = {
+      {{"transfer", "--serve", "--size"}, "--size needs a size such as 8, 4KiB or 64MiB"},
+      {{"transfer", "--serve", "--size=2TiB"}, "--size needs a size such as 8, 4KiB or 64MiB"},
+      {{"transfer", "--serve", "--op", "copy"}, "--op is read or write\n"},
+      {{"transfer", "--serve", "--iters=0"}, "--iters needs a whole number\n"},
+      {{"transfer", "--serve", "--memory", "disk"}, "--memory is host or device[:N]\n"},
+      {{"transfer", "--serve", "--config", "noequals"}, "--config needs KEY=VALUE\n"},
+      {{"transfer", "--connect="}, "--connect needs a token\n"},
+      {{"transfer", "--serve", "--bogus"}, "unknown option --bogus\n"},
+      {{"transfer", "--serve", "stray"}, "unexpected argument stray\n"},
+      {{"transfer"}, "give --serve, or --connect TOKEN"},
+  };
+  for (const auto& [args, message] : transfer) {
+    CommandResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("rayaccel transfer: " + message, 0), 0u)
+        << ::testing::PrintToString(args) << "\n"
+        << r.err;
+  }
+  // --help wins wherever it is, whatever else is wrong.
+  CommandResult help = Cli({"allocate", "--size", "--help", "--bogus"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_EQ(help.out.rfind("usage: rayaccel <command> [options]", 0), 0u) << help.out;
+  CommandResult transfer_help = Cli({"transfer", "--size", "-h"});
+  EXPECT_EQ(transfer_help.exit_code, 0) << transfer_help.err;
+  EXPECT_EQ(transfer_help.out.rfind("usage: rayaccel transfer --serve", 0), 0u)
+      << transfer_help.out;
+}
+
 // --log-format json: every stderr line is one JSON object, even when the message carries
 // quotes, control characters and bytes that are not UTF-8 (here, in a plugin path).
 TEST(Cli, JsonLogLinesParseWhateverTheMessage) {
