@@ -29,11 +29,11 @@
 #include "absl/strings/strip.h"
 #include "cli/capture_anonymize.h"
 #include "cli/capture_bundle.h"
-#include "cli/command_line.h"
 #include "cli/log_format.h"
 #include "cli/ray_start_env.h"
 #include "cli/transfer_command.h"
 #include "present/render.h"
+#include "util/command_line.h"
 #include "util/log.h"
 #if RAYACCEL_CLI_RPC
 #include "cli/agent_client.h"

@@ -18,9 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "cli/command_line.h"
 #include "rayaccel/transport.h"
 #include "transport/transport_metrics.h"
+#include "util/command_line.h"
 
 namespace rayaccel::cli {
 namespace {

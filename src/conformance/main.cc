@@ -40,6 +40,7 @@
 #include "conformance/suite.h"
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
+#include "util/command_line.h"
 #include "util/json.h"
 #include "util/log.h"
 
@@ -154,63 +155,56 @@ int Run(int argc, char** argv) {
   std::string junit;
   std::string baseline;
   std::vector<std::string> only;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](std::string* out) {
-      size_t eq = arg.find('=');
-      if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-        *out = arg.substr(eq + 1);
-        return true;
-      }
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string flag = arg.substr(0, arg.find('='));
-    std::string v;
-    if (flag == "--json") {
-      json = true;
-    } else if (flag == "--expect-no-devices") {
-      options.expect_no_devices = true;
-    } else if (flag == "--config") {
-      if (!value(&v) || v.find('=') == std::string::npos) return Usage("--config needs KEY=VALUE");
-      std::string key = v.substr(0, v.find('='));
-      // Accept "plugin.key=value" too, as the rayaccel command takes it.
-      if (key.find('.') != std::string::npos) key = key.substr(key.find('.') + 1);
-      options.config[key] = v.substr(v.find('=') + 1);
-    } else if (flag == "--tier") {
-      if (!value(&v) || v.size() != 1 || v[0] < '1' || v[0] > '4')
-        return Usage("--tier is 1, 2, 3 or 4 (4 needs --perf)");
-      want_tier = v[0] - '0';
-    } else if (flag == "--only") {
-      if (!value(&v) || v.empty()) return Usage("--only needs check name prefixes");
-      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) only.emplace_back(p);
-    } else if (flag == "--perf") {
-      options.perf = true;
-    } else if (flag == "--baseline") {
-      if (!value(&baseline)) return Usage("--baseline needs a report");
-    } else if (flag == "--tolerance") {
-      if (!value(&v) || !absl::SimpleAtod(v, &g_tolerance) || !(g_tolerance >= 1)) {
-        return Usage("--tolerance is a factor of at least 1 (3: a figure may be 3x worse)");
-      }
-    } else if (flag == "--replay") {
-      if (!value(&replay) || replay.empty()) return Usage("--replay needs a capture bundle");
-    } else if (flag == "--junit") {
-      if (!value(&junit)) return Usage("--junit needs a file");
-    } else if (flag == "--timeout") {
-      if (!value(&v) || std::atoi(v.c_str()) <= 0) return Usage("--timeout needs seconds");
-      options.timeout_seconds = std::atoi(v.c_str());
-    } else if (flag == "-h" || flag == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (!arg.empty() && arg[0] == '-') {
-      return Usage("unknown option " + arg);
-    } else if (options.plugin_path.empty()) {
-      options.plugin_path = arg;
-    } else {
-      return Usage("one plugin at a time");
+  if (CommandLine::AsksForHelp(argc, argv, 1)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  CommandLine line;
+  std::string wanted, tolerance, timeout;
+  std::vector<std::string> configs, only_lists, positionals;
+  line.Flag("--json", &json);
+  line.Flag("--expect-no-devices", &options.expect_no_devices);
+  line.Flag("--perf", &options.perf);
+  line.Values("--config", &configs, "--config needs KEY=VALUE");
+  line.Value("--tier", &wanted, "--tier is 1, 2, 3 or 4 (4 needs --perf)");
+  line.Values("--only", &only_lists, "--only needs check name prefixes");
+  line.Value("--baseline", &baseline, "--baseline needs a report");
+  line.Value("--tolerance", &tolerance,
+             "--tolerance is a factor of at least 1 (3: a figure may be 3x worse)");
+  line.Value("--replay", &replay, "--replay needs a capture bundle");
+  line.Value("--junit", &junit, "--junit needs a file");
+  line.Value("--timeout", &timeout, "--timeout needs seconds");
+  line.Positionals(&positionals);
+  if (std::optional<std::string> problem = line.Parse(argc, argv, 1)) return Usage(*problem);
+  for (const std::string& v : configs) {
+    if (v.find('=') == std::string::npos) return Usage(line.Needs("--config"));
+    std::string key = v.substr(0, v.find('='));
+    // Accept "plugin.key=value" too, as the rayaccel command takes it.
+    if (key.find('.') != std::string::npos) key = key.substr(key.find('.') + 1);
+    options.config[key] = v.substr(v.find('=') + 1);
+  }
+  if (line.Given("--tier")) {
+    if (wanted.size() != 1 || wanted[0] < '1' || wanted[0] > '4') {
+      return Usage(line.Needs("--tier"));
+    }
+    want_tier = wanted[0] - '0';
+  }
+  for (const std::string& v : only_lists) {
+    if (v.empty()) return Usage(line.Needs("--only"));
+    for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) only.emplace_back(p);
+  }
+  if (line.Given("--tolerance") &&
+      (!absl::SimpleAtod(tolerance, &g_tolerance) || !(g_tolerance >= 1))) {
+    return Usage(line.Needs("--tolerance"));
+  }
+  if (line.Given("--replay") && replay.empty()) return Usage(line.Needs("--replay"));
+  if (line.Given("--timeout")) {
+    if (!absl::SimpleAtoi(timeout, &options.timeout_seconds) || options.timeout_seconds <= 0) {
+      return Usage(line.Needs("--timeout"));
     }
   }
+  if (positionals.size() > 1) return Usage("one plugin at a time");
+  if (!positionals.empty()) options.plugin_path = positionals[0];
   if (!replay.empty()) {
     if (!options.plugin_path.empty()) return Usage("--replay and a plugin file: give one");
     if (access(replay.c_str(), R_OK) != 0) return Usage(replay + ": " + std::strerror(errno));

@@ -519,6 +519,25 @@ TEST(Conformance, UsageErrors) {
   EXPECT_EQ(r.exit_code, 2);  // a missing file is the caller's mistake, not the plugin's
   EXPECT_NE(r.err.find("/no/such/plugin.so: No such file or directory"), std::string::npos)
       << r.err;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"x.so", "--tier=7"}, "--tier is 1, 2, 3 or 4"},
+      {{"x.so", "--tier"}, "--tier is 1, 2, 3 or 4"},
+      {{"x.so", "--timeout", "soon"}, "--timeout needs seconds"},
+      {{"x.so", "--config", "noequals"}, "--config needs KEY=VALUE"},
+      {{"x.so", "--only="}, "--only needs check name prefixes"},
+      {{"x.so", "--bogus"}, "unknown option --bogus"},
+      {{"x.so", "y.so"}, "one plugin at a time"},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args = {RAYACCEL_CONFORMANCE};
+    args.insert(args.end(), extra.begin(), extra.end());
+    testing::CommandResult bad = testing::Run(args);
+    EXPECT_EQ(bad.exit_code, 2) << ::testing::PrintToString(extra);
+    EXPECT_EQ(bad.err.rfind("rayaccel-conformance: " + message, 0), 0u) << bad.err;
+  }
+  testing::CommandResult help = testing::Run({RAYACCEL_CONFORMANCE, "--tier", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.rfind("usage: rayaccel-conformance", 0), 0u) << help.out;
 }
 
 // A plugin that does not load is reported once, with its reason, and nothing else runs.

@@ -2,8 +2,8 @@
 // `--flag value` or `--flag=value`, the last of a repeated one winning unless it is a list.
 // Each option that takes a value carries its usage message ("--size needs a whole number"),
 // said when the value is missing and by the command when the value does not mean anything.
-#ifndef RAYACCEL_CLI_COMMAND_LINE_H_
-#define RAYACCEL_CLI_COMMAND_LINE_H_
+#ifndef RAYACCEL_UTIL_COMMAND_LINE_H_
+#define RAYACCEL_UTIL_COMMAND_LINE_H_
 
 #include <map>
 #include <optional>
@@ -12,7 +12,7 @@
 
 #include "CLI/CLI.hpp"
 
-namespace rayaccel::cli {
+namespace rayaccel {
 
 class CommandLine {
  public:
@@ -42,6 +42,6 @@ class CommandLine {
   std::map<std::string, std::string> needs_;
 };
 
-}  // namespace rayaccel::cli
+}  // namespace rayaccel
 
-#endif  // RAYACCEL_CLI_COMMAND_LINE_H_
+#endif  // RAYACCEL_UTIL_COMMAND_LINE_H_

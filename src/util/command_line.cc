@@ -1,9 +1,9 @@
-#include "cli/command_line.h"
+#include "util/command_line.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace rayaccel::cli {
+namespace rayaccel {
 
 CommandLine::CommandLine() {
   app_.set_help_flag();  // each command prints its own usage text, the one its docs show
@@ -57,4 +57,4 @@ bool CommandLine::AsksForHelp(int argc, char** argv, int first) {
   return false;
 }
 
-}  // namespace rayaccel::cli
+}  // namespace rayaccel
