@@ -1,0 +1,227 @@
+// The Intel GPU plugin: Data Center GPU Max, Flex and Arc GPUs from the i915 and xe drivers'
+// sysfs, given to Ray as Ray's own IntelGPUAcceleratorManager gives them (docs/intel_gpu.md):
+// resource `GPU`, one per Level Zero root device, which under the default flat hierarchy is a
+// tile (a Max 1550 is two), numbered in Level Zero's order (discrete first, by PCI bus id);
+// type "Intel-GPU-" and the last two words of the device's name; ONEAPI_DEVICE_SELECTOR as
+// "level_zero:" and the comma-separated numbers. Then what Ray's manager does not know: PCI bus
+// ids and NUMA nodes, each tile's card, and the tiles of a card as a domain. Needs no Level Zero
+// runtime. Config keys:
+//   sysfs_root  where sysfs starts (default /sys)
+//   hierarchy   FLAT (a device per tile) or COMPOSITE (a device per card); default
+//               ZE_FLAT_DEVICE_HIERARCHY's value, else FLAT, as Level Zero decides
+//   integrated  count the processor's integrated graphics too (default false)
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/plugin_util.h"
+#include "intel_gpu/intel_gpu_host.h"
+
+namespace rayaccel::intel_gpu {
+
+// One Level Zero root device: a tile of a card (flat hierarchy) or a whole card.
+struct RootDevice {
+  uint32_t index = 0;
+  const Card* card = nullptr;
+  uint32_t tile = 0;   // the tile, in the flat hierarchy
+  bool whole = false;  // the card with all its tiles (composite hierarchy)
+};
+
+}  // namespace rayaccel::intel_gpu
+
+struct rayaccel_plugin_instance {
+  const rayaccel_host_api* host = nullptr;
+  std::string sysfs_root;
+  bool flat = true;
+  bool integrated = false;
+  std::mutex mu;  // guards the scan and the devices
+  rayaccel::intel_gpu::CardScan scan;
+  std::vector<rayaccel::intel_gpu::RootDevice> devices;
+};
+
+namespace rayaccel::intel_gpu {
+namespace {
+
+using plugin::Str;
+
+constexpr char kVersion[] = "1.0.0";
+// What Ray's manager writes before the numbers (ONEAPI_DEVICE_BACKEND_TYPE + ":").
+constexpr char kSelectorPrefix[] = "level_zero:";
+
+rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    auto self = std::make_unique<rayaccel_plugin_instance>();
+    self->host = args->host;
+    self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
+    const char* env = std::getenv("ZE_FLAT_DEVICE_HIERARCHY");
+    const std::string hierarchy = plugin::ConfigValue(args, "hierarchy", env ? env : "FLAT");
+    // COMBINED exposes tiles as root devices as FLAT does; COMPOSITE exposes cards.
+    if (hierarchy != "FLAT" && hierarchy != "COMPOSITE" && hierarchy != "COMBINED") {
+      return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                          "hierarchy \"" + hierarchy + "\" is not FLAT, COMPOSITE or COMBINED");
+    }
+    self->flat = hierarchy != "COMPOSITE";
+    std::optional<bool> integrated = plugin::ConfigBool(args, "integrated", false);
+    if (!integrated) {
+      return plugin::Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                          "integrated must be true or false");
+    }
+    self->integrated = *integrated;
+    args->instance = self.release();
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error*/) {
+  delete self;
+  return RAYACCEL_STATUS_OK;
+}
+
+rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugin_properties* props,
+                              rayaccel_error* /*error*/) {
+  plugin::SetProperties(props, "intel", "GPU", "ONEAPI_DEVICE_SELECTOR", kVersion);
+  return RAYACCEL_STATUS_OK;
+}
+
+std::vector<RootDevice> RootDevices(const CardScan& scan, bool flat) {
+  std::vector<RootDevice> out;
+  for (const Card& c : scan.cards) {
+    const uint32_t n = flat ? c.tiles : 1;
+    for (uint32_t t = 0; t < n; ++t) {
+      RootDevice d;
+      d.index = static_cast<uint32_t>(out.size());
+      d.card = &c;
+      d.tile = t;
+      d.whole = !flat;
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                         rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    self->devices.clear();
+    self->scan = FindCards(self->sysfs_root, self->integrated);
+    self->devices = RootDevices(self->scan, self->flat);
+    for (const std::string& p : self->scan.problems) {
+      plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
+    }
+    if (self->devices.empty()) {
+      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + self->scan.why_none);
+      return RAYACCEL_STATUS_OK;
+    }
+    for (const RootDevice& d : self->devices) {
+      const Card& c = *d.card;
+      const bool split = !d.whole && c.tiles > 1;
+      // Stable across restarts: the PCI bus id, and the tile when the card has several.
+      const std::string id =
+          "intel-" + c.pci.bus_id + (split ? "-t" + std::to_string(d.tile) : std::string());
+      const std::string name = c.model != nullptr ? c.model->name : "Intel GPU";
+      const std::string type = c.model != nullptr ? RayType(c.model->name) : "";
+      uint64_t memory = c.model != nullptr ? c.model->tile_memory : 0;
+      if (d.whole) memory *= c.tiles;
+      rayaccel_device_info info{};
+      info.struct_size = sizeof(info);
+      info.index = d.index;
+      info.id = Str(id);
+      info.name = Str(name);
+      info.accelerator_type = Str(type);
+      info.architecture = Str(c.model != nullptr ? c.model->family : "");
+      info.memory_bytes = memory;
+      info.pci_bus_id = Str(c.pci.bus_id);
+      info.pci_vendor_id = c.pci.vendor;
+      info.pci_device_id = c.pci.device;
+      info.numa_node = c.pci.numa_node;
+      info.health = RAYACCEL_HEALTH_HEALTHY;
+      rayaccel_status rc = sink->add_device(sink->host_context, &info);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+      if (rc != RAYACCEL_STATUS_OK) continue;
+      plugin::AddAttribute(sink, d.index, "card", static_cast<int64_t>(c.card));
+      if (d.whole) {
+        plugin::AddAttribute(sink, d.index, "tiles", static_cast<int64_t>(c.tiles));
+      } else {
+        plugin::AddAttribute(sink, d.index, "tile", static_cast<int64_t>(d.tile));
+      }
+      plugin::AddAttribute(sink, d.index, "driver", c.driver);  // "" is left out
+      if (c.integrated)
+        plugin::AddAttribute(sink, d.index, "integrated", 1, RAYACCEL_ATTRIBUTE_BOOL);
+    }
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+// The tiles of one card share its package (weight 1): each card with several is a domain of
+// them. Between cards the host's PCIe topology says the rest; Xe Link wiring is not in sysfs.
+rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                            rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    std::vector<uint32_t> tiles;
+    for (size_t i = 0; i < self->devices.size(); ++i) {
+      const RootDevice& d = self->devices[i];
+      tiles.push_back(d.index);
+      const bool last = i + 1 == self->devices.size() || self->devices[i + 1].card != d.card;
+      if (!last) continue;
+      for (size_t a = 0; a < tiles.size(); ++a) {
+        for (size_t b = a + 1; b < tiles.size(); ++b) {
+          plugin::AddLink(sink, tiles[a], tiles[b], RAYACCEL_LINK_OTHER, "on-package", 1);
+        }
+      }
+      if (tiles.size() > 1) plugin::AddDomain(sink, "intel-gpu-card", d.card->pci.bus_id, tiles);
+      tiles.clear();
+    }
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+// Ray's format: "level_zero:" and the device numbers, comma-separated, in the order given.
+rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
+                                  rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    std::string list;
+    for (size_t i = 0; i < args->device_count; ++i) {
+      const uint32_t index = args->device_indices[i];
+      if (index >= self->devices.size()) {
+        return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no device " + std::to_string(index));
+      }
+      if (!list.empty()) list += ',';
+      list += std::to_string(index);
+    }
+    return plugin::SetEnv(args->sink, "ONEAPI_DEVICE_SELECTOR", kSelectorPrefix + list);
+  });
+}
+
+constexpr rayaccel_plugin_api kApi = {
+    sizeof(rayaccel_plugin_api),
+    RAYACCEL_ABI_VERSION_MAJOR,
+    RAYACCEL_ABI_VERSION_MINOR,
+    {"intel_gpu", 9},
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    &Initialize,
+    &Shutdown,
+    &GetProperties,
+    &Discover,
+    /*get_labels=*/nullptr,  // Ray's manager sets none
+    &GetTopology,
+    /*get_health=*/nullptr,  // healthy while the driver lists it
+    /*wait_health_events=*/nullptr,
+    // Ray accepts any quantity of GPU, fractions too.
+    /*validate_quantity=*/nullptr,
+    &PrepareAllocation,
+    /*transport=*/nullptr,
+};
+
+}  // namespace
+}  // namespace rayaccel::intel_gpu
+
+extern "C" RAYACCEL_PLUGIN_EXPORT rayaccel_status
+rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) {
+  return rayaccel::plugin::Negotiate(negotiation, &rayaccel::intel_gpu::kApi, error);
+}
