@@ -1209,7 +1209,16 @@ Outcome EnvNamesTheSet(const Options& o) {
       if (!var.empty() && !found && set.size() == schedulable.size()) continue;
       if (!var.empty() && !found) return Outcome::Fail("prepare_allocation did not set " + var);
       if (var.empty()) continue;
-      std::vector<std::string> named = absl::StrSplit(value, ',', absl::SkipEmpty());
+      // oneAPI's selector names its backend before the devices ("level_zero:0,1"); an id
+      // holds no such lower-case word and colon at its start.
+      absl::string_view list = value;
+      if (size_t colon = list.find(':');
+          colon != absl::string_view::npos && colon > 0 &&
+          std::all_of(list.begin(), list.begin() + colon,
+                      [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; })) {
+        list.remove_prefix(colon + 1);
+      }
+      std::vector<std::string> named = absl::StrSplit(list, ',', absl::SkipEmpty());
       std::set<std::string> want_index, want_id;
       for (const Device* dev : set) {
         want_index.insert(std::to_string(dev->index));
