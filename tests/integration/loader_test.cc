@@ -376,17 +376,18 @@ TEST(Loader, SearchPathFindsEveryPluginOnce) {
   std::shared_ptr<const NodeSnapshot> snap = Load({}, options);
   // Every in-tree plugin but the simulator, in name order, once: simulated devices only when
   // asked for.
-  ASSERT_EQ(snap->plugins.size(), 6u);
+  ASSERT_EQ(snap->plugins.size(), 7u);
   EXPECT_EQ(snap->plugins[0].name, "ascend");
   EXPECT_EQ(snap->plugins[1].name, "cuda");
   EXPECT_EQ(snap->plugins[2].name, "gaudi");
-  EXPECT_EQ(snap->plugins[3].name, "neuron");
-  EXPECT_EQ(snap->plugins[4].name, "rocm");
-  EXPECT_EQ(snap->plugins[5].name, "tpu");
+  EXPECT_EQ(snap->plugins[3].name, "intel_gpu");
+  EXPECT_EQ(snap->plugins[4].name, "neuron");
+  EXPECT_EQ(snap->plugins[5].name, "rocm");
+  EXPECT_EQ(snap->plugins[6].name, "tpu");
   options.config["sim"]["spec"] = testing::Example("dgx-h100.json");  // asked for: there
   snap = Load({}, options);
-  ASSERT_EQ(snap->plugins.size(), 7u);
-  EXPECT_EQ(snap->plugins[5].name, "sim");
+  ASSERT_EQ(snap->plugins.size(), 8u);
+  EXPECT_EQ(snap->plugins[6].name, "sim");
 }
 
 }  // namespace
