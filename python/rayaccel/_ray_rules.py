@@ -93,7 +93,30 @@ FAMILIES: Dict[Tuple[str, str], Family] = {
         _family("NeuronAcceleratorManager", "NEURON_RT_VISIBLE_CORES", env_bool, False),
     ("NPU", "ASCEND_RT_VISIBLE_DEVICES"):
         _family("NPUAcceleratorManager", "ASCEND_RT_VISIBLE_DEVICES", present, True),
+    ("GPU", "ONEAPI_DEVICE_SELECTOR"):
+        _family("IntelGPUAcceleratorManager", "ONEAPI_DEVICE_SELECTOR", env_bool, True),
 }
+
+# intel_gpu.py's ONEAPI_DEVICE_BACKEND_TYPE + ":": what its selector holds before the ids.
+ONEAPI_PREFIX = "level_zero:"
+
+
+def visible_ids(family: "Family", value: str) -> List[str]:
+    """The ids a set variable names (not "" or NoDevFiles, which the caller reads as none):
+    intel_gpu.py takes what follows "level_zero:" (value.split(prefix)[1], so a selector
+    without it raises IndexError as Ray's does); the others split the value on commas."""
+    if family is not None and family.manager == "IntelGPUAcceleratorManager":
+        return value.split(ONEAPI_PREFIX)[1].split(",")
+    return value.split(",")
+
+
+def visible_value(family: "Family", ids: List[str]) -> str:
+    """The value Ray's manager writes for `ids`: "level_zero:" and the ids for intel_gpu.py,
+    the ids alone for the others."""
+    joined = ",".join(ids)
+    if family is not None and family.manager == "IntelGPUAcceleratorManager":
+        return ONEAPI_PREFIX + joined
+    return joined
 
 # The variable Ray's manager of a resource names when no plugin of this node says (GPU: the
 # NVIDIA manager, Ray's choice on a node without AMD or Intel GPUs).

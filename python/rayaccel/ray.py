@@ -164,7 +164,7 @@ def accelerator_manager(resource: str, source=None) -> type:
                 return []
             if family.manager == "TPUAcceleratorManager":
                 return rules.tpu_visible_ids(value)
-            return value.split(",")
+            return rules.visible_ids(family, value)
 
         @staticmethod
         def set_current_process_visible_accelerator_ids(ids: List[str]) -> None:
@@ -175,7 +175,9 @@ def accelerator_manager(resource: str, source=None) -> type:
             if family.manager == "TPUAcceleratorManager":
                 env, remove = rules.tpu_environment(ids, _chips(snapshot(), resource))
             else:
-                env, remove = _environment_for(snapshot, resource, var, ids, source), []
+                env = _environment_for(snapshot, resource, var, ids, source,
+                                       rules.visible_value(family, ids))
+                remove = []
             for name in remove:
                 os.environ.pop(name, None)
             os.environ.update(env)
@@ -287,12 +289,12 @@ def _registry_for_validation():
 
 
 def _environment_for(snapshot: SnapshotSource, resource: str, var: str, ids: List[str],
-                     source) -> Dict[str, str]:
+                     source, value: str) -> Dict[str, str]:
     """What a worker given `ids` (values of the visible-devices variable, as Ray holds them)
     needs: the plugin's own answer (prepare_allocation: MIG names instances) when each id is
-    one of the family's devices and the plugin sets `var`, else Ray's plain join ("" for no
-    ids: the worker sees no device)."""
-    plain = {var: ",".join(ids)}
+    one of the family's devices and the plugin sets `var`, else `value`, what Ray's manager
+    writes (its plain join, "" for no ids: the worker sees no device)."""
+    plain = {var: value}
     if not ids:
         return plain
     snap = snapshot()

@@ -4,7 +4,8 @@ Ray cannot be installed here and its files are not shipped, so Ray's answers are
 from its source, one table per family: (method, input, environment, Ray's answer), each row
 naming the file of Ray's python/ray/_private/accelerators/ (newest Ray) it comes from. Each
 table runs against a real plugin on the project's fixtures (CUDA on the fake NVML, ROCm on a
-KFD capture, TPU host trees, Gaudi, Neuron and Ascend trees) and on a node without the family.
+KFD capture, TPU host trees, Gaudi, Neuron, Ascend and Intel GPU trees) and on a node without
+the family.
 """
 
 import os
@@ -26,7 +27,8 @@ VARIABLES = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICE
              "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
              "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES", "NEURON_RT_VISIBLE_CORES",
              "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "ASCEND_RT_VISIBLE_DEVICES",
-             "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
+             "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR",
+             "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR"]
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +67,14 @@ def atlas800():
 
 
 @pytest.fixture
+def max1550():
+    sys_root = source("tests", "fixtures", "intel_gpu", "max1550-x4-i915", "sys")
+    with registry("intel_gpu", {"intel_gpu.sysfs_root": sys_root,
+                                "intel_gpu.hierarchy": "FLAT"}) as r:
+        yield r
+
+
+@pytest.fixture
 def tpu_v4(monkeypatch):
     host = source("tests", "fixtures", "tpu", "v4-host")
     with registry("tpu", {"tpu.dev_root": os.path.join(host, "dev"),
@@ -95,7 +105,7 @@ def run(manager, method, argument, env, monkeypatch):
     try:
         fn = getattr(manager, method)
         result = fn() if argument is UNSET else fn(argument)
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError, IndexError) as e:
         result = type(e)
     return result, {v: os.environ.get(v, UNSET) for v in VARIABLES}
 
@@ -316,6 +326,35 @@ NPU = [
 def test_ascend_as_npu_py(atlas800, monkeypatch):
     assert atlas800.snapshot().resources["NPU"] == 8
     check(rayaccel.ray.accelerator_manager("NPU", atlas800), NPU, monkeypatch)
+
+
+# intel_gpu.py: the count is dpctl's level_zero:gpu devices (each tile of a Max 1550 under the
+# default flat hierarchy); the type "Intel-GPU-" and the name's last two words; any quantity;
+# "" and "NoDevFiles" are no device; a set selector is read after "level_zero:" (without it,
+# split(prefix)[1] raises IndexError) and written as "level_zero:" + ",".join(ids); NOSET read
+# with env_bool, so "0" does not keep the variable.
+INTEL = [
+    ("get_current_node_num_accelerators", UNSET, {}, 8),
+    ("get_current_node_accelerator_type", UNSET, {}, "Intel-GPU-Max-1550"),
+    (VALIDATE, 0.5, {}, True), (VALIDATE, 3, {}, True), (VALIDATE, 0, {}, True),
+    (VAR, UNSET, {}, "ONEAPI_DEVICE_SELECTOR"),
+    (GET, UNSET, {}, None), (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": ""}, []),
+    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "NoDevFiles"}, []),
+    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,2"}, ["0", "2"]),
+    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "0,2"}, IndexError),
+    (SET, ["0", "1"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
+    (SET, ["5", "2"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:5,2"}),
+    (SET, [], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:"}),
+    (SET, ["9"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:9"}),  # no such device: Ray's join
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "1"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "0"},
+     {"ONEAPI_DEVICE_SELECTOR": "level_zero:1"}),
+]
+
+
+def test_intel_gpu_as_intel_gpu_py(max1550, monkeypatch):
+    assert max1550.snapshot().resources["GPU"] == 8
+    check(rayaccel.ray.accelerator_manager("GPU", max1550), INTEL, monkeypatch)
 
 
 def test_families_the_node_lacks_as_rays_managers(sim_h100, monkeypatch):
