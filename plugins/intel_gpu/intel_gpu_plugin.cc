@@ -2,8 +2,9 @@
 // sysfs, given to Ray as Ray's own IntelGPUAcceleratorManager gives them (docs/intel_gpu.md):
 // resource `GPU`, one per Level Zero root device, which under the default flat hierarchy is a
 // tile (a Max 1550 is two), numbered in Level Zero's order (discrete first, by PCI bus id);
-// type "Intel-GPU-" and the last two words of the device's name; ONEAPI_DEVICE_SELECTOR as
-// "level_zero:" and the comma-separated numbers. Then what Ray's manager does not know: PCI bus
+// type "Intel-GPU-" and the last two words of the device's name; ZE_AFFINITY_MASK with the
+// device numbers, and ONEAPI_DEVICE_SELECTOR as "level_zero:" and the numbers the mask leaves
+// (0 to n-1). Then what Ray's manager does not know: PCI bus
 // ids and NUMA nodes, each tile's card, and the tiles of a card as a domain. Needs no Level Zero
 // runtime. Config keys:
 //   sysfs_root  where sysfs starts (default /sys)
@@ -48,7 +49,10 @@ namespace {
 using plugin::Str;
 
 constexpr char kVersion[] = "1.0.0";
-// What Ray's manager writes before the numbers (ONEAPI_DEVICE_BACKEND_TYPE + ":").
+// Ray's variable (its manager's get_visible_accelerator_ids_env_var), and the selector it writes
+// beside it, with its backend (ONEAPI_DEVICE_BACKEND_TYPE + ":") before the numbers.
+constexpr char kAffinityMask[] = "ZE_AFFINITY_MASK";
+constexpr char kSelector[] = "ONEAPI_DEVICE_SELECTOR";
 constexpr char kSelectorPrefix[] = "level_zero:";
 
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
@@ -82,7 +86,7 @@ rayaccel_status Shutdown(rayaccel_plugin_instance* self, rayaccel_error* /*error
 
 rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugin_properties* props,
                               rayaccel_error* /*error*/) {
-  plugin::SetProperties(props, "intel", "GPU", "ONEAPI_DEVICE_SELECTOR", kVersion);
+  plugin::SetProperties(props, "intel", "GPU", kAffinityMask, kVersion);
   return RAYACCEL_STATUS_OK;
 }
 
@@ -180,21 +184,25 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
-// Ray's format: "level_zero:" and the device numbers, comma-separated, in the order given.
+// As Ray's manager: the device numbers in ZE_AFFINITY_MASK, in the order given; Level Zero
+// then shows the process only those, numbered from 0, so the selector names 0 to n-1.
 rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
                                   rayaccel_error* error) {
   return plugin::Guard(error, [&] {
     std::lock_guard<std::mutex> lock(self->mu);
-    std::string list;
+    std::string mask, selector = kSelectorPrefix;
     for (size_t i = 0; i < args->device_count; ++i) {
       const uint32_t index = args->device_indices[i];
       if (index >= self->devices.size()) {
         return plugin::Fail(error, RAYACCEL_STATUS_NOT_FOUND, "no device " + std::to_string(index));
       }
-      if (!list.empty()) list += ',';
-      list += std::to_string(index);
+      if (i > 0) mask += ',', selector += ',';
+      mask += std::to_string(index);
+      selector += std::to_string(i);
     }
-    return plugin::SetEnv(args->sink, "ONEAPI_DEVICE_SELECTOR", kSelectorPrefix + list);
+    rayaccel_status rc = plugin::SetEnv(args->sink, kAffinityMask, mask);
+    if (rc != RAYACCEL_STATUS_OK) return rc;
+    return plugin::SetEnv(args->sink, kSelector, selector);
   });
 }
 

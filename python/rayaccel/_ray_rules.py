@@ -93,30 +93,50 @@ FAMILIES: Dict[Tuple[str, str], Family] = {
         _family("NeuronAcceleratorManager", "NEURON_RT_VISIBLE_CORES", env_bool, False),
     ("NPU", "ASCEND_RT_VISIBLE_DEVICES"):
         _family("NPUAcceleratorManager", "ASCEND_RT_VISIBLE_DEVICES", present, True),
+    # intel_gpu.py names ZE_AFFINITY_MASK and writes ONEAPI_DEVICE_SELECTOR beside it (below);
+    # a plugin naming the selector, as older Ray did, stands in for the same manager.
+    ("GPU", "ZE_AFFINITY_MASK"):
+        _family("IntelGPUAcceleratorManager", "ZE_AFFINITY_MASK", env_bool, False),
     ("GPU", "ONEAPI_DEVICE_SELECTOR"):
-        _family("IntelGPUAcceleratorManager", "ONEAPI_DEVICE_SELECTOR", env_bool, True),
+        _family("IntelGPUAcceleratorManager", "ZE_AFFINITY_MASK", env_bool, False),
 }
 
-# intel_gpu.py's ONEAPI_DEVICE_BACKEND_TYPE + ":": what its selector holds before the ids.
+# intel_gpu.py's second variable, its NOSET, and the backend written before its ids.
+ONEAPI_SELECTOR = "ONEAPI_DEVICE_SELECTOR"
+NOSET_ONEAPI_SELECTOR = "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR"
 ONEAPI_PREFIX = "level_zero:"
 
 
-def visible_ids(family: "Family", value: str) -> List[str]:
-    """The ids a set variable names (not "" or NoDevFiles, which the caller reads as none):
-    intel_gpu.py takes what follows "level_zero:" (value.split(prefix)[1], so a selector
-    without it raises IndexError as Ray's does); the others split the value on commas."""
-    if family is not None and family.manager == "IntelGPUAcceleratorManager":
-        return value.split(ONEAPI_PREFIX)[1].split(",")
-    return value.split(",")
+def intel_visible_ids() -> Optional[List[str]]:
+    """intel_gpu.py's get_current_process_visible_accelerator_ids: ZE_AFFINITY_MASK when set
+    ("" is none); else ONEAPI_DEVICE_SELECTOR ("" and "NoDevFiles" are none), its ids after
+    "level_zero:" when that is in it, else the bare list; None when neither is set."""
+    mask = os.environ.get("ZE_AFFINITY_MASK")
+    if mask is not None:
+        return [] if mask == "" else mask.split(",")
+    selector = os.environ.get(ONEAPI_SELECTOR)
+    if selector is None:
+        return None
+    if selector in ("", "NoDevFiles"):
+        return []
+    if ONEAPI_PREFIX in selector:
+        return selector.split(ONEAPI_PREFIX)[1].split(",")
+    return selector.split(",")
 
 
-def visible_value(family: "Family", ids: List[str]) -> str:
-    """The value Ray's manager writes for `ids`: "level_zero:" and the ids for intel_gpu.py,
-    the ids alone for the others."""
-    joined = ",".join(ids)
-    if family is not None and family.manager == "IntelGPUAcceleratorManager":
-        return ONEAPI_PREFIX + joined
-    return joined
+def intel_environment(ids: List[str], env: Dict[str, str]) -> Dict[str, str]:
+    """intel_gpu.py's set_current_process_visible_accelerator_ids over `env` (the mask for
+    `ids`): ZE_AFFINITY_MASK unless RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK, and
+    ONEAPI_DEVICE_SELECTOR as "level_zero:" and 0 to n-1 (the mask has renumbered the devices)
+    unless its own NOSET, each by env_bool."""
+    out = dict(env)
+    out.setdefault(ONEAPI_SELECTOR, ONEAPI_PREFIX + ",".join(str(i) for i in range(len(ids))))
+    if env_bool("RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK"):
+        out.pop("ZE_AFFINITY_MASK", None)
+    if env_bool(NOSET_ONEAPI_SELECTOR):
+        out.pop(ONEAPI_SELECTOR, None)
+    return out
+
 
 # The variable Ray's manager of a resource names when no plugin of this node says (GPU: the
 # NVIDIA manager, Ray's choice on a node without AMD or Intel GPUs).

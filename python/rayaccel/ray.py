@@ -112,6 +112,8 @@ def accelerator_manager(resource: str, source=None) -> type:
         family = rules.family_of(resource, var) if var else None
         if family is not None and family.manager == "AMDGPUAcceleratorManager":
             return rules.amd_variable(), family
+        if family is not None and family.manager == "IntelGPUAcceleratorManager":
+            return family.variable, family
         return var, family
 
     class Manager(_Base):
@@ -157,6 +159,8 @@ def accelerator_manager(resource: str, source=None) -> type:
         @staticmethod
         def get_current_process_visible_accelerator_ids() -> Optional[List[str]]:
             var, family = variable()
+            if family is not None and family.manager == "IntelGPUAcceleratorManager":
+                return rules.intel_visible_ids()
             value = os.environ.get(var) if var else None
             if value is None:
                 return None
@@ -164,19 +168,23 @@ def accelerator_manager(resource: str, source=None) -> type:
                 return []
             if family.manager == "TPUAcceleratorManager":
                 return rules.tpu_visible_ids(value)
-            return rules.visible_ids(family, value)
+            return value.split(",")
 
         @staticmethod
         def set_current_process_visible_accelerator_ids(ids: List[str]) -> None:
             var, family = variable()
+            ids = [str(i) for i in ids]
+            if family is not None and family.manager == "IntelGPUAcceleratorManager":
+                # Two variables, each with its own NOSET.
+                os.environ.update(rules.intel_environment(
+                    ids, _environment_for(snapshot, resource, var, ids, source, ",".join(ids))))
+                return
             if var is None or family.noset(family.noset_variable):
                 return
-            ids = [str(i) for i in ids]
             if family.manager == "TPUAcceleratorManager":
                 env, remove = rules.tpu_environment(ids, _chips(snapshot(), resource))
             else:
-                env = _environment_for(snapshot, resource, var, ids, source,
-                                       rules.visible_value(family, ids))
+                env = _environment_for(snapshot, resource, var, ids, source, ",".join(ids))
                 remove = []
             for name in remove:
                 os.environ.pop(name, None)

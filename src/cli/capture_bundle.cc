@@ -31,7 +31,7 @@ bool Allowed(std::string_view name) {
     if (name.find(secret) != std::string_view::npos) return false;
   }
   for (std::string_view prefix : {"RAY_OVERRIDE_", "RAYACCEL_", "TPU_", "CUDA_", "HIP_", "ROCR_",
-                                  "HABANA_", "NEURON_RT_", "ASCEND_RT_", "ONEAPI_DEVICE_"}) {
+                                  "HABANA_", "NEURON_RT_", "ASCEND_RT_", "ONEAPI_DEVICE_", "ZE_"}) {
     if (name.substr(0, prefix.size()) == prefix) return true;
   }
   return false;

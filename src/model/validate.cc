@@ -141,6 +141,7 @@ absl::Status CheckLabelValue(absl::string_view value) {
 }
 
 bool InVisibleDevicesFamily(absl::string_view name, absl::string_view visible_devices_env) {
+  if (visible_devices_env == "ZE_AFFINITY_MASK" && name == "ONEAPI_DEVICE_SELECTOR") return true;
   size_t underscore = visible_devices_env.find('_');
   if (underscore == absl::string_view::npos || underscore == 0) return false;
   return absl::StartsWith(name, visible_devices_env.substr(0, underscore + 1));

@@ -45,8 +45,9 @@ absl::Status CheckLabelValue(absl::string_view value);
 
 // Whether prepare_allocation may set `name`: only variables of the plugin's visible-devices
 // family, those that share the first word of `visible_devices_env` (CUDA_VISIBLE_DEVICES:
-// CUDA_*; TPU_VISIBLE_CHIPS: TPU_*). Never LD_PRELOAD, PATH or anything else a worker's
-// process would run differently with.
+// CUDA_*; TPU_VISIBLE_CHIPS: TPU_*), and the one Ray's own manager writes beside it
+// (ZE_AFFINITY_MASK: ONEAPI_DEVICE_SELECTOR, as intel_gpu.py does). Never LD_PRELOAD, PATH or
+// anything else a worker's process would run differently with.
 bool InVisibleDevicesFamily(absl::string_view name, absl::string_view visible_devices_env);
 
 // Accepts "dddd:bb:dd.f", "bb:dd.f" (domain 0) and NVML's "DDDDDDDD:BB:DD.F", any case;

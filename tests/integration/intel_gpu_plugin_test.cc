@@ -2,7 +2,8 @@
 // (tests/fixtures/intel_gpu, where each fact came from is in SOURCES.md): what Ray's own
 // IntelGPUAcceleratorManager gives (GPU, one per Level Zero root device: a tile of a Max 1550
 // under the default flat hierarchy; "Intel-GPU-" and the name's last two words as type;
-// ONEAPI_DEVICE_SELECTOR as "level_zero:" and the numbers), and the cards Ray does not see.
+// ZE_AFFINITY_MASK and ONEAPI_DEVICE_SELECTOR as Ray writes them), and the cards Ray does
+// not see.
 #include <set>
 #include <string>
 
@@ -59,7 +60,7 @@ TEST(IntelGpuPlugin, FourMax1550sAreEightTilesAsRayCountsThem) {
   const PluginStatus& p = StatusOf(*s, "intel_gpu");
   EXPECT_EQ(p.state, PluginStatus::State::kActive) << p.message;
   EXPECT_EQ(p.resource_name, "GPU");
-  EXPECT_EQ(p.visible_devices_env, "ONEAPI_DEVICE_SELECTOR");
+  EXPECT_EQ(p.visible_devices_env, "ZE_AFFINITY_MASK");
   // The BMC's ASPEED VGA (card0) is no Intel GPU; each Max 1550 is two Level Zero devices.
   ASSERT_EQ(s->devices.size(), 8u);
   EXPECT_EQ(s->ray.resources.at("GPU"), 8);
@@ -98,13 +99,17 @@ TEST(IntelGpuPlugin, TheTilesOfACardShareItsPackage) {
   EXPECT_EQ(s->devices[two->devices[0]].pci_bus_id, s->devices[two->devices[1]].pci_bus_id);
 }
 
-TEST(IntelGpuPlugin, AWorkerIsGivenTheSelectorInRaysFormat) {
+// As intel_gpu.py: the mask names the devices, and the selector, read after the mask has
+// renumbered them, names 0 to n-1. The registry lets the plugin set the selector beside its
+// variable, as it lets no other variable outside the family.
+TEST(IntelGpuPlugin, AWorkerIsGivenTheMaskAndTheSelectorAsRayGivesThem) {
   auto registry = IntelGpu("max1550-x4-i915");
   auto s = registry->snapshot();
-  auto env = registry->PrepareAllocation({s->devices[2].id, s->devices[5].id}, s->generation);
+  auto env = registry->PrepareAllocation({s->devices[5].id, s->devices[2].id}, s->generation);
   ASSERT_TRUE(env.ok()) << env.status();
-  ASSERT_EQ(env->size(), 1u);
-  EXPECT_EQ(env->at("ONEAPI_DEVICE_SELECTOR"), "level_zero:2,5");
+  ASSERT_EQ(env->size(), 2u);
+  EXPECT_EQ(env->at("ZE_AFFINITY_MASK"), "5,2");
+  EXPECT_EQ(env->at("ONEAPI_DEVICE_SELECTOR"), "level_zero:0,1");
 }
 
 TEST(IntelGpuPlugin, TheCompositeHierarchyMakesACardOneDevice) {

@@ -28,7 +28,8 @@ VARIABLES = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICE
              "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES", "NEURON_RT_VISIBLE_CORES",
              "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "ASCEND_RT_VISIBLE_DEVICES",
              "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR",
-             "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR"]
+             "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR", "ZE_AFFINITY_MASK",
+             "RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK"]
 
 
 @pytest.fixture(autouse=True)
@@ -329,26 +330,38 @@ def test_ascend_as_npu_py(atlas800, monkeypatch):
 
 
 # intel_gpu.py: the count is dpctl's level_zero:gpu devices (each tile of a Max 1550 under the
-# default flat hierarchy); the type "Intel-GPU-" and the name's last two words; any quantity;
-# "" and "NoDevFiles" are no device; a set selector is read after "level_zero:" (without it,
-# split(prefix)[1] raises IndexError) and written as "level_zero:" + ",".join(ids); NOSET read
-# with env_bool, so "0" does not keep the variable.
+# default flat hierarchy); the type "Intel-GPU-" and the name's last two words; any quantity.
+# The variable is ZE_AFFINITY_MASK, read first ("" is none; "NoDevFiles" is no special word
+# there); else ONEAPI_DEVICE_SELECTOR ("" and "NoDevFiles" are none), after "level_zero:" when
+# it holds it, else bare. A worker gets ZE_AFFINITY_MASK with the ids and the selector with
+# "level_zero:" and 0 to n-1 (the mask has renumbered the devices), each unless its own NOSET,
+# read with env_bool.
 INTEL = [
     ("get_current_node_num_accelerators", UNSET, {}, 8),
     ("get_current_node_accelerator_type", UNSET, {}, "Intel-GPU-Max-1550"),
     (VALIDATE, 0.5, {}, True), (VALIDATE, 3, {}, True), (VALIDATE, 0, {}, True),
-    (VAR, UNSET, {}, "ONEAPI_DEVICE_SELECTOR"),
-    (GET, UNSET, {}, None), (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": ""}, []),
+    (VAR, UNSET, {}, "ZE_AFFINITY_MASK"),
+    (GET, UNSET, {}, None), (GET, UNSET, {"ZE_AFFINITY_MASK": ""}, []),
+    (GET, UNSET, {"ZE_AFFINITY_MASK": "0,2"}, ["0", "2"]),
+    (GET, UNSET, {"ZE_AFFINITY_MASK": "NoDevFiles"}, ["NoDevFiles"]),
+    (GET, UNSET, {"ZE_AFFINITY_MASK": "3", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, ["3"]),
+    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": ""}, []),
     (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "NoDevFiles"}, []),
     (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,2"}, ["0", "2"]),
-    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "0,2"}, IndexError),
-    (SET, ["0", "1"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
-    (SET, ["5", "2"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:5,2"}),
-    (SET, [], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:"}),
-    (SET, ["9"], {}, {"ONEAPI_DEVICE_SELECTOR": "level_zero:9"}),  # no such device: Ray's join
-    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "1"}, {}),
+    (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "0,2"}, ["0", "2"]),
+    (SET, ["0", "1"], {}, {"ZE_AFFINITY_MASK": "0,1", "ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
+    (SET, ["5", "2"], {}, {"ZE_AFFINITY_MASK": "5,2", "ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
+    (SET, [], {}, {"ZE_AFFINITY_MASK": "", "ONEAPI_DEVICE_SELECTOR": "level_zero:"}),
+    # No such device: Ray's join.
+    (SET, ["9"], {}, {"ZE_AFFINITY_MASK": "9", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
+    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1"},
+     {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
+    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "true"},
+     {"ZE_AFFINITY_MASK": "6"}),
+    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1",
+                  "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "1"}, {}),
     (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "0"},
-     {"ONEAPI_DEVICE_SELECTOR": "level_zero:1"}),
+     {"ZE_AFFINITY_MASK": "1", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
 ]
 
 

@@ -44,6 +44,19 @@ TEST(LabelSyntax, FollowsKubernetes) {
   EXPECT_FALSE(CheckLabelValue(std::string(64, 'x')).ok());
 }
 
+// A worker's environment: the family of the plugin's variable, and the one variable Ray's
+// Intel manager writes beside its own; nothing else.
+TEST(VisibleDevicesFamily, TheFirstWordAndRaysCompanionOnly) {
+  EXPECT_TRUE(InVisibleDevicesFamily("CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"));
+  EXPECT_TRUE(InVisibleDevicesFamily("TPU_HOST_BOUNDS", "TPU_VISIBLE_CHIPS"));
+  EXPECT_TRUE(InVisibleDevicesFamily("ONEAPI_DEVICE_SELECTOR", "ZE_AFFINITY_MASK"));
+  EXPECT_FALSE(InVisibleDevicesFamily("ONEAPI_DEVICE_SELECTORS", "ZE_AFFINITY_MASK"));
+  EXPECT_FALSE(InVisibleDevicesFamily("ONEAPI_DEVICE_SELECTOR", "CUDA_VISIBLE_DEVICES"));
+  EXPECT_FALSE(InVisibleDevicesFamily("LD_PRELOAD", "ZE_AFFINITY_MASK"));
+  EXPECT_FALSE(InVisibleDevicesFamily("PATH", "CUDA_VISIBLE_DEVICES"));
+  EXPECT_FALSE(InVisibleDevicesFamily("X", ""));
+}
+
 TEST(PciBusId, NormalisesEveryCommonForm) {
   EXPECT_EQ(NormalizePciBusId("0000:18:00.0"), "0000:18:00.0");
   EXPECT_EQ(NormalizePciBusId("00000000:18:00.0"), "0000:18:00.0");  // NVML
