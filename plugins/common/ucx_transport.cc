@@ -1,12 +1,8 @@
 #include "ucx_transport.h"
 
 #include <dlfcn.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -27,13 +23,8 @@
 #include <vector>
 
 #include "plugin_util.h"
-
-// The handle types of the ABI are declared, never defined, in plugin.h; these are the
-// helper's definitions of them.
-struct rayaccel_transport_endpoint;
-struct rayaccel_memory_region;
-struct rayaccel_connection;
-struct rayaccel_request;
+#include "transport_handles.h"
+#include "transport_wire.h"
 
 namespace rayaccel::plugin::ucx {
 namespace {
@@ -44,25 +35,26 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                             \
-  X(ucp_config_read)                                                                          \
-  X(ucp_config_modify)                                                                        \
-  X(ucp_config_release)                                                                       \
-  X(ucp_init_version)                                                                         \
-  X(ucp_cleanup)                                                                              \
-  X(ucp_context_query)                                                                        \
-  X(ucp_worker_create)                                                                        \
-  X(ucp_worker_destroy)                                                                       \
-  X(ucp_worker_get_address)                                                                   \
-  X(ucp_worker_release_address)                                                               \
-  X(ucp_worker_progress)                                                                      \
-  X(ucp_worker_set_am_recv_handler)                                                           \
-  X(ucp_ep_create)                                                                            \
-  X(ucp_ep_close_nbx)                                                                         \
-  X(ucp_ep_flush_nbx)                                                                         \
-  X(ucp_mem_map) X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx)                  \
-      X(ucp_request_check_status) X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) \
-          X(ucp_mem_query) X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                         \
+  X(ucp_config_read)                                                                      \
+  X(ucp_config_modify)                                                                    \
+  X(ucp_config_release)                                                                   \
+  X(ucp_init_version)                                                                     \
+  X(ucp_cleanup)                                                                          \
+  X(ucp_context_query)                                                                    \
+  X(ucp_worker_create)                                                                    \
+  X(ucp_worker_destroy)                                                                   \
+  X(ucp_worker_get_address)                                                               \
+  X(ucp_worker_release_address)                                                           \
+  X(ucp_worker_progress)                                                                  \
+  X(ucp_worker_set_am_recv_handler)                                                       \
+  X(ucp_ep_create)                                                                        \
+  X(ucp_ep_close_nbx)                                                                     \
+  X(ucp_ep_flush_nbx)                                                                     \
+  X(ucp_mem_map)                                                                          \
+  X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status) \
+      X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)        \
+          X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -161,62 +153,17 @@ rayaccel_status FailUcs(rayaccel_error* error, const char* what, ucs_status_t s)
 }
 
 // ---------------------------------------------------------------------------------------
-// Little-endian wire encoding of the address, descriptor and messages.
+// The wire (transport_wire.h): little-endian fields, ids, and the proofs of the shared key.
 
-class Writer {
- public:
-  Writer& U16(uint16_t v) { return Int(v, 2); }
-  Writer& U32(uint32_t v) { return Int(v, 4); }
-  Writer& U64(uint64_t v) { return Int(v, 8); }
-  Writer& Bytes(const void* p, size_t n) {
-    out_.append(static_cast<const char*>(p), n);
-    return *this;
-  }
-  std::string& str() { return out_; }
-
- private:
-  Writer& Int(uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-    return *this;
-  }
-  std::string out_;
-};
-
-// Reads fields in order; any read past the end makes ok() false and returns zeros.
-class Reader {
- public:
-  Reader(const void* data, size_t size) : p_(static_cast<const uint8_t*>(data)), left_(size) {
-    if (data == nullptr && size > 0) ok_ = false;
-  }
-  uint16_t U16() { return static_cast<uint16_t>(Int(2)); }
-  uint32_t U32() { return static_cast<uint32_t>(Int(4)); }
-  uint64_t U64() { return Int(8); }
-  const uint8_t* Bytes(size_t n) {
-    if (!ok_ || n > left_) return ok_ = false, nullptr;
-    const uint8_t* at = p_;
-    p_ += n, left_ -= n;
-    return at;
-  }
-  template <size_t N>
-  std::array<uint8_t, N> Array() {
-    std::array<uint8_t, N> a{};
-    if (const uint8_t* at = Bytes(N)) std::memcpy(a.data(), at, N);
-    return a;
-  }
-  bool ok() const { return ok_; }
-  bool at_end() const { return ok_ && left_ == 0; }
-
- private:
-  uint64_t Int(int bytes) {
-    const uint8_t* at = Bytes(static_cast<size_t>(bytes));
-    uint64_t v = 0;
-    for (int i = 0; at != nullptr && i < bytes; ++i) v |= static_cast<uint64_t>(at[i]) << (8 * i);
-    return v;
-  }
-  const uint8_t* p_;
-  size_t left_;
-  bool ok_ = true;
-};
+using wire::Mac;
+using wire::MacOf;
+using wire::Nonce;
+using wire::Prove;
+using wire::RandomId;
+using wire::RandomNonce;
+using wire::Reader;
+using wire::SameMac;
+using wire::Writer;
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
@@ -307,64 +254,6 @@ Transports SplitTransports(const char* configured) {
     into += (into.empty() ? "" : ",") + (shm ? std::string("posix,sysv") : t);
   }
   return out;
-}
-
-uint64_t RandomId() {
-  uint64_t v = 0;
-  while (v == 0) {
-    if (getrandom(&v, sizeof(v), 0) != sizeof(v)) {
-      v = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
-          reinterpret_cast<uintptr_t>(&v);
-    }
-  }
-  return v;
-}
-
-// ---------------------------------------------------------------------------------------
-// The handshake: each side proves the shared key with an HMAC-SHA-256 over both nonces, both
-// endpoint ids and the connection's token, labelled by its role so that neither proof can be
-// replayed as the other.
-
-using Nonce = std::array<uint8_t, 16>;
-using Mac = std::array<uint8_t, 32>;
-
-Nonce RandomNonce() {
-  Nonce n{};
-  size_t got = 0;
-  while (got < n.size()) {
-    ssize_t r = getrandom(n.data() + got, n.size() - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-  return n;
-}
-
-Mac Prove(const std::string& key, const char* role, uint64_t token, uint64_t reader, uint64_t owner,
-          const Nonce& reader_nonce, const Nonce& owner_nonce) {
-  Writer w;
-  w.Bytes(role, std::strlen(role) + 1).U64(token).U64(reader).U64(owner);
-  w.Bytes(reader_nonce.data(), reader_nonce.size()).Bytes(owner_nonce.data(), owner_nonce.size());
-  Mac mac{};
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(w.str().data()), w.str().size(), mac.data(), &length);
-  return mac;
-}
-
-// A MAC under the shared key over `bytes` that a peer sent, so that UCX never parses what an
-// endpoint without the key made: a UCX worker address has no length of its own and UCX's
-// parser trusts it (a damaged one aborts the process in an assertion, or reads past it).
-Mac MacOf(const std::string& key, const char* label, std::string_view bytes) {
-  Writer w;
-  w.Bytes(label, std::strlen(label) + 1).Bytes(bytes.data(), bytes.size());
-  Mac mac{};
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(w.str().data()), w.str().size(), mac.data(), &length);
-  return mac;
-}
-
-bool SameMac(const Mac& a, const Mac& b) {
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 constexpr char kOwnerRole[] = "rayaccel ucx transport v2: owner";
@@ -496,12 +385,18 @@ struct RemoteRegion {
   uint64_t owner = 0, id = 0, length = 0;
   uint16_t flags = 0;
 };
-}  // namespace rayaccel::plugin::ucx
 
-struct rayaccel_request {
+// The helper's handles (transport_handles.h), each naming the helper's hooks.
+struct Endpoint;
+struct Connection;
+struct Request;
+const rayaccel_transport_api* Hooks();
+
+struct Request : rayaccel_request {
+  Request() { helper = Hooks(); }
   enum class Kind { kRead, kWrite, kFlush, kNotify, kBatch };
-  rayaccel_transport_endpoint* endpoint = nullptr;
-  rayaccel_connection* connection = nullptr;  // null once the connection is closed
+  Endpoint* endpoint = nullptr;
+  Connection* connection = nullptr;  // null once the connection is closed
   Kind kind = Kind::kRead;
   uint64_t id = 0;        // a transfer's number on its connection
   uint64_t mark = 0;      // a flush or notification: waits for every transfer numbered below
@@ -521,16 +416,16 @@ struct rayaccel_request {
   // device before a write goes out and to it once a read has landed.
   bool staged = false;
   uint32_t device = 0;
-  rayaccel::plugin::ucx::Staging staging;
+  Staging staging;
   // A large staged transfer goes as pieces (kStagedPiece each) under one group request, which
   // the host holds; the pieces are the endpoint's own.
-  rayaccel_request* group = nullptr;  // a piece: the group it counts in
+  Request* group = nullptr;  // a piece: the group it counts in
   bool is_group = false;
   // A group: the transfer it moves, the next byte to issue, its pieces in flight (at most
   // kPiecesInFlight), whether the call that made it is still issuing, and why its first failed
   // piece failed (its status in `reply`).
   rayaccel_transfer_args whole{};
-  rayaccel::plugin::ucx::RemoteRegion remote;
+  RemoteRegion remote;
   uint64_t next_piece = 0;
   uint32_t pieces_in_flight = 0;
   bool issuing = false;
@@ -545,7 +440,7 @@ struct rayaccel_request {
   uint32_t parts_running = 0;
   // A part of a batch: the batch, and which entry it moves (a transfer of its own) or which
   // entries (a chunk: one message each way for many small ranges, each with its status).
-  rayaccel_request* batch = nullptr;
+  Request* batch = nullptr;
   uint32_t entry = 0;
   struct ChunkEntry {
     uint32_t entry;
@@ -557,8 +452,9 @@ struct rayaccel_request {
   std::string scratch;  // a chunk read's reply, received whole before its bytes are scattered
 };
 
-struct rayaccel_memory_region {
-  rayaccel_transport_endpoint* endpoint = nullptr;
+struct Region : rayaccel_memory_region {
+  Region() { helper = Hooks(); }
+  Endpoint* endpoint = nullptr;
   uint64_t id = 0;
   void* base = nullptr;
   uint64_t length = 0;
@@ -575,8 +471,6 @@ struct rayaccel_memory_region {
   std::string ipc_handle;
 };
 
-namespace rayaccel::plugin::ucx {
-
 // This endpoint's UCX endpoints to one remote endpoint, shared by every connection between
 // the two in either direction. One pair per pair of endpoints, because UCX pairs the
 // endpoints two workers create to each other in the order each side created them: endpoints
@@ -586,7 +480,7 @@ namespace rayaccel::plugin::ucx {
 // Heartbeats on the control endpoint tell a stopped peer from a live one, which UCX's
 // keepalive does not (a stopped process's kernel still answers for it).
 struct Link {
-  rayaccel_transport_endpoint* endpoint = nullptr;
+  Endpoint* endpoint = nullptr;
   uint64_t uuid = 0;  // the remote endpoint's id
   ucp_ep_h control = nullptr;
   ucp_ep_h data = nullptr;
@@ -616,31 +510,31 @@ struct Mapping {
   bool confirm = false;  // tell the owner once closed
 };
 
-}  // namespace rayaccel::plugin::ucx
-
-struct rayaccel_connection {
+struct Connection : rayaccel_connection {
+  Connection() { helper = Hooks(); }
   enum class State { kHello, kProven, kWelcomed };
-  rayaccel_transport_endpoint* endpoint = nullptr;
-  rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
-  uint64_t token = 0;                           // names this connection in the owner's bookkeeping
-  uint64_t peer_uuid = 0;                       // the owner's endpoint id, as its address says
-  rayaccel::plugin::ucx::Nonce nonce{};         // ours, for the handshake
+  Endpoint* endpoint = nullptr;
+  Link* link = nullptr;    // null once the link is gone
+  uint64_t token = 0;      // names this connection in the owner's bookkeeping
+  uint64_t peer_uuid = 0;  // the owner's endpoint id, as its address says
+  Nonce nonce{};           // ours, for the handshake
   State state = State::kHello;
   rayaccel_status failure = RAYACCEL_STATUS_OK;  // once set, the connection is dead for good
   std::string failure_text;
   std::chrono::steady_clock::time_point last_heard;
   uint64_t next_id = 1;
-  std::map<uint64_t, rayaccel_request*> transfers;  // in flight, by number
-  std::vector<rayaccel_request*> barriers;          // flushes and notifications waiting
+  std::map<uint64_t, Request*> transfers;  // in flight, by number
+  std::vector<Request*> barriers;          // flushes and notifications waiting
   // The owner runs on this host, in another process (its welcome says): its mappable device
   // regions are mapped rather than staged.
   bool may_map = false;
-  std::map<uint64_t, rayaccel::plugin::ucx::Mapping> mappings;  // by the owner's region id
+  std::map<uint64_t, Mapping> mappings;  // by the owner's region id
 };
 
-struct rayaccel_transport_endpoint {
+struct Endpoint : rayaccel_transport_endpoint {
+  Endpoint() { helper = Hooks(); }
   std::mutex mu;  // held around every UCX call, so UCX callbacks run with it held
-  rayaccel::plugin::ucx::EndpointOptions options;
+  EndpointOptions options;
   std::string key;  // the shared secret both sides of a connection prove
   // Two data fabrics (kLocal: UCX's self, and shared memory where the operator names it;
   // kNetwork: TCP, RDMA), each a UCX context and its data worker; either may be missing where
@@ -649,7 +543,7 @@ struct rayaccel_transport_endpoint {
   // pair of workers, and control endpoints want peer-failure detection, data endpoints cannot have
   // it on shared memory.
   struct Fabric {
-    rayaccel_transport_endpoint* endpoint = nullptr;
+    Endpoint* endpoint = nullptr;
     int index = 0;
     ucp_context_h context = nullptr;
     ucp_worker_h worker = nullptr;  // transfers and notifications
@@ -661,22 +555,22 @@ struct rayaccel_transport_endpoint {
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t next_region_id = 1;
-  std::map<uint64_t, rayaccel_memory_region*> regions;
+  std::map<uint64_t, Region*> regions;
   std::map<uint64_t, uint32_t> serving;           // region id -> owner operations using its memory
   std::map<uint64_t, std::set<uint64_t>> mapped;  // region id -> readers (tokens) that map it
-  std::map<uint64_t, rayaccel_connection*> connections;                    // by token
-  std::map<rayaccel_request*, bool> requests;                              // every live request
-  std::map<uint64_t, std::unique_ptr<rayaccel::plugin::ucx::Link>> links;  // by remote uuid
+  std::map<uint64_t, Connection*> connections;    // by token
+  std::map<Request*, bool> requests;              // every live request
+  std::map<uint64_t, std::unique_ptr<Link>> links;  // by remote uuid
 
   // The owner's side: one record per reader that said hello, by the reader's token.
   struct Peer {
-    rayaccel_transport_endpoint* endpoint = nullptr;
+    Endpoint* endpoint = nullptr;
     uint64_t token = 0, uuid = 0;
-    rayaccel::plugin::ucx::Link* link = nullptr;  // null once the link is gone
-    std::string local_address, network_address;   // the reader's data workers, reached once
-                                                  // it proved the key
+    Link* link = nullptr;                        // null once the link is gone
+    std::string local_address, network_address;  // the reader's data workers, reached once
+                                                 // it proved the key
     bool welcomed = false;
-    rayaccel::plugin::ucx::Nonce reader_nonce{}, owner_nonce{};
+    Nonce reader_nonce{}, owner_nonce{};
     bool authenticated = false;
     bool failed = false;                             // to be closed
     uint32_t refuse = 0;                             // a RefusedReason to send before closing
@@ -686,7 +580,7 @@ struct rayaccel_transport_endpoint {
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {
     uint64_t uuid, token;
-    rayaccel::plugin::ucx::Nonce nonce;
+    Nonce nonce;
     std::string control, local, network;
   };
   std::vector<Hello> hellos;  // queued by the handler, answered after progress returns
@@ -702,7 +596,7 @@ struct rayaccel_transport_endpoint {
   };
   std::vector<Outgoing> outbox;
   // Page-locked host buffers for staged pieces; null without device memory.
-  std::shared_ptr<rayaccel::plugin::ucx::PinnedPool> pinned;
+  std::shared_ptr<PinnedPool> pinned;
   // Reads to serve: validated in the handler, sent after progress returns.
   struct GetServe {
     uint64_t token, id, region, offset, length;
@@ -716,10 +610,10 @@ struct rayaccel_transport_endpoint {
     std::vector<std::array<uint64_t, 3>> ranges;  // region, offset, length
   };
   std::vector<BatchServe> batch_gets;
-  std::vector<rayaccel_request*> ready_notifications;  // their barrier passed: send them
+  std::vector<Request*> ready_notifications;  // their barrier passed: send them
   // Staged groups with a piece ended in a UCX callback: their next pieces go out after
   // progress returns (IssueReadyGroups), as replies do, never from inside a callback.
-  std::vector<rayaccel_request*> ready_groups;
+  std::vector<Request*> ready_groups;
 
   std::deque<std::string> notifications;
   uint64_t dropped_notifications = 0;
@@ -737,14 +631,18 @@ struct rayaccel_transport_endpoint {
   int stop_fd = -1;  // eventfd that ends the progress thread
 };
 
-namespace rayaccel::plugin::ucx {
 namespace {
 
-using Ep = rayaccel_transport_endpoint;
-using Conn = rayaccel_connection;
-using Region = rayaccel_memory_region;
-using Request = rayaccel_request;
+using Ep = Endpoint;
+using Conn = Connection;
 using Peer = Ep::Peer;
+
+// The host's handles as the helper's own (every handle the host passes came from this helper,
+// or from a plugin's dispatch by its `helper`).
+Ep* Of(rayaccel_transport_endpoint* h) { return static_cast<Ep*>(h); }
+Region* Of(rayaccel_memory_region* h) { return static_cast<Region*>(h); }
+Conn* Of(rayaccel_connection* h) { return static_cast<Conn*>(h); }
+Request* Of(rayaccel_request* h) { return static_cast<Request*>(h); }
 
 constexpr int kLocal = 0;    // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
 constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
@@ -2432,7 +2330,8 @@ void DestroyEndpoint(Ep* ep) {
   }
 }
 
-rayaccel_status CloseEndpointHook(rayaccel_transport_endpoint* ep, rayaccel_error* error) {
+rayaccel_status CloseEndpointHook(rayaccel_transport_endpoint* handle, rayaccel_error* error) {
+  Ep* ep = Of(handle);
   if (ep == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no endpoint");
   return Guard(error, [&] {
     DestroyEndpoint(ep);
@@ -2512,7 +2411,7 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                 "register_memory needs an endpoint, a length and an address (none to allocate)");
   }
-  Ep* ep = args->endpoint;
+  Ep* ep = Of(args->endpoint);
   return Guard(error, [&] {
     ucs_memory_type_t type = UCS_MEMORY_TYPE_HOST;
     if (args->kind == RAYACCEL_MEMORY_DEVICE) {
@@ -2595,7 +2494,8 @@ void UnmapPeers(Ep* ep, uint64_t id) {
   ServeControl(ep);
 }
 
-rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error* error) {
+rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error* error) {
+  Region* region = Of(handle);
   if (region == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no region");
   return Guard(error, [&] {
     Ep* ep = region->endpoint;
@@ -2627,8 +2527,9 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* region, rayaccel_error*
   });
 }
 
-rayaccel_status PackDescriptor(rayaccel_memory_region* region, const rayaccel_blob_sink* sink,
+rayaccel_status PackDescriptor(rayaccel_memory_region* handle, const rayaccel_blob_sink* sink,
                                rayaccel_error* error) {
+  Region* region = Of(handle);
   if (region == nullptr || sink == nullptr || sink->put == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                 "pack_descriptor needs a region and a sink");
@@ -2639,8 +2540,9 @@ rayaccel_status PackDescriptor(rayaccel_memory_region* region, const rayaccel_bl
   });
 }
 
-rayaccel_status Connect(rayaccel_transport_endpoint* ep, rayaccel_blob peer,
+rayaccel_status Connect(rayaccel_transport_endpoint* handle, rayaccel_blob peer,
                         rayaccel_connection** out, rayaccel_error* error) {
+  Ep* ep = Of(handle);
   if (ep == nullptr || out == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "connect needs an endpoint");
   }
@@ -2829,7 +2731,7 @@ Mapping* MappingFor(Ep* ep, Conn* c, const RemoteRegion& remote, rayaccel_status
 // host's device, complete when it returns.
 rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t region, Mapping* m,
                            rayaccel_error* error) {
-  char* mine = static_cast<char*>(a->local->base) + a->local_offset;
+  char* mine = static_cast<char*>(Of(a->local)->base) + a->local_offset;
   char* theirs = static_cast<char*>(m->base) + a->remote_offset;
   std::string why;
   rayaccel_status st = a->op == RAYACCEL_TRANSFER_READ
@@ -2852,11 +2754,12 @@ rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t 
 // A staged write's bytes, out of the device into host memory of their own before they go.
 rayaccel_status StageOutgoing(Ep* ep, const rayaccel_transfer_args& a, uint64_t skip,
                               uint64_t length, Staging* outgoing, rayaccel_error* error) {
-  if (!a.local->staged || a.op != RAYACCEL_TRANSFER_WRITE) return RAYACCEL_STATUS_OK;
+  if (!Of(a.local)->staged || a.op != RAYACCEL_TRANSFER_WRITE) return RAYACCEL_STATUS_OK;
   std::string why;
-  rayaccel_status st = ep->options.device_ops->ToHost(
-      outgoing->Take(length, ep->pinned, a.local->device),
-      static_cast<char*>(a.local->base) + a.local_offset + skip, length, a.local->device, &why);
+  rayaccel_status st =
+      ep->options.device_ops->ToHost(outgoing->Take(length, ep->pinned, Of(a.local)->device),
+                                     static_cast<char*>(Of(a.local)->base) + a.local_offset + skip,
+                                     length, Of(a.local)->device, &why);
   return st == RAYACCEL_STATUS_OK ? st : Fail(error, st, "from device memory: " + why);
 }
 
@@ -2867,7 +2770,7 @@ rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& 
                                  const RemoteRegion& remote, uint64_t skip, uint64_t length,
                                  Request* group, rayaccel_request** out, Staging outgoing,
                                  rayaccel_error* error) {
-  char* local = static_cast<char*>(a.local->base) + a.local_offset + skip;
+  char* local = static_cast<char*>(Of(a.local)->base) + a.local_offset + skip;
   if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
   if (remote.owner != c->peer_uuid) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
@@ -2883,9 +2786,9 @@ rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& 
   r->kind = a.op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
   r->local = local;
   r->length = length;
-  r->memh = a.local->memh[fabric];
-  r->staged = a.local->staged;
-  r->device = a.local->device;
+  r->memh = Of(a.local)->memh[fabric];
+  r->staged = Of(a.local)->staged;
+  r->device = Of(a.local)->device;
   r->staging = std::move(outgoing);
   r->abandoned = group != nullptr;  // a piece: freed once it ends
   const void* send_from =
@@ -2909,7 +2812,7 @@ rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& 
   } else {
     if (!r->staged) {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      p.memh = a.local->memh[fabric];
+      p.memh = Of(a.local)->memh[fabric];
     }
     started = Lib().ucp_am_send_nbx(DataOf(c->link), kPut, r->header.data(), r->header.size(),
                                     send_from, r->length, &p);
@@ -2988,19 +2891,20 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
                 "transfer needs a connection, a local region, an operation and a length");
   }
   return Guard(error, [&] {
-    Conn* c = a->connection;
+    Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
     RemoteRegion remote;
     if (!ParseDescriptor(a->remote_descriptor, &remote)) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "malformed UCX descriptor");
     }
-    if (a->local->endpoint != ep) {
+    if (Of(a->local)->endpoint != ep) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                   "the local region belongs to another endpoint");
     }
     // The reader's own checks catch mistakes early; the owner's decide.
-    if (a->local_offset > a->local->length || a->length > a->local->length - a->local_offset ||
-        a->remote_offset > remote.length || a->length > remote.length - a->remote_offset) {
+    if (a->local_offset > Of(a->local)->length ||
+        a->length > Of(a->local)->length - a->local_offset || a->remote_offset > remote.length ||
+        a->length > remote.length - a->remote_offset) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
     // The owner's device memory, on this host: mapped and copied on the device.
@@ -3022,7 +2926,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       if (st != RAYACCEL_STATUS_OK) return Fail(error, st, why);
       if (m != nullptr) return CopyMapped(ep, c, a, remote.id, m, error);
     }
-    const bool staged = a->local->staged || (remote.flags & kStagedByOwner) != 0;
+    const bool staged = Of(a->local)->staged || (remote.flags & kStagedByOwner) != 0;
     if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
       // The owner's side as its descriptor says: a forged flag misreports only the forger's own.
       a->path = staged ? RAYACCEL_PATH_STAGED : RAYACCEL_PATH_FABRIC;
@@ -3104,7 +3008,8 @@ void StartChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
 
 // A whole transfer of the batch, issued as `transfer` issues one, counted as a part of it.
 void AttachPart(Request* batch, uint32_t entry, rayaccel_status issued, const char* why,
-                rayaccel_request* part) {
+                rayaccel_request* handle) {
+  Request* part = Of(handle);
   if (issued != RAYACCEL_STATUS_OK) {
     SetEntry(batch, entry, issued, why);
   } else if (part != nullptr && part->done) {
@@ -3147,7 +3052,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
                     " entries, and their statuses and paths");
   }
   return Guard(error, [&] {
-    Conn* c = a->connection;
+    Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
     // Every entry is checked before any starts: a malformed batch moves nothing.
     std::vector<RemoteRegion> remotes(a->count);
@@ -3160,7 +3065,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       if (!ParseDescriptor(e.remote_descriptor, &remotes[i])) {
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "malformed UCX descriptor");
       }
-      if (e.local->endpoint != ep) {
+      if (Of(e.local)->endpoint != ep) {
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                     at + "the local region belongs to another endpoint");
       }
@@ -3168,7 +3073,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                     at + "the descriptor belongs to another peer than this connection's");
       }
-      if (e.local_offset > e.local->length || e.length > e.local->length - e.local_offset ||
+      if (e.local_offset > Of(e.local)->length || e.length > Of(e.local)->length - e.local_offset ||
           e.remote_offset > remotes[i].length || e.length > remotes[i].length - e.remote_offset) {
         return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                     at + "the range lies outside a region");
@@ -3183,7 +3088,8 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     batch->held = true;  // until this call has issued every entry
     // Device memory on either side goes as a transfer of its own does (staged or mapped).
     auto alone = [&](uint32_t i) {
-      return a->entries[i].local->staged || (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
+      return Of(a->entries[i].local)->staged ||
+             (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
     };
     std::vector<uint32_t> own;
     {
@@ -3222,7 +3128,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           continue;
         }
         if (items.size() == kChunkEntries || bytes + e.length > kChunkBytes) send();
-        items.push_back({i, static_cast<char*>(e.local->base) + e.local_offset, remotes[i].id,
+        items.push_back({i, static_cast<char*>(Of(e.local)->base) + e.local_offset, remotes[i].id,
                          e.remote_offset, e.length});
         bytes += e.length;
       }
@@ -3275,7 +3181,7 @@ rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
                     std::to_string(RAYACCEL_TRANSPORT_MAX_NOTIFICATION) + " bytes");
   }
   return Guard(error, [&] {
-    Conn* c = a->connection;
+    Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
@@ -3289,7 +3195,8 @@ rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
   });
 }
 
-rayaccel_status Flush(rayaccel_connection* c, rayaccel_request** out, rayaccel_error* error) {
+rayaccel_status Flush(rayaccel_connection* handle, rayaccel_request** out, rayaccel_error* error) {
+  Conn* c = Of(handle);
   if (c == nullptr || out == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "flush needs a connection");
   }
@@ -3306,7 +3213,8 @@ rayaccel_status Flush(rayaccel_connection* c, rayaccel_request** out, rayaccel_e
   });
 }
 
-rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
+rayaccel_status Poll(rayaccel_request* handle, rayaccel_error* error) {
+  Request* r = Of(handle);
   if (r == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no request");
   return Guard(error, [&] {
     Ep* ep = r->endpoint;
@@ -3329,7 +3237,8 @@ rayaccel_status Poll(rayaccel_request* r, rayaccel_error* error) {
   });
 }
 
-rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
+rayaccel_status Abandon(rayaccel_request* handle, rayaccel_error* error) {
+  Request* r = Of(handle);
   if (r == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no request");
   return Guard(error, [&] {
     Ep* ep = r->endpoint;
@@ -3341,7 +3250,9 @@ rayaccel_status Abandon(rayaccel_request* r, rayaccel_error* error) {
   });
 }
 
-rayaccel_status Wait(rayaccel_transport_endpoint* ep, uint32_t timeout_ms, rayaccel_error* error) {
+rayaccel_status Wait(rayaccel_transport_endpoint* handle, uint32_t timeout_ms,
+                     rayaccel_error* error) {
+  Ep* ep = Of(handle);
   if (ep == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no endpoint");
   return Guard(error, [&] {
     Clock::time_point start = Clock::now();
@@ -3370,8 +3281,9 @@ rayaccel_status Wait(rayaccel_transport_endpoint* ep, uint32_t timeout_ms, rayac
   });
 }
 
-rayaccel_status GetNotifications(rayaccel_transport_endpoint* ep, const rayaccel_blob_sink* sink,
-                                 rayaccel_error* error) {
+rayaccel_status GetNotifications(rayaccel_transport_endpoint* handle,
+                                 const rayaccel_blob_sink* sink, rayaccel_error* error) {
+  Ep* ep = Of(handle);
   if (ep == nullptr || sink == nullptr || sink->put == nullptr) {
     return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "get_notifications needs a sink");
   }
@@ -3391,7 +3303,8 @@ rayaccel_status GetNotifications(rayaccel_transport_endpoint* ep, const rayaccel
   });
 }
 
-rayaccel_status Close(rayaccel_connection* c, rayaccel_error* error) {
+rayaccel_status Close(rayaccel_connection* handle, rayaccel_error* error) {
+  Conn* c = Of(handle);
   if (c == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no connection");
   return Guard(error, [&] {
     Ep* ep = c->endpoint;
@@ -3605,6 +3518,11 @@ rayaccel_transport_api Table(rayaccel_status (*open_endpoint)(rayaccel_endpoint_
   t.close = Close;
   t.transfer_batch = TransferBatch;
   return t;
+}
+
+const rayaccel_transport_api* Hooks() {
+  static const rayaccel_transport_api hooks = Table(nullptr);
+  return &hooks;
 }
 
 }  // namespace rayaccel::plugin::ucx
