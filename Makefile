@@ -20,6 +20,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgt
                 libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc \
                 libucx-dev ucx-utils iproute2 systemd python3-yaml libcpp-httplib-dev \
                 libmicrohttpd-dev libgnutls28-dev nlohmann-json3-dev libcli11-dev \
+                libfabric-dev libfabric-bin \
                 python3-prometheus-client chromium chromium-driver python3-selenium curl \
                 pybind11-dev python3-pybind11 python3-dev python3-venv python3-pytest python3-numpy \
                 python3-grpcio python3-protobuf libssl-dev python3-torch dpkg-dev

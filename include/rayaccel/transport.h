@@ -87,6 +87,11 @@ struct TransportOptions {
   // it, so a peer on another host is refused until the operator gives both the same key).
   std::string key;
   std::string key_file;
+  // The fabric, for a plugin that offers more than one (the in-tree ones: plugins/common's
+  // transport_fabric.h): "ucx" or "libfabric", passed as its config key transport_fabric.
+  // Empty: the plugin's choice (RAYACCEL_TRANSPORT_FABRIC, else UCX). libfabric's provider is
+  // its own FI_PROVIDER's.
+  std::string fabric;
 };
 
 // What a transport has done since it opened (Transport::Stats()). A batch counts each entry

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/plugin_util.h"
-#include "common/ucx_transport.h"
+#include "common/transport_fabric.h"
 #include "sim/sim_spec.h"
 
 namespace rayaccel::sim {
@@ -34,8 +34,9 @@ constexpr char kVersion[] = "1.0.0";
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
   std::string spec_path;
-  std::string ucx_library;  // config ucx_library: the UCX its transport loads
-  std::mutex mu;  // guards everything below
+  std::string ucx_library;       // config ucx_library: the UCX its transport loads
+  std::string transport_fabric;  // config transport_fabric: ucx or libfabric (transport_fabric.h)
+  std::mutex mu;                 // guards everything below
   rayaccel::sim::SimSpec spec;
   bool loaded = false;  // `spec` matches the file as of loaded_stat
   struct stat loaded_stat {};
@@ -86,6 +87,7 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->host = args->host;
     self->spec_path = plugin::ConfigValue(args, "spec");
     self->ucx_library = plugin::ConfigValue(args, "ucx_library");
+    self->transport_fabric = plugin::ConfigValue(args, "transport_fabric");
     if (self->spec_path.empty()) {
       plugin::Log(self->host, RAYACCEL_LOG_INFO,
                   "0 devices: no spec configured (set sim.spec or RAYACCEL_SIM_SPEC)");
@@ -311,10 +313,11 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
   });
 }
 
-// Transfers go through the shared UCX helper; simulated devices have no memory of their own, so
-// only host memory registers.
+// Transfers go through the shared helpers, UCX or libfabric as the endpoint chooses (config
+// transport_fabric, RAYACCEL_TRANSPORT_FABRIC); simulated devices have no memory of their own,
+// so only host memory registers.
 const rayaccel_transport_api kTransport =
-    plugin::ucx::Table(&plugin::ucx::OpenEndpointFor<plugin::ucx::DeviceMemory::kNone>);
+    plugin::fabric::Table(&plugin::fabric::OpenEndpointFor<plugin::ucx::DeviceMemory::kNone>);
 
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),

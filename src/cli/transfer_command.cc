@@ -51,6 +51,8 @@ Options:
   --batch N                a client's transfers per request (default 1): N entries of --size
                            each, back to back, posted as one batch (prepared once); the
                            server's --size must be at least N times the client's
+  --fabric ucx|libfabric   the plugin's fabric (default: RAYACCEL_TRANSPORT_FABRIC, else ucx);
+                           libfabric's provider is FI_PROVIDER's (tcp, shm, efa, ...)
   --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
   --key-file FILE          the transport key both sides prove (16 to 4096 bytes, not readable
                            by others); default: RAYACCEL_TRANSPORT_KEY_FILE, else this user's
@@ -212,6 +214,7 @@ int Parse(int argc, char** argv, Options* o) {
   line.Value("--iters", &iters, "--iters needs a whole number");
   line.Value("--warmup", &warmup, "--warmup needs a whole number");
   line.Value("--key-file", &o->transport.key_file, "--key-file needs a file");
+  line.Value("--fabric", &o->transport.fabric, "--fabric is ucx or libfabric");
   line.Value("--peer-timeout-ms", &peer_timeout, "--peer-timeout-ms needs a positive whole number");
   line.Positionals(&positionals);
   if (std::optional<std::string> problem = line.Parse(argc, argv, 2)) return Usage(*problem);
@@ -226,6 +229,10 @@ int Parse(int argc, char** argv, Options* o) {
   };
   for (const auto& [name, value] : not_empty) {
     if (line.Given(name) && value->empty()) return Usage(line.Needs(name));
+  }
+  if (line.Given("--fabric") && o->transport.fabric != "ucx" &&
+      o->transport.fabric != "libfabric") {
+    return Usage(line.Needs("--fabric"));
   }
   if (line.Given("--memory")) {
     if (memory == "host") {

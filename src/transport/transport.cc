@@ -410,7 +410,15 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Open(const TransportOption
   absl::StatusOr<std::unique_ptr<LoadedPlugin>> plugin = LoadedPlugin::Open(files[0].path);
   if (!plugin.ok()) return plugin.status();
   impl->plugin = std::move(*plugin);
-  absl::Status init = impl->plugin->Initialize(options.config);
+  std::map<std::string, std::string> config = options.config;
+  if (!options.fabric.empty()) {
+    if (options.fabric != "ucx" && options.fabric != "libfabric") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fabric \"", options.fabric, "\": ucx or libfabric"));
+    }
+    config["transport_fabric"] = options.fabric;
+  }
+  absl::Status init = impl->plugin->Initialize(config);
   if (!init.ok()) return init;
   absl::StatusOr<rayaccel_transport_api> table = transport::TransportTable(*impl->plugin);
   if (!table.ok()) return table.status();
