@@ -243,6 +243,7 @@ struct Channel {
   Connection* connection = nullptr;  // the reader's side of a connection
   Peer* peer_record = nullptr;       // the owner's side
   bool listener = false;
+  bool retired = false;  // its connection ended: it only drains
 };
 
 struct Region : rayaccel_memory_region {
@@ -328,13 +329,28 @@ struct Peer {
   std::set<uint64_t> to_confirm;  // revoked regions it has not confirmed
 };
 
+// A provider's fabric and domain, shared by every endpoint of the process that chose it: the
+// shm provider names its endpoints by process and by a count kept per domain, so endpoints of
+// two domains in one process took the same name (and one another's shared memory).
+struct Domain {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  ~Domain() {
+    if (domain != nullptr) fi_close(&domain->fid);
+    if (fabric != nullptr) fi_close(&fabric->fid);
+    if (info != nullptr) Lib().freeinfo(info);
+  }
+};
+
 struct Endpoint : rayaccel_transport_endpoint {
   Endpoint() { helper = Hooks(); }
-  std::mutex mu;  // held around every libfabric call (FI_THREAD_DOMAIN)
+  std::mutex mu;  // held around this endpoint's libfabric calls
   EndpointOptions options;
   std::string key;
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
+  std::shared_ptr<Domain> shared;  // info, fabric and domain below are its
   fi_info* info = nullptr;
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
@@ -355,9 +371,10 @@ struct Endpoint : rayaccel_transport_endpoint {
   uint64_t malformed = 0;
   Clock::time_point refused_logged, malformed_logged, next_heartbeat;
   uint64_t activity = 0;
-  // Channels closed while their completions were being handled: kept until the next pass
-  // begins, so that the loop handling them never reads freed memory.
-  std::vector<std::unique_ptr<Channel>> closed;
+  // Channels whose connection ended, drained before they close (rxm crashed closing an
+  // endpoint with transfers still queued to a stopped peer); kept alive, too, while a loop
+  // handling their completions may still be running.
+  std::vector<std::unique_ptr<Channel>> retired;
   std::thread progress;
   std::atomic<bool> stop{false};
 };
@@ -366,10 +383,6 @@ Endpoint* Of(rayaccel_transport_endpoint* h) { return static_cast<Endpoint*>(h);
 Region* Of(rayaccel_memory_region* h) { return static_cast<Region*>(h); }
 Connection* Of(rayaccel_connection* h) { return static_cast<Connection*>(h); }
 Request* Of(rayaccel_request* h) { return static_cast<Request*>(h); }
-
-void Bury(Endpoint* ep, std::unique_ptr<Channel> ch) {
-  if (ch != nullptr) ep->closed.push_back(std::move(ch));
-}
 
 void LogTo(const Endpoint* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "libfabric transport: " + text);
@@ -415,6 +428,13 @@ void CloseFid(fid_t f) {
 // records go (an RMA's request is told by the caller, who failed the connection first).
 void CloseChannel(Channel* ch) {
   if (ch == nullptr) return;
+  // The peer's address goes first: rxm then closes its connection and ends what is queued on
+  // it (closing an endpoint with transfers queued to a stopped peer crashed inside rxm).
+  if (ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
+    fi_addr_t peer = ch->peer;
+    fi_av_remove(ch->av, &peer, 1, 0);
+    ch->peer = FI_ADDR_UNSPEC;
+  }
   CloseFid(ch->ep != nullptr ? &ch->ep->fid : nullptr);
   CloseFid(ch->av != nullptr ? &ch->av->fid : nullptr);
   CloseFid(ch->cq != nullptr ? &ch->cq->fid : nullptr);
@@ -425,6 +445,29 @@ void CloseChannel(Channel* ch) {
     delete op;
   }
   ch->ops.clear();
+}
+
+// Ends a channel's connection: the peer's address goes (rxm closes its connection to it, so
+// nothing more moves), its operations are no request's any more, and it closes once they
+// have come back (ProgressAll).
+void Retire(Endpoint* ep, std::unique_ptr<Channel> ch) {
+  if (ch == nullptr) return;
+  ch->connection = nullptr;
+  ch->peer_record = nullptr;
+  ch->retired = true;
+  for (Op* op : ch->deferred) {
+    if (op->local != nullptr) --op->local->local_uses;
+    ch->ops.erase(op);
+    delete op;
+  }
+  ch->deferred.clear();
+  for (Op* op : ch->ops) op->request = nullptr;
+  if (ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
+    fi_addr_t peer = ch->peer;
+    fi_av_remove(ch->av, &peer, 1, 0);
+    ch->peer = FI_ADDR_UNSPEC;
+  }
+  ep->retired.push_back(std::move(ch));
 }
 
 ssize_t PostReceive(Channel* ch) {
@@ -618,8 +661,7 @@ void FailConnection(Connection* c, rayaccel_status status, const std::string& wh
         ended.push_back({op->request, op->entry});
       }
     }
-    CloseChannel(c->channel.get());
-    Bury(ep, std::move(c->channel));
+    Retire(ep, std::move(c->channel));
     for (auto [r, entry] : ended) EntryDone(r, entry, status, why);
   }
   for (auto& [id, remote] : c->remotes) {
@@ -848,8 +890,7 @@ void OnConnectionMessage(Connection* c, uint16_t type, Reader& in) {
 void ClosePeer(Endpoint* ep, uint64_t token) {
   auto it = ep->peers.find(token);
   if (it == ep->peers.end()) return;
-  CloseChannel(it->second->channel.get());
-  Bury(ep, std::move(it->second->channel));
+  Retire(ep, std::move(it->second->channel));
   ep->peers.erase(it);
   ++ep->activity;
 }
@@ -1037,12 +1078,17 @@ bool OpFailed(Endpoint* ep, Channel* ch, Op* op, int err) {
   std::unique_ptr<Op> owned(op);
   const std::string why = "the fabric reported " + ErrorText(err);
   if (op->kind == Op::Kind::kRma) {
-    // The target refused (a key or range the provider does not hold) or the peer went.
-    RmaDone(ep, op, FromFi(err), why);
+    // The peer went, or its provider refused a key or range (which a reader that asked the
+    // owner never sends): either way the connection is over, as the provider's is.
+    const rayaccel_status status = FromFi(err);
+    RmaDone(ep, op, status, why);
+    if (Connection* c = ch->connection; c != nullptr && ch->cq != nullptr) {
+      FailConnection(c, status, "a transfer failed: " + why);
+    }
     return ch->cq != nullptr;
   }
   if (op->kind == Op::Kind::kReceive) {
-    if (err != FI_ECANCELED && ch->ep != nullptr) PostReceive(ch);
+    if (err != FI_ECANCELED && ch->ep != nullptr && !ch->retired) PostReceive(ch);
     return true;
   }
   if (Connection* c = ch->connection) {
@@ -1091,6 +1137,7 @@ void ProgressChannel(Endpoint* ep, Channel* ch) {
       ++ep->activity;
       if (op->kind == Op::Kind::kReceive) {
         std::unique_ptr<Op> received(op);
+        if (ch->retired) continue;
         // Reposted first: the message's handler may close the channel.
         if (PostReceive(ch) != 0) NoteMalformed(ep, "a receive could not be reposted");
         OnMessage(ep, ch, received.get(), entries[i].len);
@@ -1137,8 +1184,25 @@ void Timers(Endpoint* ep) {
 }
 
 // One pass over every channel. Caller holds mu.
+// Whether a retired channel still has sends or transfers out.
+bool Draining(const Channel* ch) {
+  for (const Op* op : ch->ops) {
+    if (op->kind != Op::Kind::kReceive) return true;
+  }
+  return false;
+}
+
 void ProgressAll(Endpoint* ep) {
-  ep->closed.clear();
+  for (size_t i = 0; i < ep->retired.size();) {
+    Channel* ch = ep->retired[i].get();
+    ProgressChannel(ep, ch);
+    if (Draining(ch)) {
+      ++i;
+      continue;
+    }
+    CloseChannel(ch);
+    ep->retired.erase(ep->retired.begin() + static_cast<long>(i));
+  }
   if (ep->listener != nullptr) ProgressChannel(ep, ep->listener.get());
   std::vector<uint64_t> peers;
   for (auto& [token, p] : ep->peers) peers.push_back(token);
@@ -1207,9 +1271,19 @@ void DestroyEndpoint(Endpoint* ep) {
       delete c;
     }
     ep->connections.clear();
-    for (auto& [token, p] : ep->peers) CloseChannel(p->channel.get());
+    for (auto& [token, p] : ep->peers) Retire(ep, std::move(p->channel));
     ep->peers.clear();
     if (ep->listener != nullptr) CloseChannel(ep->listener.get());
+    // What the retired channels still have out comes back (or their peer is gone for good:
+    // then the channel is left open, never closed under rxm with work queued).
+    const auto deadline = Clock::now() + milliseconds(200);
+    while (!ep->retired.empty() && Clock::now() < deadline) ProgressAll(ep);
+    for (auto& ch : ep->retired) {
+      LogTo(ep, RAYACCEL_LOG_WARN, "a channel to a lost peer is left open at close");
+      for (Op* op : ch->ops) op->local = nullptr;
+      ch.release();  // deliberately leaked: closing it could crash inside the provider
+    }
+    ep->retired.clear();
     for (auto& [id, r] : ep->regions) {
       CloseFid(r->mr != nullptr ? &r->mr->fid : nullptr);
       if (r->owned) std::free(r->base);
@@ -1219,9 +1293,7 @@ void DestroyEndpoint(Endpoint* ep) {
     for (Request* r : ep->requests) delete r;
     ep->requests.clear();
   }
-  CloseFid(ep->domain != nullptr ? &ep->domain->fid : nullptr);
-  CloseFid(ep->fabric != nullptr ? &ep->fabric->fid : nullptr);
-  if (ep->info != nullptr) Lib().freeinfo(ep->info);
+  ep->shared.reset();
   delete ep;
 }
 
@@ -1802,9 +1874,16 @@ fi_info* ChooseProvider(const Fi& fi, std::string* why) {
   hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->threading = FI_THREAD_SAFE;  // endpoints of a process share it
   hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  // FI_PROVIDER as each endpoint opens: libfabric reads it once, when the process first calls
+  // it, to decide which providers load at all; here it picks among those.
+  // A list or an exclusion ("tcp,shm", "^psm2") is libfabric's filter alone.
+  if (const char* named = std::getenv("FI_PROVIDER");
+      named != nullptr && named[0] != '\0' && std::strpbrk(named, ",^") == nullptr) {
+    hints->fabric_attr->prov_name = strdup(named);
+  }
   fi_info* info = nullptr;
   int rc = fi.getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
   if (rc != 0 || info == nullptr) {
@@ -1835,6 +1914,37 @@ fi_info* ChooseProvider(const Fi& fi, std::string* why) {
   return first;
 }
 
+// The process's domain on the provider ChooseProvider picks now, opened by the first endpoint
+// on it and closed with the last.
+std::shared_ptr<Domain> OpenDomain(const Fi& fi, rayaccel_status* status, std::string* why) {
+  static std::mutex mu;
+  static auto* open = new std::map<std::string, std::weak_ptr<Domain>>;
+  fi_info* info = ChooseProvider(fi, why);
+  if (info == nullptr) {
+    *status = RAYACCEL_STATUS_UNAVAILABLE;
+    return nullptr;
+  }
+  const std::string name = std::string(info->fabric_attr->prov_name) + "/" +
+                           (info->fabric_attr->name != nullptr ? info->fabric_attr->name : "") +
+                           "/" + (info->domain_attr->name != nullptr ? info->domain_attr->name : "");
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::shared_ptr<Domain> d = (*open)[name].lock()) {
+    fi.freeinfo(info);
+    return d;
+  }
+  auto d = std::make_shared<Domain>();
+  d->info = info;
+  int rc = fi.fabric(info->fabric_attr, &d->fabric, nullptr);
+  if (rc == 0) rc = fi_domain(d->fabric, info, &d->domain, nullptr);
+  if (rc != 0) {
+    *status = RAYACCEL_STATUS_UNAVAILABLE;
+    *why = "opening libfabric's " + std::string(info->fabric_attr->prov_name) + ": " + ErrorText(rc);
+    return nullptr;
+  }
+  (*open)[name] = d;
+  return d;
+}
+
 }  // namespace
 
 rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions& options,
@@ -1862,13 +1972,17 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     ep->key.assign(reinterpret_cast<const char*>(args->key.data), args->key.size);
     ep->uuid = RandomId();
     ep->peer_timeout_ms = args->peer_timeout_ms != 0 ? args->peer_timeout_ms : 10000;
-    ep->info = ChooseProvider(*fi, &why);
     auto fail = [&](rayaccel_status s, const std::string& text) {
       Endpoint* raw = ep.release();
       DestroyEndpoint(raw);
       return Fail(error, s, text);
     };
-    if (ep->info == nullptr) return fail(RAYACCEL_STATUS_UNAVAILABLE, why);
+    rayaccel_status opened = RAYACCEL_STATUS_OK;
+    ep->shared = OpenDomain(*fi, &opened, &why);
+    if (ep->shared == nullptr) return fail(opened, why);
+    ep->info = ep->shared->info;
+    ep->fabric = ep->shared->fabric;
+    ep->domain = ep->shared->domain;
     ep->provider =
         ep->info->fabric_attr->prov_name != nullptr ? ep->info->fabric_attr->prov_name : "";
     const uint64_t mr_mode = static_cast<uint64_t>(ep->info->domain_attr->mr_mode);
@@ -1877,12 +1991,6 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     const size_t key_size = ep->info->domain_attr->mr_key_size;
     ep->key_mask = key_size >= 8 ? ~0ull : ((1ull << (8 * key_size)) - 1);
     ep->max_rma = std::max<uint64_t>(ep->info->ep_attr->max_msg_size, 4096);
-    int rc = fi->fabric(ep->info->fabric_attr, &ep->fabric, nullptr);
-    if (rc == 0) rc = fi_domain(ep->fabric, ep->info, &ep->domain, nullptr);
-    if (rc != 0) {
-      return fail(RAYACCEL_STATUS_UNAVAILABLE,
-                  "opening libfabric's " + ep->provider + ": " + ErrorText(rc));
-    }
     ep->listener = OpenChannel(ep.get(), kListenReceives, &why);
     if (ep->listener == nullptr) return fail(RAYACCEL_STATUS_UNAVAILABLE, why);
     ep->listener->listener = true;
