@@ -244,6 +244,9 @@ struct Channel {
   Peer* peer_record = nullptr;       // the owner's side
   bool listener = false;
   bool retired = false;  // its connection ended: it only drains
+  // Removing the peer's address ends the provider's connection to it (rxm); shm, which has
+  // none, crashed on a message from a peer whose address had gone.
+  bool remove_peer = false;
 };
 
 struct Region : rayaccel_memory_region {
@@ -430,7 +433,7 @@ void CloseChannel(Channel* ch) {
   if (ch == nullptr) return;
   // The peer's address goes first: rxm then closes its connection and ends what is queued on
   // it (closing an endpoint with transfers queued to a stopped peer crashed inside rxm).
-  if (ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
+  if (ch->remove_peer && ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
     fi_addr_t peer = ch->peer;
     fi_av_remove(ch->av, &peer, 1, 0);
     ch->peer = FI_ADDR_UNSPEC;
@@ -462,7 +465,7 @@ void Retire(Endpoint* ep, std::unique_ptr<Channel> ch) {
   }
   ch->deferred.clear();
   for (Op* op : ch->ops) op->request = nullptr;
-  if (ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
+  if (ch->remove_peer && ch->av != nullptr && ch->peer != FI_ADDR_UNSPEC) {
     fi_addr_t peer = ch->peer;
     fi_av_remove(ch->av, &peer, 1, 0);
     ch->peer = FI_ADDR_UNSPEC;
@@ -487,6 +490,7 @@ ssize_t PostReceive(Channel* ch) {
 
 std::unique_ptr<Channel> OpenChannel(Endpoint* ep, size_t receives, std::string* why) {
   auto ch = std::make_unique<Channel>();
+  ch->remove_peer = ep->provider.find("ofi_rxm") != std::string::npos;
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_MSG;
   cq_attr.wait_obj = FI_WAIT_NONE;
@@ -1252,7 +1256,27 @@ void ProgressThread(Endpoint* ep) {
 // ---------------------------------------------------------------------------------------
 // The hooks.
 
+// The endpoints of this process, by id: libfabric 1.17's shm provider crashed (in its
+// progress, on messages and on closing) between two endpoints of one process, so a connection
+// between them on shm is refused.
+std::mutex& LocalMu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::set<uint64_t>& LocalEndpoints() {
+  static auto* ids = new std::set<uint64_t>;
+  return *ids;
+}
+bool IsLocal(uint64_t uuid) {
+  std::lock_guard<std::mutex> lock(LocalMu());
+  return LocalEndpoints().count(uuid) != 0;
+}
+
 void DestroyEndpoint(Endpoint* ep) {
+  {
+    std::lock_guard<std::mutex> lock(LocalMu());
+    LocalEndpoints().erase(ep->uuid);
+  }
   ep->stop.store(true, std::memory_order_release);
   if (ep->progress.joinable()) ep->progress.join();
   {
@@ -1498,6 +1522,11 @@ rayaccel_status Connect(rayaccel_transport_endpoint* handle, rayaccel_blob peer,
     std::string why;
     if (rayaccel_status s = ParseAddress(ep, peer, &address, &why); s != RAYACCEL_STATUS_OK) {
       return Fail(error, s, why);
+    }
+    if (ep->provider == "shm" && IsLocal(address.uuid)) {
+      return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
+                  "the peer is an endpoint of this process, which libfabric's shm provider does "
+                  "not connect safely (1.17 crashed there); use FI_PROVIDER=tcp or the UCX fabric");
     }
     const auto deadline = Clock::now() + PeerTimeout(ep);
     std::unique_lock<std::mutex> lock(ep->mu);
@@ -1926,7 +1955,8 @@ std::shared_ptr<Domain> OpenDomain(const Fi& fi, rayaccel_status* status, std::s
   }
   const std::string name = std::string(info->fabric_attr->prov_name) + "/" +
                            (info->fabric_attr->name != nullptr ? info->fabric_attr->name : "") +
-                           "/" + (info->domain_attr->name != nullptr ? info->domain_attr->name : "");
+                           "/" +
+                           (info->domain_attr->name != nullptr ? info->domain_attr->name : "");
   std::lock_guard<std::mutex> lock(mu);
   if (std::shared_ptr<Domain> d = (*open)[name].lock()) {
     fi.freeinfo(info);
@@ -1938,7 +1968,8 @@ std::shared_ptr<Domain> OpenDomain(const Fi& fi, rayaccel_status* status, std::s
   if (rc == 0) rc = fi_domain(d->fabric, info, &d->domain, nullptr);
   if (rc != 0) {
     *status = RAYACCEL_STATUS_UNAVAILABLE;
-    *why = "opening libfabric's " + std::string(info->fabric_attr->prov_name) + ": " + ErrorText(rc);
+    *why =
+        "opening libfabric's " + std::string(info->fabric_attr->prov_name) + ": " + ErrorText(rc);
     return nullptr;
   }
   (*open)[name] = d;
@@ -1991,6 +2022,12 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     const size_t key_size = ep->info->domain_attr->mr_key_size;
     ep->key_mask = key_size >= 8 ? ~0ull : ((1ull << (8 * key_size)) - 1);
     ep->max_rma = std::max<uint64_t>(ep->info->ep_attr->max_msg_size, 4096);
+    if (ep->provider == "shm") {
+      LogTo(ep.get(), RAYACCEL_LOG_WARN,
+            "on the shm provider, a peer stopped while it holds its queue's lock stops this "
+            "endpoint too, beyond the peer timeout (libfabric 1.17); use tcp where peers may be "
+            "stopped");
+    }
     ep->listener = OpenChannel(ep.get(), kListenReceives, &why);
     if (ep->listener == nullptr) return fail(RAYACCEL_STATUS_UNAVAILABLE, why);
     ep->listener->listener = true;
@@ -2013,6 +2050,10 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     if (s != RAYACCEL_STATUS_OK) return fail(s, "the host refused the endpoint's address");
     ep->next_heartbeat = Clock::now();
     Endpoint* raw = ep.release();
+    {
+      std::lock_guard<std::mutex> lock(LocalMu());
+      LocalEndpoints().insert(raw->uuid);
+    }
     raw->progress = std::thread(ProgressThread, raw);
     args->endpoint = raw;
     return RAYACCEL_STATUS_OK;

@@ -3,6 +3,7 @@
 #ifndef RAYACCEL_TESTS_SUPPORT_TRANSPORT_SUPPORT_H_
 #define RAYACCEL_TESTS_SUPPORT_TRANSPORT_SUPPORT_H_
 
+#include <cctype>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,9 +13,50 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
+#include "support/test_support.h"
 #include "transport/descriptor.h"
 
 namespace rayaccel::testing {
+
+// The fabric a parametrised test runs on, set in this process's environment (which the
+// processes it starts inherit): a UCX_TLS value ("all", "tcp") for the UCX helper, or
+// "libfabric-PROVIDER" for the libfabric helper on that provider (RAYACCEL_TRANSPORT_FABRIC
+// and FI_PROVIDER).
+inline bool IsLibfabric(const std::string& param) { return param.rfind("libfabric-", 0) == 0; }
+
+class FabricEnv {
+ public:
+  explicit FabricEnv(const std::string& param) {
+    if (IsLibfabric(param)) {
+      provider_ = param.substr(10);
+      fabric_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_FABRIC", "libfabric");
+      setting_ = std::make_unique<ScopedEnv>("FI_PROVIDER", provider_.c_str());
+    } else {
+      tls_ = param;
+      setting_ = std::make_unique<ScopedEnv>("UCX_TLS", tls_.c_str());
+      fabric_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_FABRIC", "ucx");
+    }
+  }
+
+ private:
+  std::string provider_, tls_;
+  std::unique_ptr<ScopedEnv> fabric_, setting_;
+};
+
+// A test name's part for a fabric parameter ("libfabric-tcp" -> "LibfabricTcp").
+inline std::string FabricName(const std::string& param) {
+  std::string out;
+  bool upper = true;
+  for (char ch : param) {
+    if (ch == '-' || ch == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    upper = false;
+  }
+  return out;
+}
 
 // The transport of `options.plugin` (a test failure, and null, when it does not open).
 inline std::unique_ptr<Transport> OpenTransport(const TransportOptions& options) {
