@@ -63,3 +63,4 @@ def rayaccel_system_repositories():
     system_library(name = "nlohmann_json", target = "nlohmann_json")
     system_library(name = "boringssl", target = "crypto", pkg_config = ["libcrypto"])
     system_library(name = "ucx", target = "headers")
+    system_library(name = "libfabric", target = "headers")

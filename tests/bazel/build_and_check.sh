@@ -21,10 +21,12 @@ out=$("$bin/host_c_user" "$bin/plugins" examples/dgx-h100.json "$bin/rayaccel-pl
 
 suite="$cmake_build/bin/rayaccel-conformance"
 "$suite" "$bin/plugins/librayaccel-sim.so" --config spec=examples/dgx-h100.json --tier 3 > /dev/null
+FI_PROVIDER=tcp "$suite" "$bin/plugins/librayaccel-sim.so" --config spec=examples/dgx-h100.json \
+  --config transport_fabric=libfabric --tier 3 > /dev/null
 for plugin in cuda rocm tpu gaudi neuron ascend intel_gpu; do
   "$suite" "$bin/plugins/librayaccel-$plugin.so" --tier 1 > /dev/null
 done
 version=$(dpkg-query -W -f='${Version}' bazel-bootstrap 2> /dev/null || echo unknown)
 echo "bazel: built //... (bazel-bootstrap $version):" \
   "librayaccel.so exports $(echo "$exported" | grep -c '^rayaccel_') host.h functions alone;" \
-  "the C host runs on it; sim plugin tier 3, cuda, rocm, tpu, gaudi, neuron, ascend, intel_gpu tier 1"
+  "the C host runs on it; sim plugin tier 3 (UCX and libfabric), cuda, rocm, tpu, gaudi, neuron, ascend, intel_gpu tier 1"
