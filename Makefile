@@ -9,8 +9,7 @@
 #               hooks crash under TSan)
 #   make asan-transport  the transport, isolation and registry tests alone under ASan+UBSan,
 #               and the C99 host of host.h (what CI runs on every change; quicker than the
-#               whole suite); libfabric's shm tests in a process of their own (libfabric
-#               reads FI_PROVIDER once per process)
+#               whole suite)
 #   make fuzz   every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (300) each, with clang
 BUILD_DIR ?= build
 CMAKE_ARGS ?=
@@ -84,8 +83,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:intercept
 asan-transport: deps
 	cmake --preset asan && cmake --build build-asan -j $(JOBS) --target rayaccel_transport_tests \
 	  rayaccel_host_c_user
-	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests --gtest_filter=-*Shm*
-	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests --gtest_filter=*Shm*
+	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests
 	$(ASAN_ENV) build-asan/bin/rayaccel_host_c_user build-asan/lib/rayaccel/plugins \
 	  examples/dgx-h100.json $(CURDIR)/build-asan/bin/rayaccel-plugin-host
 

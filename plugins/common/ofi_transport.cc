@@ -1,12 +1,15 @@
 #include "ofi_transport.h"
 
 #include <dlfcn.h>
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -86,11 +89,6 @@ const Fi* LoadFi(const std::string& wanted, rayaccel_status* status, std::string
     *why = "this process loaded " + l.library + " already; an endpoint cannot use " + name;
     return nullptr;
   }
-  // A shared-memory peer that stops is declared lost; it must not be able to write into this
-  // process's memory when it resumes. shm's CMA copies go straight between the processes' own
-  // memory, so they are off unless the operator set FI_SHM_DISABLE_CMA: the bytes then travel
-  // through the shared segment, which an endpoint that has closed no longer maps.
-  setenv("FI_SHM_DISABLE_CMA", "1", /*overwrite=*/0);
   void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     *status = RAYACCEL_STATUS_UNAVAILABLE;
@@ -244,8 +242,9 @@ struct Channel {
   Peer* peer_record = nullptr;       // the owner's side
   bool listener = false;
   bool retired = false;  // its connection ended: it only drains
-  // Removing the peer's address ends the provider's connection to it (rxm); shm, which has
-  // none, crashed on a message from a peer whose address had gone.
+  int wait_fd = -1;      // readable when the provider has something to progress; -1: none
+  // Removing the peer's address ends the provider's connection to it (rxm); a provider
+  // without connections may still hear from the peer, and shm crashed on such a message.
   bool remove_peer = false;
 };
 
@@ -332,9 +331,9 @@ struct Peer {
   std::set<uint64_t> to_confirm;  // revoked regions it has not confirmed
 };
 
-// A provider's fabric and domain, shared by every endpoint of the process that chose it: the
-// shm provider names its endpoints by process and by a count kept per domain, so endpoints of
-// two domains in one process took the same name (and one another's shared memory).
+// A provider's fabric and domain, shared by every endpoint of the process that chose it: one
+// domain per process is what providers expect (shm, for one, named endpoints of two domains
+// alike), and it costs nothing.
 struct Domain {
   fi_info* info = nullptr;
   fid_fabric* fabric = nullptr;
@@ -380,6 +379,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   std::vector<std::unique_ptr<Channel>> retired;
   std::thread progress;
   std::atomic<bool> stop{false};
+  int stop_fd = -1;  // eventfd that wakes the progress thread to stop
 };
 
 Endpoint* Of(rayaccel_transport_endpoint* h) { return static_cast<Endpoint*>(h); }
@@ -493,12 +493,18 @@ std::unique_ptr<Channel> OpenChannel(Endpoint* ep, size_t receives, std::string*
   ch->remove_peer = ep->provider.find("ofi_rxm") != std::string::npos;
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_MSG;
-  cq_attr.wait_obj = FI_WAIT_NONE;
+  cq_attr.wait_obj = FI_WAIT_FD;  // so that the progress thread can sleep until work comes
   cq_attr.size = 1024;
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_MAP;
   av_attr.count = 4;
   int rc = fi_cq_open(ep->domain, &cq_attr, &ch->cq, nullptr);
+  if (rc != 0) {  // a provider without wait objects: polled
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(ep->domain, &cq_attr, &ch->cq, nullptr);
+  } else if (fi_control(&ch->cq->fid, FI_GETWAIT, &ch->wait_fd) != 0) {
+    ch->wait_fd = -1;
+  }
   if (rc == 0) rc = fi_av_open(ep->domain, &av_attr, &ch->av, nullptr);
   if (rc == 0) rc = fi_endpoint(ep->domain, ep->info, &ch->ep, nullptr);
   if (rc == 0) rc = fi_ep_bind(ch->ep, &ch->cq->fid, FI_TRANSMIT | FI_RECV);
@@ -1223,59 +1229,76 @@ void ProgressAll(Endpoint* ep) {
   Timers(ep);
 }
 
+// Sleeps until a channel's provider has work, the endpoint stops, or `limit` passes. With a
+// channel that has no wait object, sleeps for `fallback` instead. Caller holds the lock; it
+// is released while asleep.
+void Sleep(Endpoint* ep, std::unique_lock<std::mutex>& lock, milliseconds limit,
+           std::chrono::microseconds fallback) {
+  std::vector<fid*> fids;
+  std::vector<pollfd> fds{{ep->stop_fd, POLLIN, 0}};
+  bool waitable = ep->stop_fd >= 0;
+  auto add = [&](Channel* ch) {
+    if (ch == nullptr || ch->cq == nullptr) return;
+    if (ch->wait_fd < 0) waitable = false;
+    fids.push_back(&ch->cq->fid);
+    fds.push_back({ch->wait_fd, POLLIN, 0});
+  };
+  add(ep->listener.get());
+  for (auto& [token, p] : ep->peers) add(p->channel.get());
+  for (auto& [token, c] : ep->connections) add(c->channel.get());
+  for (auto& ch : ep->retired) add(ch.get());
+  // fi_trywait: nothing is pending that the fds would not announce (else: progress now).
+  if (waitable && fi_trywait(ep->fabric, fids.data(), static_cast<int>(fids.size())) != 0) {
+    return;
+  }
+  lock.unlock();
+  if (waitable) {
+    poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(1, limit.count())));
+  } else {
+    std::this_thread::sleep_for(fallback);
+  }
+  lock.lock();
+}
+
 // Answers peers while the application is not calling in. libfabric's software providers make
-// progress only when called (FI_PROGRESS_MANUAL), so this polls: back to back for a while
-// after something happened, then pausing up to a millisecond.
+// progress only when called (FI_PROGRESS_MANUAL), the owner's side of a one-sided transfer
+// included: back to back for a while after something happened, then asleep on the completion
+// queues' wait objects (their providers' sockets) until there is work, or a heartbeat is due.
 void ProgressThread(Endpoint* ep) {
   auto pause = std::chrono::microseconds(0);
   auto busy_until = Clock::now();
+  std::unique_lock<std::mutex> lock(ep->mu);
   while (!ep->stop.load(std::memory_order_acquire)) {
-    uint64_t before, after;
-    {
-      std::lock_guard<std::mutex> lock(ep->mu);
-      before = ep->activity;
-      ProgressAll(ep);
-      after = ep->activity;
-    }
+    const uint64_t before = ep->activity;
+    ProgressAll(ep);
     const auto now = Clock::now();
-    if (after != before) {
+    if (ep->activity != before) {
       busy_until = now + std::chrono::microseconds(200);
       pause = std::chrono::microseconds(0);
     } else if (now >= busy_until) {
       pause = std::min(std::max(pause * 2, std::chrono::microseconds(20)),
                        std::chrono::microseconds(1000));
     }
-    if (pause.count() > 0) {
-      std::this_thread::sleep_for(pause);
-    } else {
+    if (pause.count() == 0) {
+      lock.unlock();
       std::this_thread::yield();
+      lock.lock();
+      continue;
     }
+    const auto beat = std::chrono::duration_cast<milliseconds>(ep->next_heartbeat - now);
+    Sleep(ep, lock, std::min(std::max(beat, milliseconds(1)), milliseconds(100)), pause);
   }
 }
 
 // ---------------------------------------------------------------------------------------
 // The hooks.
 
-// The endpoints of this process, by id: libfabric 1.17's shm provider crashed (in its
-// progress, on messages and on closing) between two endpoints of one process, so a connection
-// between them on shm is refused.
-std::mutex& LocalMu() {
-  static auto* mu = new std::mutex;
-  return *mu;
-}
-std::set<uint64_t>& LocalEndpoints() {
-  static auto* ids = new std::set<uint64_t>;
-  return *ids;
-}
-bool IsLocal(uint64_t uuid) {
-  std::lock_guard<std::mutex> lock(LocalMu());
-  return LocalEndpoints().count(uuid) != 0;
-}
-
 void DestroyEndpoint(Endpoint* ep) {
-  {
-    std::lock_guard<std::mutex> lock(LocalMu());
-    LocalEndpoints().erase(ep->uuid);
+  if (ep->stop_fd >= 0) {
+    ep->stop.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    ssize_t ignored = write(ep->stop_fd, &one, sizeof(one));
+    (void)ignored;
   }
   ep->stop.store(true, std::memory_order_release);
   if (ep->progress.joinable()) ep->progress.join();
@@ -1300,8 +1323,12 @@ void DestroyEndpoint(Endpoint* ep) {
     if (ep->listener != nullptr) CloseChannel(ep->listener.get());
     // What the retired channels still have out comes back (or their peer is gone for good:
     // then the channel is left open, never closed under rxm with work queued).
-    const auto deadline = Clock::now() + milliseconds(200);
-    while (!ep->retired.empty() && Clock::now() < deadline) ProgressAll(ep);
+    const auto deadline = Clock::now() + PeerTimeout(ep);
+    while (!ep->retired.empty() && Clock::now() < deadline) {
+      ProgressAll(ep);
+      if (ep->retired.empty()) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     for (auto& ch : ep->retired) {
       LogTo(ep, RAYACCEL_LOG_WARN, "a channel to a lost peer is left open at close");
       for (Op* op : ch->ops) op->local = nullptr;
@@ -1318,6 +1345,7 @@ void DestroyEndpoint(Endpoint* ep) {
     ep->requests.clear();
   }
   ep->shared.reset();
+  if (ep->stop_fd >= 0) close(ep->stop_fd);
   delete ep;
 }
 
@@ -1522,11 +1550,6 @@ rayaccel_status Connect(rayaccel_transport_endpoint* handle, rayaccel_blob peer,
     std::string why;
     if (rayaccel_status s = ParseAddress(ep, peer, &address, &why); s != RAYACCEL_STATUS_OK) {
       return Fail(error, s, why);
-    }
-    if (ep->provider == "shm" && IsLocal(address.uuid)) {
-      return Fail(error, RAYACCEL_STATUS_UNSUPPORTED,
-                  "the peer is an endpoint of this process, which libfabric's shm provider does "
-                  "not connect safely (1.17 crashed there); use FI_PROVIDER=tcp or the UCX fabric");
     }
     const auto deadline = Clock::now() + PeerTimeout(ep);
     std::unique_lock<std::mutex> lock(ep->mu);
@@ -1874,12 +1897,28 @@ rayaccel_status Close(rayaccel_connection* handle, rayaccel_error* error) {
   if (c == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no connection");
   return Guard(error, [&] {
     Endpoint* ep = c->endpoint;
-    std::lock_guard<std::mutex> lock(ep->mu);
+    std::unique_lock<std::mutex> lock(ep->mu);
     if (c->channel != nullptr && c->state == Connection::State::kWelcomed) {
       SendOn(ep, c->channel.get(), Header(kBye, c->token));
       ProgressChannel(ep, c->channel.get());
     }
+    Channel* ch = c->channel.get();
     FailConnection(c, RAYACCEL_STATUS_PEER_LOST, "the connection was closed");
+    // What was in flight comes back before this returns, so that the caller may free the
+    // memory (a READ still lands, or is cut off with the connection): up to the peer timeout.
+    const auto deadline = Clock::now() + PeerTimeout(ep);
+    auto retired = [&] {
+      for (auto& r : ep->retired) {
+        if (r.get() == ch) return true;
+      }
+      return false;
+    };
+    while (ch != nullptr && retired() && Draining(ch) && Clock::now() < deadline) {
+      ProgressChannel(ep, ch);
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
     // Requests the host still holds stay valid, detached from the connection.
     for (Request* r : ep->requests) {
       if (r->connection == c) r->connection = nullptr;
@@ -1890,10 +1929,18 @@ rayaccel_status Close(rayaccel_connection* handle, rayaccel_error* error) {
   });
 }
 
+// Why the shm provider is never used (found by the transport tests, libfabric 1.17): a sender
+// takes a spinlock in the receiver's shared segment, so a peer killed or stopped while it
+// holds its own lock (as it does while serving a transfer) stops every sender to it forever,
+// inside libfabric, past any peer timeout; and two endpoints of one process crashed it.
+constexpr char kShmRefused[] =
+    "libfabric's shm provider is not used: a peer killed or stopped while holding its queue's "
+    "lock hangs every sender to it (libfabric 1.17); use FI_PROVIDER=tcp, or the UCX fabric";
+
 // The first provider libfabric offers for one-sided RMA and messages on a reliable
 // datagram endpoint. Registrations are offsets into the region (no FI_MR_VIRT_ADDR) where the
 // provider allows it; providers that require virtual addresses (verbs, efa) check the range
-// in the NIC, software ones (tcp, shm) against the registration.
+// in the NIC, software ones (tcp) against the registration.
 fi_info* ChooseProvider(const Fi& fi, std::string* why) {
   fi_info* hints = fi.dupinfo(nullptr);
   if (hints == nullptr) {
@@ -1937,8 +1984,17 @@ fi_info* ChooseProvider(const Fi& fi, std::string* why) {
            " (" + ErrorText(rc != 0 ? rc : FI_ENODATA) + ")";
     return nullptr;
   }
-  // The first is libfabric's preference; keep it alone.
-  fi_info* first = fi.dupinfo(info);
+  // libfabric's preference, first, but never shm (kShmRefused).
+  const fi_info* chosen = info;
+  while (chosen != nullptr && std::strcmp(chosen->fabric_attr->prov_name, "shm") == 0) {
+    chosen = chosen->next;
+  }
+  if (chosen == nullptr) {
+    fi.freeinfo(info);
+    *why = kShmRefused;
+    return nullptr;
+  }
+  fi_info* first = fi.dupinfo(chosen);
   fi.freeinfo(info);
   return first;
 }
@@ -2022,12 +2078,6 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     const size_t key_size = ep->info->domain_attr->mr_key_size;
     ep->key_mask = key_size >= 8 ? ~0ull : ((1ull << (8 * key_size)) - 1);
     ep->max_rma = std::max<uint64_t>(ep->info->ep_attr->max_msg_size, 4096);
-    if (ep->provider == "shm") {
-      LogTo(ep.get(), RAYACCEL_LOG_WARN,
-            "on the shm provider, a peer stopped while it holds its queue's lock stops this "
-            "endpoint too, beyond the peer timeout (libfabric 1.17); use tcp where peers may be "
-            "stopped");
-    }
     ep->listener = OpenChannel(ep.get(), kListenReceives, &why);
     if (ep->listener == nullptr) return fail(RAYACCEL_STATUS_UNAVAILABLE, why);
     ep->listener->listener = true;
@@ -2050,10 +2100,7 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     if (s != RAYACCEL_STATUS_OK) return fail(s, "the host refused the endpoint's address");
     ep->next_heartbeat = Clock::now();
     Endpoint* raw = ep.release();
-    {
-      std::lock_guard<std::mutex> lock(LocalMu());
-      LocalEndpoints().insert(raw->uuid);
-    }
+    raw->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     raw->progress = std::thread(ProgressThread, raw);
     args->endpoint = raw;
     return RAYACCEL_STATUS_OK;

@@ -282,23 +282,22 @@ TEST_P(TransportPair, RequestsMoveAndAbandonSafely) {
 INSTANTIATE_TEST_SUITE_P(Ucx, TransportPair, ::testing::Values("all", "tcp"), [](const auto& info) {
   return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
 });
-// On libfabric's tcp provider; its shm provider between processes below (TransportProcesses):
-// between two endpoints of one process it is refused.
 INSTANTIATE_TEST_SUITE_P(Libfabric, TransportPair, ::testing::Values("libfabric-tcp"),
                          [](const auto& info) { return testing::FabricName(info.param); });
 
-// libfabric 1.17's shm provider crashed in its progress between two endpoints of one process:
-// such a connection is refused with the reason, and the endpoints go on serving others.
-TEST(TransportLibfabric, ShmBetweenEndpointsOfOneProcessIsRefusedWithTheReason) {
-  testing::FabricEnv fabric("libfabric-shm");
-  auto owner = Open();
-  auto reader = Open();
-  ASSERT_NE(owner, nullptr);
-  ASSERT_NE(reader, nullptr);
-  auto conn = reader->Connect(owner->address());
-  EXPECT_TRUE(absl::IsUnimplemented(conn.status())) << conn.status();
-  EXPECT_NE(conn.status().message().find("endpoint of this process"), std::string::npos)
-      << conn.status();
+// libfabric's shm provider is never used: a peer killed or stopped while holding its queue's
+// lock hung every sender to it inside libfabric (seen in the tests below, on 1.17). Named, it is
+// refused with the reason; the UCX fabric still serves.
+TEST(TransportLibfabric, TheShmProviderIsRefusedWithTheReason) {
+  auto r =
+      testing::Run({RAYACCEL_CLI, "transfer", "--serve", "--fabric", "libfabric", "--size", "4KiB"},
+                   {{"FI_PROVIDER", "shm"}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("shm provider is not used"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FI_PROVIDER=tcp"), std::string::npos) << r.err;
+  auto bad = testing::Run({RAYACCEL_CLI, "transfer", "--serve", "--fabric", "verbs"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--fabric is ucx or libfabric"), std::string::npos) << bad.err;
 }
 
 // Every way a descriptor can be broken is refused before a plugin sees it, with the reason.
@@ -586,10 +585,6 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
 // A server that stops without dying, in the middle of 64 MiB reads and writes: every request
 // fails PEER_LOST within the peer timeout (plus a margin), and `rayaccel transfer` exits 3.
 TEST_P(TransportProcesses, AStoppedServerIsLostWithinThePeerTimeout) {
-  if (std::string(GetParam()) == "libfabric-shm") {
-    GTEST_SKIP() << "libfabric 1.17's shm: a sender spins on the lock of a peer stopped while "
-                    "holding it (docs/transport.md, The libfabric helper)";
-  }
   testing::FabricEnv fabric(GetParam());
   std::string dir = MakeTempDir(absl::StrCat("transport-stop-", GetParam()));
   Server server = StartServer(dir, "64MiB");
@@ -641,8 +636,7 @@ INSTANTIATE_TEST_SUITE_P(Ucx, TransportProcesses, ::testing::Values("all", "tcp"
                          [](const auto& info) {
                            return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
                          });
-INSTANTIATE_TEST_SUITE_P(Libfabric, TransportProcesses,
-                         ::testing::Values("libfabric-tcp", "libfabric-shm"),
+INSTANTIATE_TEST_SUITE_P(Libfabric, TransportProcesses, ::testing::Values("libfabric-tcp"),
                          [](const auto& info) { return testing::FabricName(info.param); });
 
 // Two network namespaces joined by a veth pair: the TCP path crosses a real network interface.
