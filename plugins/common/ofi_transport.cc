@@ -1861,11 +1861,15 @@ rayaccel_status Wait(rayaccel_transport_endpoint* handle, uint32_t timeout_ms,
     while (true) {
       ProgressAll(ep);
       if (ep->activity != seen) return RAYACCEL_STATUS_OK;
-      if (Clock::now() >= deadline) return RAYACCEL_STATUS_TIMEOUT;
-      lock.unlock();
-      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+      const auto now = Clock::now();
+      if (now >= deadline) return RAYACCEL_STATUS_TIMEOUT;
+      // Asleep on the provider's wait objects, as the progress thread, once a few passes
+      // found nothing: woken by the bytes themselves rather than by a timer.
       pause = std::min(pause + std::chrono::microseconds(10), std::chrono::microseconds(200));
-      lock.lock();
+      Sleep(ep, lock,
+            std::min(std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1),
+                     milliseconds(10)),
+            pause);
       if (ep->activity != seen) return RAYACCEL_STATUS_OK;
     }
   });
