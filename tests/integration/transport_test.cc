@@ -716,6 +716,30 @@ TEST_F(TransportNetns, ReadAndWriteCrossAVethPair) {
   EXPECT_EQ(lines[1], "{\"write\": 16777216, \"verified\": true}");
 }
 
+// The same on the libfabric helper: libfabric's tcp provider on the veth (FI_TCP_IFACE).
+TEST_F(TransportNetns, ReadAndWriteCrossAVethPairOnLibfabric) {
+  std::string dir = MakeTempDir("transport-netns-libfabric");
+  testing::FabricEnv fabric("libfabric-tcp");
+  ScopedEnv iface("FI_TCP_IFACE", veth_a_.c_str());
+  const uint64_t before = VethBytes(a_, veth_a_);
+  Server server = StartServer(dir, "16MiB", {"/usr/bin/env", "ip", "netns", "exec", a_});
+  ASSERT_FALSE(server.address.empty()) << "no token from the server in " << a_;
+  for (const char* op : {"read", "write"}) {
+    auto r = testing::Run({"/usr/bin/env", "FI_TCP_IFACE=" + veth_b_, "ip", "netns", "exec", b_,
+                           RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
+                           "--size", "16MiB", "--iters", "3", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out << r.err;
+  }
+  // The bytes crossed the veth: warm-up, timed and read-back transfers of 16 MiB each way.
+  EXPECT_GT(VethBytes(a_, veth_a_) - before, 8u * (16u << 20));
+  kill(server.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(server.pid), 0);
+  std::vector<std::string> lines = Lines(server.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "{\"write\": 16777216, \"verified\": true}");
+}
+
 // The link between the two namespaces goes down in the middle of 256 MiB transfers: the
 // client is told the peer is lost (exit 3) within the peer timeout and a margin, not left
 // waiting on TCP's own timers.
