@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "plugin_util.h"
+#include "transport_args.h"
 #include "transport_handles.h"
 #include "transport_wire.h"
 
@@ -807,6 +808,23 @@ void OnRevoke(Connection* c, Reader& in) {
   }
 }
 
+// A notification's bytes, for get_notifications (the newest dropped while the queue is full).
+void QueueNotification(Endpoint* ep, Reader& in) {
+  const size_t n = in.left();
+  if (n == 0 || n > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
+    return NoteMalformed(ep, "a notification of " + std::to_string(n) + " bytes");
+  }
+  const uint8_t* bytes = in.Bytes(n);
+  if (ep->notifications.size() >= kMaxQueuedNotifications) {
+    if (ep->dropped_notifications++ == 0) {
+      LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new ones");
+    }
+    return;
+  }
+  ep->notifications.emplace_back(reinterpret_cast<const char*>(bytes), n);
+  ++ep->activity;
+}
+
 void OnConnectionMessage(Connection* c, uint16_t type, Reader& in) {
   Endpoint* ep = c->endpoint;
   c->last_heard = Clock::now();
@@ -871,22 +889,8 @@ void OnConnectionMessage(Connection* c, uint16_t type, Reader& in) {
       return OnRevoke(c, in);
     case kPong:
       return;
-    case kNotification: {
-      const size_t n = in.left();
-      if (n == 0 || n > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
-        return NoteMalformed(ep, "a notification of " + std::to_string(n) + " bytes");
-      }
-      const uint8_t* bytes = in.Bytes(n);
-      if (ep->notifications.size() >= kMaxQueuedNotifications) {
-        if (ep->dropped_notifications++ == 0) {
-          LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new ones");
-        }
-        return;
-      }
-      ep->notifications.emplace_back(reinterpret_cast<const char*>(bytes), n);
-      ++ep->activity;
-      return;
-    }
+    case kNotification:
+      return QueueNotification(ep, in);
     case kBye:
       return FailConnection(c, RAYACCEL_STATUS_PEER_LOST, "the peer closed the connection");
     default:
@@ -1013,22 +1017,8 @@ void OnPeerMessage(Endpoint* ep, Peer* p, uint16_t type, Reader& in) {
     case kPing:
       SendOn(ep, p->channel.get(), Header(kPong, p->token));
       return;
-    case kNotification: {
-      const size_t n = in.left();
-      if (n == 0 || n > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
-        return NoteMalformed(ep, "a notification of " + std::to_string(n) + " bytes");
-      }
-      const uint8_t* bytes = in.Bytes(n);
-      if (ep->notifications.size() >= kMaxQueuedNotifications) {
-        if (ep->dropped_notifications++ == 0) {
-          LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new ones");
-        }
-        return;
-      }
-      ep->notifications.emplace_back(reinterpret_cast<const char*>(bytes), n);
-      ++ep->activity;
-      return;
-    }
+    case kNotification:
+      return QueueNotification(ep, in);
     case kBye:
       return ClosePeer(ep, p->token);
     default:
@@ -1263,7 +1253,8 @@ void Sleep(Endpoint* ep, std::unique_lock<std::mutex>& lock, milliseconds limit,
 // Answers peers while the application is not calling in. libfabric's software providers make
 // progress only when called (FI_PROGRESS_MANUAL), the owner's side of a one-sided transfer
 // included: back to back for a while after something happened, then asleep on the completion
-// queues' wait objects (their providers' sockets) until there is work, or a heartbeat is due.
+// queues' wait objects (their providers' sockets) until there is work, a heartbeat is due, or
+// 5 ms have passed.
 void ProgressThread(Endpoint* ep) {
   auto pause = std::chrono::microseconds(0);
   auto busy_until = Clock::now();
@@ -1286,7 +1277,9 @@ void ProgressThread(Endpoint* ep) {
       continue;
     }
     const auto beat = std::chrono::duration_cast<milliseconds>(ep->next_heartbeat - now);
-    Sleep(ep, lock, std::min(std::max(beat, milliseconds(1)), milliseconds(100)), pause);
+    // At most 5 ms: rxm accepts a new peer's connection on an event the queues' wait objects
+    // do not announce, and a handshake waited 100 ms a step for it.
+    Sleep(ep, lock, std::min(std::max(beat, milliseconds(1)), milliseconds(5)), pause);
   }
 }
 
@@ -1695,11 +1688,7 @@ rayaccel_status Hand(Endpoint* ep, Request* r, rayaccel_request** out, rayaccel_
 }
 
 rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
-  if (a == nullptr || a->connection == nullptr || a->local == nullptr || a->length == 0 ||
-      (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "transfer needs a connection, a local region, an operation and a length");
-  }
+  if (rayaccel_status s = CheckTransferArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Connection* c = Of(a->connection);
     Endpoint* ep = c->endpoint;
@@ -1722,15 +1711,7 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
 }
 
 rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* error) {
-  if (a == nullptr || a->connection == nullptr || a->count == 0 ||
-      a->count > RAYACCEL_TRANSPORT_MAX_BATCH || a->entries == nullptr || a->statuses == nullptr ||
-      a->paths == nullptr ||
-      (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "transfer_batch needs a connection, an operation, 1 to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_BATCH) +
-                    " entries, and their statuses and paths");
-  }
+  if (rayaccel_status s = CheckBatchArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Connection* c = Of(a->connection);
     Endpoint* ep = c->endpoint;
@@ -1776,12 +1757,7 @@ Request* NewBarrier(Endpoint* ep, Connection* c, Request::Kind kind) {
 }
 
 rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
-  if (a == nullptr || a->connection == nullptr || a->message.size == 0 ||
-      a->message.data == nullptr || a->message.size > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "notify needs a connection and a message of 1 to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_NOTIFICATION) + " bytes");
-  }
+  if (rayaccel_status s = CheckNotifyArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Connection* c = Of(a->connection);
     Endpoint* ep = c->endpoint;
@@ -2040,19 +2016,7 @@ std::shared_ptr<Domain> OpenDomain(const Fi& fi, rayaccel_status* status, std::s
 
 rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions& options,
                              rayaccel_error* error) {
-  if (args == nullptr ||
-      args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, endpoint) ||
-      args->address == nullptr || args->address->put == nullptr) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "open_endpoint needs an address sink");
-  }
-  if (!RAYACCEL_HAS_FIELD(args, rayaccel_endpoint_args, key) ||
-      args->key.size < RAYACCEL_TRANSPORT_MIN_KEY || args->key.size > RAYACCEL_TRANSPORT_MAX_BLOB ||
-      args->key.data == nullptr) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "open_endpoint needs a transport key of " +
-                    std::to_string(RAYACCEL_TRANSPORT_MIN_KEY) + " to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_BLOB) + " bytes");
-  }
+  if (rayaccel_status s = CheckOpenArgs(args, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     rayaccel_status status = RAYACCEL_STATUS_OK;
     std::string why;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "plugin_util.h"
+#include "transport_args.h"
 #include "transport_handles.h"
 #include "transport_wire.h"
 
@@ -35,26 +36,26 @@ using std::chrono::milliseconds;
 // ---------------------------------------------------------------------------------------
 // libucp, loaded when the first endpoint opens.
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                                         \
-  X(ucp_config_read)                                                                      \
-  X(ucp_config_modify)                                                                    \
-  X(ucp_config_release)                                                                   \
-  X(ucp_init_version)                                                                     \
-  X(ucp_cleanup)                                                                          \
-  X(ucp_context_query)                                                                    \
-  X(ucp_worker_create)                                                                    \
-  X(ucp_worker_destroy)                                                                   \
-  X(ucp_worker_get_address)                                                               \
-  X(ucp_worker_release_address)                                                           \
-  X(ucp_worker_progress)                                                                  \
-  X(ucp_worker_set_am_recv_handler)                                                       \
-  X(ucp_ep_create)                                                                        \
-  X(ucp_ep_close_nbx)                                                                     \
-  X(ucp_ep_flush_nbx)                                                                     \
-  X(ucp_mem_map)                                                                          \
-  X(ucp_mem_unmap) X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status) \
-      X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query)        \
-          X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)                                                            \
+  X(ucp_config_read)                                                                         \
+  X(ucp_config_modify)                                                                       \
+  X(ucp_config_release)                                                                      \
+  X(ucp_init_version)                                                                        \
+  X(ucp_cleanup)                                                                             \
+  X(ucp_context_query)                                                                       \
+  X(ucp_worker_create)                                                                       \
+  X(ucp_worker_destroy)                                                                      \
+  X(ucp_worker_get_address)                                                                  \
+  X(ucp_worker_release_address)                                                              \
+  X(ucp_worker_progress)                                                                     \
+  X(ucp_worker_set_am_recv_handler)                                                          \
+  X(ucp_ep_create)                                                                           \
+  X(ucp_ep_close_nbx)                                                                        \
+  X(ucp_ep_flush_nbx)                                                                        \
+  X(ucp_mem_map)                                                                             \
+  X(ucp_mem_unmap)                                                                           \
+  X(ucp_am_send_nbx) X(ucp_am_recv_data_nbx) X(ucp_request_check_status) X(ucp_request_free) \
+      X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
@@ -2884,12 +2885,7 @@ void IssuePieces(Request* group) {
 }
 
 rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
-  if (a == nullptr || a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transfer_args, request) ||
-      a->connection == nullptr || a->local == nullptr || a->length == 0 ||
-      (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "transfer needs a connection, a local region, an operation and a length");
-  }
+  if (rayaccel_status s = CheckTransferArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
@@ -3041,16 +3037,7 @@ rayaccel_transfer_args EntryAsTransfer(const rayaccel_transfer_batch_args& a, ui
 }
 
 rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* error) {
-  if (a == nullptr ||
-      a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_transfer_batch_args, request) ||
-      a->connection == nullptr || a->entries == nullptr || a->statuses == nullptr ||
-      a->paths == nullptr || a->count == 0 || a->count > RAYACCEL_TRANSPORT_MAX_BATCH ||
-      (a->op != RAYACCEL_TRANSFER_READ && a->op != RAYACCEL_TRANSFER_WRITE)) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "transfer_batch needs a connection, an operation, 1 to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_BATCH) +
-                    " entries, and their statuses and paths");
-  }
+  if (rayaccel_status s = CheckBatchArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
@@ -3173,13 +3160,7 @@ Request* Barrier(Ep* ep, Conn* c, Request::Kind kind) {
 }
 
 rayaccel_status Notify(rayaccel_notify_args* a, rayaccel_error* error) {
-  if (a == nullptr || a->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_notify_args, request) ||
-      a->connection == nullptr || a->message.data == nullptr || a->message.size == 0 ||
-      a->message.size > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "notify needs a connection and a message of 1 to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_NOTIFICATION) + " bytes");
-  }
+  if (rayaccel_status s = CheckNotifyArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
@@ -3320,20 +3301,7 @@ rayaccel_status Close(rayaccel_connection* handle, rayaccel_error* error) {
 
 rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions& options,
                              rayaccel_error* error) {
-  if (args == nullptr ||
-      args->struct_size < RAYACCEL_STRUCT_SIZE(rayaccel_endpoint_args, endpoint) ||
-      args->address == nullptr || args->address->put == nullptr) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "open_endpoint needs an address sink");
-  }
-  // No key, no endpoint: a transport that admits whoever connects is never the default.
-  if (!RAYACCEL_HAS_FIELD(args, rayaccel_endpoint_args, key) || args->key.data == nullptr ||
-      args->key.size < RAYACCEL_TRANSPORT_MIN_KEY || args->key.size > RAYACCEL_TRANSPORT_MAX_BLOB) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "open_endpoint needs a shared key of " +
-                    std::to_string(RAYACCEL_TRANSPORT_MIN_KEY) + " to " +
-                    std::to_string(RAYACCEL_TRANSPORT_MAX_BLOB) +
-                    " bytes (a host of ABI 1.3 or later passes one)");
-  }
+  if (rayaccel_status s = CheckOpenArgs(args, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     std::string mismatch;
     const Ucp& ucp = LoadUcp(options.ucx_library, &mismatch);
