@@ -82,6 +82,7 @@ class AgentClient:
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 10.0):
         target = _target(address)
+        self.address = address
         if tls_ca is not None or tls_cert is not None or tls_key is not None:
             # Any TLS setting means TLS (the system's roots when no CA is given): a token is
             # never sent in the clear because a CA was left out.

@@ -13,7 +13,8 @@ purpose (unhealthy devices are not counted, MIG instances are), docs/ray-integra
 why.
 
     import rayaccel.ray
-    rayaccel.ray.install()   # before ray.init() / ray start, in the process that starts Ray
+    rayaccel.ray.install()   # before ray.init() / ray start, in the process that starts Ray;
+                             # Ray's raylets and workers then install through rayaccel.pth
 
 Ray itself is not a dependency: the classes subclass Ray's AcceleratorManager when Ray is
 importable, and are plain classes with the same static methods otherwise.
@@ -41,13 +42,24 @@ _local_lock = threading.Lock()
 _local_registry = None
 
 
+# Set for the processes a node starts (Ray's raylet and workers), and read by _rayaccel_hook
+# there: "1" (discover locally) or the agent whose snapshot the managers answer from.
+MANAGERS_VARIABLE = "RAYACCEL_RAY_MANAGERS"
+
+
 def _local_snapshot() -> NodeSnapshot:
-    """This node, discovered once per process with every plugin found, each isolated."""
+    """This node, once per process: from the agent RAYACCEL_RAY_MANAGERS names, else
+    discovered with every plugin found, each isolated."""
     global _local_registry
     with _local_lock:
         if _local_registry is None:
-            from .registry import Registry
-            _local_registry = Registry()
+            where = os.environ.get(MANAGERS_VARIABLE, "")
+            if where.startswith(("unix:", "tcp://", "/")):
+                from .agent import AgentClient
+                _local_registry = AgentClient(where)
+            else:
+                from .registry import Registry
+                _local_registry = Registry()
         return _local_registry.snapshot()
 
 
@@ -72,6 +84,19 @@ def _families(snap: NodeSnapshot) -> List[str]:
     """The families a loaded plugin serves: it runs and found devices."""
     return sorted({p.resource for p in snap.plugins if p.resource and p.device_count > 0
                    and p.state in ("active", "degraded")})
+
+
+def _healthy_ids(snap: NodeSnapshot, resource: str) -> Optional[List[str]]:
+    """With no visible-devices variable set: None (every device, as Ray's managers say) while
+    every device of the family is healthy; else the indices of the healthy ones. Ray reads
+    these as the node's device ids at start and maps each worker's slots onto them, as it does
+    for a CUDA_VISIBLE_DEVICES the user set, so that no task is given a device rayaccel found
+    unhealthy (the node's count already leaves it out)."""
+    parents = {d.parent_id for d in snap.devices if d.parent_id}
+    family = [d for d in snap.devices if d.resource == resource and d.id not in parents]
+    if all(d.health != "unhealthy" for d in family):
+        return None
+    return [str(d.index) for d in family if d.health != "unhealthy"]
 
 
 def _chips(snap: NodeSnapshot, resource: str) -> List[int]:
@@ -163,7 +188,7 @@ def accelerator_manager(resource: str, source=None) -> type:
                 return rules.intel_visible_ids()
             value = os.environ.get(var) if var else None
             if value is None:
-                return None
+                return _healthy_ids(snapshot(), resource)
             if value == "" or (value == "NoDevFiles" and family.no_dev_files_is_none):
                 return []
             if family.manager == "TPUAcceleratorManager":
@@ -326,12 +351,20 @@ def install(source=None) -> List[type]:
     plugin of this node serves (it runs and found devices): Ray's
     get_all_accelerator_managers() and get_accelerator_manager_for_resource() then answer with
     them. Every other family (Neuron, NPU, Intel GPU, RBLN, ...) stays with Ray's own manager,
-    untouched. Returns the managers. Ray's workers are processes of their own: install there
-    too, with ray.init(runtime_env={"worker_process_setup_hook": "rayaccel.ray.install"}), so
-    that a worker's visible devices are set the plugin's way."""
+    untouched. Returns the managers.
+
+    Ray asks managers in processes of its own too (a node's raylet starts workers that read
+    and set their visible devices before any user code runs, so a worker_process_setup_hook
+    comes too late): install() sets RAYACCEL_RAY_MANAGERS for the processes started after it,
+    and rayaccel.pth installs in each of them as soon as Ray's accelerator package is imported
+    (_rayaccel_hook, docs/ray-integration.md). Call it before ray.init() or Cluster()."""
     global _rays_get_all_accelerator_managers, _rays_table
     import ray._private.accelerators as accelerators
 
+    if not os.environ.get(MANAGERS_VARIABLE):
+        # The processes this one starts (a node's raylet, and the workers it starts) install
+        # too, through _rayaccel_hook; they ask the same agent, or discover as this one does.
+        os.environ[MANAGERS_VARIABLE] = getattr(source, "address", None) or "1"
     snap = _source_of(source)()
     managers = [accelerator_manager(r, source) for r in _families(snap)]
     ours = {m.get_resource_name(): m for m in managers}

@@ -139,8 +139,9 @@ class TensorTransport(TensorTransportManager):
     host memory over UCX like every in-tree plugin); config: its configuration; peer_timeout:
     seconds a silent peer may take before its reads fail; key (bytes) or key_file: the secret
     both ends prove before any tensor is named (default: the file $RAYACCEL_TRANSPORT_KEY_FILE
-    names, else this user's key on this host, which another host does not have). A peer with
-    another key fails its reads with UnauthenticatedError."""
+    names, else, in a process of a Ray cluster, the cluster's key, which every node's actors
+    read from the cluster's GCS, else this user's key on this host). A peer with another key
+    fails its reads with UnauthenticatedError."""
 
     def __init__(self, plugin: Optional[str] = None, config: Optional[Dict[str, str]] = None,
                  search_path: Tuple[str, ...] = (), peer_timeout: float = 10.0,
@@ -169,8 +170,12 @@ class TensorTransport(TensorTransportManager):
     def _transport(self) -> _native.Transport:
         with self._lock:
             if self._native is None:
+                key = self._key
+                if not key and not self._key_file and \
+                        not os.environ.get("RAYACCEL_TRANSPORT_KEY_FILE"):
+                    key = _ray_cluster_key()
                 self._native = _native.Transport(self._plugin, self._config, self._search_path,
-                                                 self._peer_timeout, self._key, self._key_file)
+                                                 self._peer_timeout, key, self._key_file)
             return self._native
 
     def _device_index(self, address: int) -> int:
@@ -394,6 +399,31 @@ class TensorTransport(TensorTransportManager):
             self._transport().close(connection)
         except Error:
             pass
+
+
+# Where a Ray cluster keeps its transport key: Ray's internal key-value store in the GCS.
+_KEY_NAMESPACE = b"rayaccel"
+_KEY_NAME = b"transport-key"
+
+
+def _ray_cluster_key() -> bytes:
+    """In a process connected to a Ray cluster, the cluster's transport key: 32 random bytes
+    kept in the cluster's GCS (internal KV, namespace "rayaccel"), made by the first process
+    that needs one; every process of the cluster, on any node, reads the same. Else b"" (the
+    user's key on this host)."""
+    try:
+        import ray
+        from ray.experimental import internal_kv
+    except ImportError:
+        return b""
+    if not ray.is_initialized() or not internal_kv._internal_kv_initialized():
+        return b""
+    key = internal_kv._internal_kv_get(_KEY_NAME, namespace=_KEY_NAMESPACE)
+    if not key:  # the first: put without overwriting, then read whichever key won
+        internal_kv._internal_kv_put(_KEY_NAME, os.urandom(32), overwrite=False,
+                                     namespace=_KEY_NAMESPACE)
+        key = internal_kv._internal_kv_get(_KEY_NAME, namespace=_KEY_NAMESPACE)
+    return bytes(key or b"")
 
 
 def _has_transport(self_actor=None) -> bool:
