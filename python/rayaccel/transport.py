@@ -70,6 +70,23 @@ class RayaccelTransportMetadata(TensorTransportMetadata):
     address: bytes = b""
     descriptors: List[bytes] = field(default_factory=list)
     nbytes: List[int] = field(default_factory=list)
+    # Who holds the memory, for the reader's errors: "actor <id> (pid <n>, node <id>)" in a
+    # Ray actor, else "pid <n> on <host>".
+    source: str = ""
+
+
+def _this_process() -> str:
+    """This process as a reader's error names it."""
+    try:
+        import ray
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            actor = context.get_actor_id()
+            where = f"pid {os.getpid()}, node {context.get_node_id()}"
+            return f"actor {actor} ({where})" if actor else f"the driver ({where})"
+    except ImportError:
+        pass
+    return f"pid {os.getpid()} on {os.uname().nodename}"
 
 
 def _device_memory_of(tensor) -> Optional[Tuple[DeviceArray, Tuple[Any, Any], Any]]:
@@ -258,7 +275,7 @@ class TensorTransport(TensorTransportManager):
         device = "cuda" if "cuda" in devices else "cpu"
         return RayaccelTransportMetadata(tensor_meta=meta, tensor_device=device,
                                          address=transport.address, descriptors=descriptors,
-                                         nbytes=sizes)
+                                         nbytes=sizes, source=_this_process())
 
     def recv_multiple_tensors(self, obj_id: str, tensor_transport_metadata,
                               communicator_metadata=None,
@@ -268,20 +285,28 @@ class TensorTransport(TensorTransportManager):
             raise InvalidArgumentError(f"{len(target_buffers)} target buffers for "
                                        f"{len(meta.tensor_meta)} tensors")
         try:
-            return self._receive(obj_id, meta, target_buffers)
-        except UnavailableError:
-            # Connections are shared per peer: another object's abort (or failure) may have
-            # closed this one's under it, moments ago. Not this object's failure: once more,
-            # on a new one. Its own failure (a peer lost, stopped or cut off) is final.
-            with self._lock:
-                closer, when = self._closed_here.get(meta.address, (None, 0.0))
-                retry = closer not in (None, obj_id) and \
-                    time.monotonic() - when < self._peer_timeout
-                if retry:
-                    del self._closed_here[meta.address]
-            if not retry:
+            try:
+                return self._receive(obj_id, meta, target_buffers)
+            except UnavailableError:
+                # Connections are shared per peer: another object's abort (or failure) may
+                # have closed this one's under it, moments ago. Not this object's failure:
+                # once more, on a new one. Its own failure (a peer lost, stopped or cut off)
+                # is final.
+                with self._lock:
+                    closer, when = self._closed_here.get(meta.address, (None, 0.0))
+                    retry = closer not in (None, obj_id) and \
+                        time.monotonic() - when < self._peer_timeout
+                    if retry:
+                        del self._closed_here[meta.address]
+                if not retry:
+                    raise
+                return self._receive(obj_id, meta, target_buffers)
+        except Error as e:
+            source = getattr(meta, "source", "")
+            if not source:
                 raise
-            return self._receive(obj_id, meta, target_buffers)
+            # The same error, naming whose memory it was: the peer a user looks for.
+            raise type(e)(f"reading {obj_id} from {source}: {e}") from None
 
     def _receive(self, obj_id, meta, target_buffers):
         transport = self._transport()

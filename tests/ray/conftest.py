@@ -79,6 +79,10 @@ def cluster(nodes, **head):
     Cluster and {name: node id}. The driver is connected."""
     import ray
     from ray.cluster_utils import Cluster
+    # Ray's workers import the test modules' remote classes by name.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (here, os.environ.get("PYTHONPATH")) if p)
     c = Cluster(initialize_head=True,
                 head_node_args=dict(dict(num_cpus=1, include_dashboard=False), **head))
     try:
