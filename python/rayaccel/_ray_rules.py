@@ -1,7 +1,8 @@
 """Ray's own rules, family by family, as its accelerator managers apply them.
 
-Each rule here restates what a file of Ray's `python/ray/_private/accelerators/` does (newest
-Ray), so that rayaccel's managers answer exactly as the manager they stand in for: how the
+Each rule here restates what a file of Ray's `python/ray/_private/accelerators/` does (Ray
+2.60, the version requirements.txt pins; tests/python/test_ray_parity.py asks Ray's own
+classes the same questions, row by row), so that rayaccel's managers answer exactly as the manager they stand in for: how the
 visible-devices variable is chosen and read, how `RAY_EXPERIMENTAL_NOSET_<VAR>` is read, which
 request quantities are refused, and (TPU) what a worker's chips set. rayaccel.ray applies them;
 nothing here reads a snapshot.
@@ -20,11 +21,6 @@ def env_bool(name: str) -> bool:
     """ray_constants.env_bool(name, False): set only by "1" or "true" in any case."""
     value = os.environ.get(name)
     return value is not None and (value.lower() == "true" or value == "1")
-
-
-def present(name: str) -> bool:
-    """`if os.environ.get(name)`: set by any non-empty value, "0" and "false" included."""
-    return bool(os.environ.get(name))
 
 
 def _any_quantity(resource: str, quantity: float) -> Answer:
@@ -82,28 +78,26 @@ def _family(manager, variable, noset, no_dev_files_is_none, noset_variable=None)
 FAMILIES: Dict[Tuple[str, str], Family] = {
     ("GPU", "CUDA_VISIBLE_DEVICES"):
         _family("NvidiaGPUAcceleratorManager", "CUDA_VISIBLE_DEVICES", env_bool, True),
-    # amd_gpu.py reads HIP's NOSET variable whichever variable it sets.
     ("GPU", "HIP_VISIBLE_DEVICES"):
-        _family("AMDGPUAcceleratorManager", "HIP_VISIBLE_DEVICES", present, True),
+        _family("AMDGPUAcceleratorManager", "HIP_VISIBLE_DEVICES", env_bool, True),
     ("TPU", "TPU_VISIBLE_CHIPS"):
         _family("TPUAcceleratorManager", "TPU_VISIBLE_CHIPS", env_bool, False),
     ("HPU", "HABANA_VISIBLE_MODULES"):
-        _family("HPUAcceleratorManager", "HABANA_VISIBLE_MODULES", present, False),
+        _family("HPUAcceleratorManager", "HABANA_VISIBLE_MODULES", env_bool, False),
     ("neuron_cores", "NEURON_RT_VISIBLE_CORES"):
         _family("NeuronAcceleratorManager", "NEURON_RT_VISIBLE_CORES", env_bool, False),
     ("NPU", "ASCEND_RT_VISIBLE_DEVICES"):
-        _family("NPUAcceleratorManager", "ASCEND_RT_VISIBLE_DEVICES", present, True),
-    # intel_gpu.py names ZE_AFFINITY_MASK and writes ONEAPI_DEVICE_SELECTOR beside it (below);
-    # a plugin naming the selector, as older Ray did, stands in for the same manager.
+        _family("NPUAcceleratorManager", "ASCEND_RT_VISIBLE_DEVICES", env_bool, True),
+    # intel_gpu.py names ZE_AFFINITY_MASK and reads ONEAPI_DEVICE_SELECTOR after it (below); a
+    # plugin naming the selector, as older Ray did, stands in for the same manager.
     ("GPU", "ZE_AFFINITY_MASK"):
         _family("IntelGPUAcceleratorManager", "ZE_AFFINITY_MASK", env_bool, False),
     ("GPU", "ONEAPI_DEVICE_SELECTOR"):
         _family("IntelGPUAcceleratorManager", "ZE_AFFINITY_MASK", env_bool, False),
 }
 
-# intel_gpu.py's second variable, its NOSET, and the backend written before its ids.
+# intel_gpu.py's second variable, and the backend written before its ids.
 ONEAPI_SELECTOR = "ONEAPI_DEVICE_SELECTOR"
-NOSET_ONEAPI_SELECTOR = "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR"
 ONEAPI_PREFIX = "level_zero:"
 
 
@@ -125,17 +119,12 @@ def intel_visible_ids() -> Optional[List[str]]:
 
 
 def intel_environment(ids: List[str], env: Dict[str, str]) -> Dict[str, str]:
-    """intel_gpu.py's set_current_process_visible_accelerator_ids over `env` (the mask for
-    `ids`): ZE_AFFINITY_MASK unless RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK, and
-    ONEAPI_DEVICE_SELECTOR as "level_zero:" and 0 to n-1 (the mask has renumbered the devices)
-    unless its own NOSET, each by env_bool."""
-    out = dict(env)
-    out.setdefault(ONEAPI_SELECTOR, ONEAPI_PREFIX + ",".join(str(i) for i in range(len(ids))))
+    """intel_gpu.py's set_current_process_visible_accelerator_ids over `env` (the plugin's
+    answer for `ids`): ZE_AFFINITY_MASK alone, unless RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK
+    (env_bool). Ray leaves ONEAPI_DEVICE_SELECTOR to frameworks that manage it themselves."""
     if env_bool("RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK"):
-        out.pop("ZE_AFFINITY_MASK", None)
-    if env_bool(NOSET_ONEAPI_SELECTOR):
-        out.pop(ONEAPI_SELECTOR, None)
-    return out
+        return {}
+    return {"ZE_AFFINITY_MASK": env.get("ZE_AFFINITY_MASK", ",".join(ids))}
 
 
 # The variable Ray's manager of a resource names when no plugin of this node says (GPU: the
@@ -153,18 +142,10 @@ def family_of(resource: str, variable: str) -> Family:
 
 
 def amd_variable() -> str:
-    """amd_gpu.py's get_visible_accelerator_ids_env_var: HIP_VISIBLE_DEVICES, or
-    CUDA_VISIBLE_DEVICES when only that is set; ROCR_VISIBLE_DEVICES alone, or HIP and CUDA
-    disagreeing, raise as Ray raises."""
-    hip, cuda = os.environ.get("HIP_VISIBLE_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")
-    if hip is None and "ROCR_VISIBLE_DEVICES" in os.environ:
+    """amd_gpu.py's get_visible_accelerator_ids_env_var: HIP_VISIBLE_DEVICES, whatever
+    CUDA_VISIBLE_DEVICES says; ROCR_VISIBLE_DEVICES without it raises as Ray raises."""
+    if "HIP_VISIBLE_DEVICES" not in os.environ and "ROCR_VISIBLE_DEVICES" in os.environ:
         raise RuntimeError("Please use HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES")
-    if cuda is not None:
-        if hip is None:
-            return "CUDA_VISIBLE_DEVICES"
-        if hip != cuda:
-            raise ValueError("Inconsistent values found. Please use either HIP_VISIBLE_DEVICES "
-                             "or CUDA_VISIBLE_DEVICES.")
     return "HIP_VISIBLE_DEVICES"
 
 
@@ -191,19 +172,24 @@ def tpu_visible_ids(value: str) -> List[str]:
 
 def tpu_environment(ids: List[str], chips_on_node: List[int]) -> Tuple[Dict[str, str], List[str]]:
     """tpu.py's set_current_process_visible_accelerator_ids, as (variables to set, variables to
-    remove). As many ids as the host has chips is the whole host: the framework's defaults, so
-    nothing is set and the chip bounds are removed. With several resources per chip, that also
-    needs the ids to cover every chip (Ray compares the count alone, and would give half a host
-    the whole of it). One or two chips take their bounds with them."""
+    remove). The ids name chips (or, with several resources per chip, their logical devices:
+    the chips are what is masked). As many ids as the host has chips is the whole host: the
+    framework's defaults, so the mask goes; with several resources per chip that also needs
+    the ids to cover every chip (Ray compares the count alone, and would give half a host the
+    whole of it). One or two chips take their bounds with them; bounds one or two chips left
+    behind go when a worker is given more."""
     per_chip = tpu_resource_per_chip()
-    chips = ids if per_chip == 1 else [str(c) for c in sorted({int(i) // per_chip for i in ids})]
-    whole = len(ids) == len(chips_on_node) and (
-        per_chip == 1 or {int(c) for c in chips} == set(chips_on_node))
-    bounds = ["TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS"]
-    if whole:
-        return {}, bounds
-    env = {"TPU_VISIBLE_CHIPS": ",".join(chips)}
+    chips = sorted({int(i) // per_chip for i in ids})
+    bounds, host = "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS"
+    stale = len(chips) not in (1, 2) and os.environ.get(bounds) in ("1,1,1", "1,2,1")
+    stale_bounds = [bounds, host] if stale else []
+    if len(ids) == len(chips_on_node) and (per_chip == 1 or set(chips) == set(chips_on_node)):
+        return {}, ["TPU_VISIBLE_CHIPS"] + stale_bounds
+    env = {"TPU_VISIBLE_CHIPS": ",".join(str(c) for c in chips)}
     if len(chips) in (1, 2):
-        env["TPU_CHIPS_PER_HOST_BOUNDS"] = "1,1,1" if len(chips) == 1 else "1,2,1"
-        env["TPU_HOST_BOUNDS"] = "1,1,1"
-    return env, []
+        wanted = "1,1,1" if len(chips) == 1 else "1,2,1"
+        if os.environ.get(bounds) != wanted:
+            env.update({bounds: wanted, host: "1,1,1"})
+        elif host not in os.environ:
+            env[host] = "1,1,1"
+    return env, stale_bounds

@@ -3,8 +3,9 @@
 The expected values are what Ray's managers (python/ray/_private/accelerators/: nvidia_gpu.py,
 amd_gpu.py, tpu.py) return on the node each fixture describes: NVML's device count and device
 0's name through Ray's type pattern; the AMD PCI device-id table; the TPU environment and its
-extra resources and labels. Ray cannot be installed here, so its answers are written out from
-its source, and the interface check lists its AcceleratorManager's methods.
+extra resources and labels, written out from Ray's source and checked against the installed
+Ray (requirements.txt) where it can be asked (test_ray_parity.py, tests/ray). install() runs
+against the installed Ray's own accelerators package.
 """
 
 import inspect
@@ -39,7 +40,12 @@ def answers(manager):
 
 
 def test_the_interface_is_rays(sim_h100):
+    from ray._private.accelerators.accelerator import AcceleratorManager
+    # The installed Ray's interface is the list above, and rayaccel's class is one of it.
+    theirs = sorted(n for n, v in vars(AcceleratorManager).items() if isinstance(v, staticmethod))
+    assert theirs == sorted(RAY_INTERFACE)
     manager = rayaccel.ray.accelerator_manager("GPU", sim_h100)
+    assert issubclass(manager, AcceleratorManager)
     for name in RAY_INTERFACE:
         assert isinstance(inspect.getattr_static(manager, name), staticmethod), name
         assert callable(getattr(manager, name)), name
@@ -151,86 +157,20 @@ def test_quantities_that_are_not_quantities(sim_h100):
         assert manager.validate_resource_request_quantity(good) == (True, None), good
 
 
-# A stand-in for Ray's accelerators package (Ray itself cannot be installed here): Ray's
-# managers by name and resource, its three entry points, and the EC2 answers of nvidia_gpu.py
-# (GpuInfo.Gpus[0]) and neuron.py (its instance table), written from Ray's source.
-RAY_STAND_IN = """
-from ray._private.accelerators.accelerator import AcceleratorManager
-
-def _manager(name, resource, **methods):
-    methods["get_resource_name"] = staticmethod(lambda: resource)
-    methods["get_current_node_num_accelerators"] = staticmethod(lambda: 0)
-    return type(name, (AcceleratorManager,), methods)
-
-def _gpus(instance_type, instances):
-    if instance_type not in instances:
-        return None
-    return instances[instance_type].get("GpuInfo", {}).get("Gpus")
-
-NvidiaGPUAcceleratorManager = _manager(
-    "NvidiaGPUAcceleratorManager", "GPU",
-    get_ec2_instance_num_accelerators=staticmethod(
-        lambda t, i: _gpus(t, i)[0]["Count"] if _gpus(t, i) else None),
-    get_ec2_instance_accelerator_type=staticmethod(
-        lambda t, i: _gpus(t, i)[0]["Name"] if _gpus(t, i) else None))
-AMDGPUAcceleratorManager = _manager("AMDGPUAcceleratorManager", "GPU")
-IntelGPUAcceleratorManager = _manager("IntelGPUAcceleratorManager", "GPU")
-TPUAcceleratorManager = _manager("TPUAcceleratorManager", "TPU")
-HPUAcceleratorManager = _manager("HPUAcceleratorManager", "HPU")
-NPUAcceleratorManager = _manager("NPUAcceleratorManager", "NPU")
-RBLNAcceleratorManager = _manager("RBLNAcceleratorManager", "RBLN")
-NeuronAcceleratorManager = _manager(
-    "NeuronAcceleratorManager", "neuron_cores",
-    get_ec2_instance_num_accelerators=staticmethod(
-        lambda t, i: {"trn1.32xlarge": 32, "inf2.48xlarge": 24}.get(t.lower())))
-
-def get_all_accelerator_managers():
-    return {NvidiaGPUAcceleratorManager, AMDGPUAcceleratorManager, IntelGPUAcceleratorManager,
-            TPUAcceleratorManager, HPUAcceleratorManager, NPUAcceleratorManager,
-            RBLNAcceleratorManager, NeuronAcceleratorManager}
-
-def get_accelerator_manager_for_resource(resource_name):
-    try:
-        return get_accelerator_manager_for_resource._resource_name_to_accelerator_manager.get(
-            resource_name)
-    except AttributeError:
-        table = {m.get_resource_name(): m for m in get_all_accelerator_managers()}
-        table["GPU"] = NvidiaGPUAcceleratorManager  # no AMD or Intel GPU counted here
-        get_accelerator_manager_for_resource._resource_name_to_accelerator_manager = table
-        return table.get(resource_name)
-"""
-
-
-def stand_in_ray(tmp_path):
-    pkg = tmp_path / "ray" / "_private" / "accelerators"
-    pkg.mkdir(parents=True)
-    (tmp_path / "ray" / "__init__.py").write_text("")
-    (tmp_path / "ray" / "_private" / "__init__.py").write_text("")
-    (pkg / "accelerator.py").write_text(textwrap.dedent("""
-        class AcceleratorManager:
-            @staticmethod
-            def get_ec2_instance_num_accelerators(instance_type, instances):
-                return None
-            @staticmethod
-            def get_ec2_instance_accelerator_type(instance_type, instances):
-                return None
-    """))
-    (pkg / "__init__.py").write_text(RAY_STAND_IN)
-    from conftest import BUILD
-    return dict(os.environ, PYTHONPATH=f"{tmp_path}:{os.path.join(BUILD, 'python')}")
-
-
 def run_with_ray(tmp_path, script):
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
-                         env=stand_in_ray(tmp_path), capture_output=True, text=True, timeout=60)
+    """`script` in a fresh interpreter with the installed Ray (install() changes Ray's
+    module-level functions for the whole process)."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
 
 def test_install_replaces_only_the_families_a_plugin_serves(tmp_path):
     """After install(), Ray's lookups answer with rayaccel's GPU manager (the sim plugin
-    serves GPU); TPU, whose plugin runs but found no chip, and every family no plugin serves
-    keep Ray's own manager, the very class, unchanged."""
+    serves GPU, in place of all of Ray's GPU managers: NVIDIA, AMD, Intel, Apple, MetaX); TPU,
+    whose plugin runs but found no chip, and every family no plugin serves keep Ray's own
+    manager, the very class, unchanged."""
     from conftest import plugin, source
     gb200 = source("tests", "fixtures", "tpu", "gb200-host")
     lines = run_with_ray(tmp_path, f"""
@@ -256,8 +196,9 @@ def test_install_replaces_only_the_families_a_plugin_serves(tmp_path):
     """)
     assert lines == [
         "RayaccelGPUAcceleratorManager True",
-        "['HPUAcceleratorManager', 'NPUAcceleratorManager', 'NeuronAcceleratorManager', "
-        "'RBLNAcceleratorManager', 'RayaccelGPUAcceleratorManager', 'TPUAcceleratorManager']",
+        "['FuriosaAcceleratorManager', 'HPUAcceleratorManager', 'MBLTAcceleratorManager', "
+        "'NPUAcceleratorManager', 'NeuronAcceleratorManager', 'RBLNAcceleratorManager', "
+        "'RayaccelGPUAcceleratorManager', 'TPUAcceleratorManager', 'TTNPUAcceleratorManager']",
         "8 H100"], lines
 
 

@@ -1,11 +1,14 @@
 """rayaccel's managers answer as Ray's own manager of each family, method by method.
 
-Ray cannot be installed here and its files are not shipped, so Ray's answers are written out
-from its source, one table per family: (method, input, environment, Ray's answer), each row
-naming the file of Ray's python/ray/_private/accelerators/ (newest Ray) it comes from. Each
-table runs against a real plugin on the project's fixtures (CUDA on the fake NVML, ROCm on a
-KFD capture, TPU host trees, Gaudi, Neuron, Ascend and Intel GPU trees) and on a node without
-the family.
+One table per family: (method, input, environment, Ray's answer), each row naming the file of
+Ray's python/ray/_private/accelerators/ it comes from. Each row is asked of Ray's own manager
+class, the installed Ray's (requirements.txt), and of rayaccel's on a real plugin on the
+project's fixtures (CUDA on the fake NVML, ROCm on a KFD capture, TPU host trees, Gaudi,
+Neuron, Ascend and Intel GPU trees) and on a node without the family: both must give the
+row's answer. Ray's manager is given the fixture's hardware only where it reads it through a
+function of its own (the TPU chip count); rows Ray's manager answers from a vendor's library
+or tool that cannot run here (NVML's count and name are asked of it in tests/ray instead;
+neuron-ls, acl, dpctl) keep the answer written out from Ray's source: NOT_ASKED lists them.
 """
 
 import os
@@ -14,7 +17,11 @@ import pytest
 
 import rayaccel
 import rayaccel.ray
+import ray._private.accelerators as rays
 from conftest import BUILD, plugin, source
+
+# Methods whose answer Ray's manager reads from hardware through a vendor's library or tool.
+NOT_ASKED = {"get_current_node_num_accelerators", "get_current_node_accelerator_type"}
 
 UNSET = object()  # an environment row's "not set"
 
@@ -111,8 +118,23 @@ def run(manager, method, argument, env, monkeypatch):
     return result, {v: os.environ.get(v, UNSET) for v in VARIABLES}
 
 
-def check(manager, rows, monkeypatch):
-    for method, argument, env, expected in rows:
+def check(manager, rows, monkeypatch, theirs=None, chips=None):
+    """Each row against rayaccel's manager, and against Ray's own (`theirs`, a class of
+    ray._private.accelerators) where Ray can be asked; `chips`: the fixture's chip count, for
+    a Ray manager that counts them itself (tpu.py)."""
+    for row in rows:
+        check_row(manager, row, monkeypatch)
+        if theirs is not None and row[0] not in NOT_ASKED:
+            with monkeypatch.context() as m:
+                if chips is not None:
+                    m.setattr(theirs, "get_current_node_num_accelerators",
+                              staticmethod(lambda: chips))
+                check_row(theirs, row, m)
+
+
+def check_row(manager, row, monkeypatch):
+    method, argument, env, expected = row
+    if True:
         with monkeypatch.context() as m:
             result, after = run(manager, method, argument, env, m)
             if method == "set_current_process_visible_accelerator_ids":
@@ -120,12 +142,12 @@ def check(manager, rows, monkeypatch):
                 got.update({k: UNSET for k in env if after[k] is UNSET})
                 got.update({k: after[k] for k in env if after[k] is not UNSET
                             and after[k] != env[k]})
-                assert got == expected, (method, argument, env)
+                assert got == expected, (manager.__name__, method, argument, env)
             elif method == "validate_resource_request_quantity":
-                assert result[0] == expected, (argument, result)
-                assert (result[1] is None) == expected, (argument, result)
+                assert result[0] == expected, (manager.__name__, argument, result)
+                assert (result[1] is None) == expected, (manager.__name__, argument, result)
             else:
-                assert result == expected, (method, argument, env)
+                assert result == expected, (manager.__name__, method, argument, env)
 
 
 SET = "set_current_process_visible_accelerator_ids"
@@ -160,37 +182,40 @@ NVIDIA = [
 
 
 def test_nvidia_as_nvidia_gpu_py(cuda_h100, monkeypatch):
-    check(rayaccel.ray.accelerator_manager("GPU", cuda_h100), NVIDIA, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("GPU", cuda_h100), NVIDIA, monkeypatch,
+          rays.NvidiaGPUAcceleratorManager)
 
 
-# amd_gpu.py: HIP_VISIBLE_DEVICES, or CUDA_VISIBLE_DEVICES when only it is set; the two
-# disagreeing is a ValueError, ROCR_VISIBLE_DEVICES alone a RuntimeError. NOSET is
-# RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES whichever variable is set, read as any non-empty
-# value (`if os.environ.get(...)`).
+# amd_gpu.py (Ray 2.60): HIP_VISIBLE_DEVICES whatever CUDA_VISIBLE_DEVICES says (older Ray
+# read CUDA_VISIBLE_DEVICES when only it was set), ROCR_VISIBLE_DEVICES alone a RuntimeError;
+# NOSET read with env_bool.
 AMD = [
     (VALIDATE, 0, {}, True), (VALIDATE, 0.5, {}, True), (VALIDATE, 4, {}, True),
     (VAR, UNSET, {}, "HIP_VISIBLE_DEVICES"),
-    (VAR, UNSET, {"CUDA_VISIBLE_DEVICES": "0,1"}, "CUDA_VISIBLE_DEVICES"),
-    (VAR, UNSET, {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1"},
+    (VAR, UNSET, {"CUDA_VISIBLE_DEVICES": "0,1"}, "HIP_VISIBLE_DEVICES"),
+    (VAR, UNSET, {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "1"},
      "HIP_VISIBLE_DEVICES"),
-    (VAR, UNSET, {"CUDA_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "1"}, ValueError),
     (VAR, UNSET, {"ROCR_VISIBLE_DEVICES": "0"}, RuntimeError),
     (VAR, UNSET, {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"},
      "HIP_VISIBLE_DEVICES"),
     (GET, UNSET, {}, None), (GET, UNSET, {"HIP_VISIBLE_DEVICES": "NoDevFiles"}, []),
-    (GET, UNSET, {"CUDA_VISIBLE_DEVICES": "3,4"}, ["3", "4"]),
+    (GET, UNSET, {"CUDA_VISIBLE_DEVICES": "3,4"}, None),
+    (GET, UNSET, {"HIP_VISIBLE_DEVICES": "3,4"}, ["3", "4"]),
     (GET, UNSET, {"ROCR_VISIBLE_DEVICES": "0"}, RuntimeError),
     (SET, ["1"], {}, {"HIP_VISIBLE_DEVICES": "1"}),
     (SET, [], {}, {"HIP_VISIBLE_DEVICES": ""}),
-    (SET, ["2", "3"], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"CUDA_VISIBLE_DEVICES": "2,3"}),
-    (SET, ["2"], {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "0"}, {}),
+    (SET, ["2", "3"], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"HIP_VISIBLE_DEVICES": "2,3"}),
+    (SET, ["2"], {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"}, {}),
+    (SET, ["2"], {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "0"},
+     {"HIP_VISIBLE_DEVICES": "2"}),
     (SET, ["2"], {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": ""},
      {"HIP_VISIBLE_DEVICES": "2"}),
 ]
 
 
 def test_amd_as_amd_gpu_py(rocm_mi210, monkeypatch):
-    check(rayaccel.ray.accelerator_manager("GPU", rocm_mi210), AMD, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("GPU", rocm_mi210), AMD, monkeypatch,
+          rays.AMDGPUAcceleratorManager)
 
 
 # tpu.py: only 1, 2, 4 or 8 (0 and fractions refused); "NoDevFiles" is an id like any other;
@@ -235,7 +260,8 @@ TPU_V4 = [
 
 
 def test_tpu_as_tpu_py(tpu_v4, monkeypatch):
-    check(rayaccel.ray.accelerator_manager("TPU", tpu_v4), TPU_V4, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("TPU", tpu_v4), TPU_V4, monkeypatch,
+          rays.TPUAcceleratorManager, chips=4)
 
 
 def test_half_a_tpu_host_is_not_the_whole_of_it(tpu_v4, monkeypatch):
@@ -249,22 +275,25 @@ def test_half_a_tpu_host_is_not_the_whole_of_it(tpu_v4, monkeypatch):
 
 
 # tpu.py on a host without chips: the same quantity rule (0.5 refused) whether or not the
-# plugin found any; no chip on the node makes an empty set the whole host.
+# plugin found any; no chip on the node makes an empty set the whole host (the mask goes,
+# bounds stay unless one or two chips left them).
 TPU_NONE = [
     (VALIDATE, 0.5, {}, False), (VALIDATE, 0, {}, False), (VALIDATE, 2, {}, True),
     (VAR, UNSET, {}, "TPU_VISIBLE_CHIPS"),
-    (SET, [], {"TPU_HOST_BOUNDS": "1,1,1"}, {"TPU_HOST_BOUNDS": UNSET}),
+    (SET, [], {"TPU_HOST_BOUNDS": "1,1,1"}, {}),
+    (SET, [], {"TPU_VISIBLE_CHIPS": "0"}, {"TPU_VISIBLE_CHIPS": UNSET}),
     (SET, ["0"], {}, {"TPU_VISIBLE_CHIPS": "0", "TPU_CHIPS_PER_HOST_BOUNDS": "1,1,1",
                       "TPU_HOST_BOUNDS": "1,1,1"}),
 ]
 
 
 def test_tpu_without_chips_as_tpu_py(tpu_none, monkeypatch):
-    check(rayaccel.ray.accelerator_manager("TPU", tpu_none), TPU_NONE, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("TPU", tpu_none), TPU_NONE, monkeypatch,
+          rays.TPUAcceleratorManager, chips=0)
 
 
 # hpu.py: a float that is not whole is refused, 0 and any int are not; "NoDevFiles" is an id;
-# NOSET read as any non-empty value.
+# NOSET read with env_bool (Ray 2.60; older Ray took any non-empty value).
 HPU = [
     (VALIDATE, 0, {}, True), (VALIDATE, 0.0, {}, True), (VALIDATE, 2, {}, True),
     (VALIDATE, 2.0, {}, True), (VALIDATE, 0.5, {}, False), (VALIDATE, 1.5, {}, False),
@@ -275,13 +304,16 @@ HPU = [
     (GET, UNSET, {"HABANA_VISIBLE_MODULES": "2,3"}, ["2", "3"]),
     (SET, ["1", "2"], {}, {"HABANA_VISIBLE_MODULES": "1,2"}),
     (SET, [], {}, {"HABANA_VISIBLE_MODULES": ""}),
-    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES": "0"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES": "1"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES": "0"},
+     {"HABANA_VISIBLE_MODULES": "1"}),
 ]
 
 
 def test_gaudi_as_hpu_py(gaudi2, monkeypatch):
     assert gaudi2.snapshot().resources["HPU"] == 8
-    check(rayaccel.ray.accelerator_manager("HPU", gaudi2), HPU, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("HPU", gaudi2), HPU, monkeypatch,
+          rays.HPUAcceleratorManager)
 
 
 # neuron.py: the count is the sum of neuron-ls's nc_count (32 on a trn1.32xlarge), the type
@@ -305,12 +337,13 @@ NEURON = [
 
 def test_neuron_as_neuron_py(trn1, monkeypatch):
     assert trn1.snapshot().resources["neuron_cores"] == 32
-    check(rayaccel.ray.accelerator_manager("neuron_cores", trn1), NEURON, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("neuron_cores", trn1), NEURON, monkeypatch,
+          rays.NeuronAcceleratorManager)
 
 
 # npu.py: the count is acl's (the NPUs this process sees); any quantity, fractions too;
-# "" and "NoDevFiles" are no device; the variable is written as ",".join(ids); NOSET read as
-# any non-empty value (os.environ.get), so "0" keeps the variable as it was.
+# "" and "NoDevFiles" are no device; the variable is written as ",".join(ids); NOSET read with
+# env_bool (Ray 2.60; older Ray took any non-empty value, "0" included).
 NPU = [
     ("get_current_node_num_accelerators", UNSET, {}, 8),
     (VALIDATE, 0.5, {}, True), (VALIDATE, 3, {}, True), (VALIDATE, 0, {}, True),
@@ -320,22 +353,24 @@ NPU = [
     (GET, UNSET, {"ASCEND_RT_VISIBLE_DEVICES": "0,2"}, ["0", "2"]),
     (SET, ["0", "1"], {}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}),
     (SET, [], {}, {"ASCEND_RT_VISIBLE_DEVICES": ""}),
-    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "0"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "true"}, {}),
+    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "0"},
+     {"ASCEND_RT_VISIBLE_DEVICES": "1"}),
 ]
 
 
 def test_ascend_as_npu_py(atlas800, monkeypatch):
     assert atlas800.snapshot().resources["NPU"] == 8
-    check(rayaccel.ray.accelerator_manager("NPU", atlas800), NPU, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("NPU", atlas800), NPU, monkeypatch,
+          rays.NPUAcceleratorManager)
 
 
 # intel_gpu.py: the count is dpctl's level_zero:gpu devices (each tile of a Max 1550 under the
 # default flat hierarchy); the type "Intel-GPU-" and the name's last two words; any quantity.
 # The variable is ZE_AFFINITY_MASK, read first ("" is none; "NoDevFiles" is no special word
 # there); else ONEAPI_DEVICE_SELECTOR ("" and "NoDevFiles" are none), after "level_zero:" when
-# it holds it, else bare. A worker gets ZE_AFFINITY_MASK with the ids and the selector with
-# "level_zero:" and 0 to n-1 (the mask has renumbered the devices), each unless its own NOSET,
-# read with env_bool.
+# it holds it, else bare. A worker gets ZE_AFFINITY_MASK with the ids, unless its NOSET (read
+# with env_bool); Ray 2.60 leaves ONEAPI_DEVICE_SELECTOR to the frameworks.
 INTEL = [
     ("get_current_node_num_accelerators", UNSET, {}, 8),
     ("get_current_node_accelerator_type", UNSET, {}, "Intel-GPU-Max-1550"),
@@ -349,25 +384,21 @@ INTEL = [
     (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "NoDevFiles"}, []),
     (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,2"}, ["0", "2"]),
     (GET, UNSET, {"ONEAPI_DEVICE_SELECTOR": "0,2"}, ["0", "2"]),
-    (SET, ["0", "1"], {}, {"ZE_AFFINITY_MASK": "0,1", "ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
-    (SET, ["5", "2"], {}, {"ZE_AFFINITY_MASK": "5,2", "ONEAPI_DEVICE_SELECTOR": "level_zero:0,1"}),
-    (SET, [], {}, {"ZE_AFFINITY_MASK": "", "ONEAPI_DEVICE_SELECTOR": "level_zero:"}),
+    (SET, ["0", "1"], {}, {"ZE_AFFINITY_MASK": "0,1"}),
+    (SET, ["5", "2"], {}, {"ZE_AFFINITY_MASK": "5,2"}),
+    (SET, [], {}, {"ZE_AFFINITY_MASK": ""}),
     # No such device: Ray's join.
-    (SET, ["9"], {}, {"ZE_AFFINITY_MASK": "9", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
-    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1"},
-     {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
-    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "true"},
-     {"ZE_AFFINITY_MASK": "6"}),
-    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1",
-                  "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "1"}, {}),
-    (SET, ["1"], {"RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR": "0"},
-     {"ZE_AFFINITY_MASK": "1", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}),
+    (SET, ["9"], {}, {"ZE_AFFINITY_MASK": "9"}),
+    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1"}, {}),
+    (SET, ["6"], {"RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "0"}, {"ZE_AFFINITY_MASK": "6"}),
+    (SET, ["1"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:3"}, {"ZE_AFFINITY_MASK": "1"}),
 ]
 
 
 def test_intel_gpu_as_intel_gpu_py(max1550, monkeypatch):
     assert max1550.snapshot().resources["GPU"] == 8
-    check(rayaccel.ray.accelerator_manager("GPU", max1550), INTEL, monkeypatch)
+    check(rayaccel.ray.accelerator_manager("GPU", max1550), INTEL, monkeypatch,
+          rays.IntelGPUAcceleratorManager)
 
 
 def test_families_the_node_lacks_as_rays_managers(sim_h100, monkeypatch):
