@@ -132,3 +132,40 @@ def test_the_sick_gpu_is_never_given_out_with_the_environment_alone(tmp_path):
         ["0", "1", "2", "4", "5", "6", "7"]
     for seen in [got["two"], *got["ones"]]:
         assert "3" not in seen["visible"].split(","), seen
+
+
+# Ray's NVIDIA manager and rayaccel's on the same fake NVML, method by method: the count and
+# type Ray's own manager reads through its vendored pynvml (what test_ray_parity.py cannot ask
+# in a process without the fake NVML on its library path).
+ASK_BOTH = """
+import json, sys
+import rayaccel, rayaccel.ray
+from ray._private.accelerators import NvidiaGPUAcceleratorManager as theirs
+with rayaccel.Registry(plugins=[sys.argv[1]], host_topology=False,
+                       config={"cuda.nvml_library": sys.argv[2]}) as r:
+    ours = rayaccel.ray.accelerator_manager("GPU", r)
+    methods = ["get_current_node_num_accelerators", "get_current_node_accelerator_type",
+               "get_current_node_additional_resources",
+               "get_current_process_visible_accelerator_ids"]
+    print(json.dumps({m: [getattr(theirs, m)(), getattr(ours, m)()] for m in methods}))
+"""
+
+
+def test_nvidias_count_and_type_are_rays_own():
+    for fixture in ("dgx-h100.json", "gb200-tray.json", "h200-vm.json", "workstation-pcie.json",
+                    "dgx1-v100.json", "mig-a100.json"):
+        out = subprocess.run(
+            [sys.executable, "-c", ASK_BOTH, os.path.join(PLUGINS, "librayaccel-cuda.so"),
+             FAKE_NVML],
+            env=dict(os.environ, FAKE_NVML_FIXTURE=os.path.join(FIXTURES, fixture),
+                     LD_LIBRARY_PATH=os.path.dirname(FAKE_NVML)),
+            capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        answers = json.loads(out.stdout)
+        for method, (theirs, ours) in answers.items():
+            if fixture == "mig-a100.json" and method == "get_current_node_num_accelerators":
+                # Where rayaccel answers differently on purpose: MIG instances, not their GPU
+                # (docs/ray-integration.md). Ray counts the physical GPUs.
+                assert ours > theirs, (fixture, theirs, ours)
+                continue
+            assert ours == theirs, (fixture, method, theirs, ours)
