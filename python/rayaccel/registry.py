@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+import os
+from typing import Iterable, Mapping, Optional, Sequence
 
 from . import _native
 from .types import Allocation, NodeSnapshot
@@ -22,6 +23,17 @@ def _split_config(config: Mapping[str, str] | Mapping[str, Mapping[str, str]] | 
     return out
 
 
+NODE_CONFIG_FILE = "/etc/rayaccel/rayaccel.conf"
+
+
+def _node_config_file() -> str:
+    """The node's configuration file, as the rayaccel command finds it (docs/operations.md)."""
+    named = os.environ.get("RAYACCEL_CONFIG_FILE")
+    if named:
+        return named
+    return NODE_CONFIG_FILE if os.access(NODE_CONFIG_FILE, os.R_OK) else ""
+
+
 class Registry:
     """The node's accelerators, through rayaccel's plugins.
 
@@ -31,17 +43,23 @@ class Registry:
     code fails that plugin only); "none" loads them into this process.
     plugin_host: the rayaccel-plugin-host program (default: the one installed with
     librayaccel, in ../bin next to its folder).
+    config_file: lines of "plugin.key = value", below `config` and the environment (default,
+    with use_environment, as the rayaccel command takes it: $RAYACCEL_CONFIG_FILE, else
+    /etc/rayaccel/rayaccel.conf when this user can read it).
     """
 
     def __init__(self, plugins: Iterable[str] = (), config=None, isolation: str = "process",
                  search_path: Sequence[str] = (), use_environment: bool = True,
                  host_topology: bool = True, hwloc_xml: str = "",
-                 plugin_host: str = "", call_timeout: float = 10.0):
+                 plugin_host: str = "", call_timeout: float = 10.0,
+                 config_file: Optional[str] = None):
+        if config_file is None:
+            config_file = _node_config_file() if use_environment else ""
         self._native = _native.Registry(
             plugins=list(plugins), config=_split_config(config), isolation=isolation,
             search_path=list(search_path), use_environment=use_environment,
             host_topology=host_topology, hwloc_xml=hwloc_xml, plugin_host=plugin_host,
-            call_timeout_ms=int(call_timeout * 1000))
+            call_timeout_ms=int(call_timeout * 1000), config_file=config_file)
 
     def snapshot(self) -> NodeSnapshot:
         return NodeSnapshot._from_native(self._native.snapshot())

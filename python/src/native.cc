@@ -129,10 +129,12 @@ class PyRegistry {
              std::map<std::string, std::map<std::string, std::string>> config,
              const std::string& isolation, std::vector<std::string> search_path,
              bool use_environment, bool host_topology, const std::string& hwloc_xml,
-             const std::string& plugin_host, uint32_t call_timeout_ms) {
+             const std::string& plugin_host, uint32_t call_timeout_ms,
+             const std::string& config_file) {
     rayaccel::RegistryOptions options;
     options.plugins = std::move(plugins);
     options.config = std::move(config);
+    options.config_file = config_file;
     options.search_path = std::move(search_path);
     options.use_environment = use_environment;
     options.host_topology = host_topology;
@@ -475,10 +477,10 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<std::vector<std::string>,
                     std::map<std::string, std::map<std::string, std::string>>, const std::string&,
                     std::vector<std::string>, bool, bool, const std::string&, const std::string&,
-                    uint32_t>(),
+                    uint32_t, const std::string&>(),
            py::arg("plugins"), py::arg("config"), py::arg("isolation"), py::arg("search_path"),
            py::arg("use_environment"), py::arg("host_topology"), py::arg("hwloc_xml"),
-           py::arg("plugin_host"), py::arg("call_timeout_ms"))
+           py::arg("plugin_host"), py::arg("call_timeout_ms"), py::arg("config_file"))
       .def("snapshot", &PyRegistry::Snapshot)
       .def("rescan", &PyRegistry::Rescan)
       .def("wait_for_newer", &PyRegistry::WaitForNewer)

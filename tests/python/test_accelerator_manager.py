@@ -226,3 +226,26 @@ def test_ec2_answers_are_rays_own(tmp_path):
         r.close()
     """)
     assert lines == ["8 A100", "None None", "32"], lines
+
+
+def test_the_start_up_hook_installs_in_a_new_process_and_fails_safe(tmp_path):
+    """rayaccel.pth's hook, as Ray's workers meet it: with RAYACCEL_RAY_MANAGERS set, importing
+    Ray's accelerator package installs rayaccel's managers (here from the sim node named in a
+    config file); an agent that is not there leaves Ray's own managers, with a warning."""
+    from conftest import source
+    config = tmp_path / "rayaccel.conf"
+    config.write_text(f"sim.spec = {source('examples', 'dgx-h100.json')}\n")
+    script = textwrap.dedent("""
+        import ray._private.accelerators as acc
+        gpu = acc.get_accelerator_manager_for_resource("GPU")
+        print(gpu.__name__, gpu.get_current_node_num_accelerators())
+    """)
+    env = dict(os.environ, RAYACCEL_RAY_MANAGERS="1", RAYACCEL_CONFIG_FILE=str(config))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "RayaccelGPUAcceleratorManager 8\n", out
+    env["RAYACCEL_RAY_MANAGERS"] = f"unix:{tmp_path}/no-agent.sock"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("NvidiaGPUAcceleratorManager"), out
+    assert "rayaccel's accelerator managers are not installed" in out.stderr, out.stderr
