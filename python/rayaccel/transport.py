@@ -75,6 +75,15 @@ class RayaccelTransportMetadata(TensorTransportMetadata):
     source: str = ""
 
 
+def _printable(text, limit: int = 200) -> str:
+    """What the metadata (the source's word, however it came) says of the source, fit for an
+    error message: printable characters only, at most `limit` of them."""
+    if not isinstance(text, str):
+        return ""
+    text = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return text + ("..." if len(text) == limit else "")
+
+
 def _this_process() -> str:
     """This process as a reader's error names it."""
     try:
@@ -302,7 +311,7 @@ class TensorTransport(TensorTransportManager):
                     raise
                 return self._receive(obj_id, meta, target_buffers)
         except Error as e:
-            source = getattr(meta, "source", "")
+            source = _printable(getattr(meta, "source", ""))
             if not source:
                 raise
             # The same error, naming whose memory it was: the peer a user looks for.

@@ -208,6 +208,28 @@ def test_a_peer_with_another_key_is_refused():
         peer.close()
 
 
+def test_what_the_metadata_says_of_its_source_is_bounded_in_errors():
+    """The metadata's `source` is the source's own word: an error quotes at most 200 printable
+    characters of it, whatever it holds."""
+    peer = Peer(4096)
+    try:
+        meta = peer.meta
+        meta.source = "\x1b[2J" + "A" * 100000
+        with pytest.raises(rayaccel.UnauthenticatedError) as caught:
+            TensorTransport(peer_timeout=2.0, key=b"\x5a" * 32).recv_multiple_tensors(
+                "obj-1", meta, None)
+        message = str(caught.value)
+        assert message.startswith("reading obj-1 from ?[2JAAA") and "\x1b" not in message
+        assert len(message) < 600 and "key" in message, message
+        meta.source = 12345  # not text: not quoted
+        with pytest.raises(rayaccel.UnauthenticatedError) as caught:
+            TensorTransport(peer_timeout=2.0, key=b"\x5a" * 32).recv_multiple_tensors(
+                "obj-1", meta, None)
+        assert not str(caught.value).startswith("reading")
+    finally:
+        peer.close()
+
+
 def wait_stopped(pid, limit=10.0):
     """Until every thread of `pid` has stopped: SIGSTOP takes effect thread by thread, and a
     loaded machine may let one answer a read first."""
