@@ -1,13 +1,14 @@
 // A cluster's worth of agents publishing to one sink, and a cluster page watching it: the load
 // side of bench/sink_load.sh (which starts the sink and reports its CPU and memory).
 //
-//   rayaccel_bench_sink_load SINK HTTP SINK_PID AGENTS SECONDS CHURN_PERCENT
+//   rayaccel_bench_sink_load SINK HTTP SINK_PID AGENTS SECONDS CHURN_PERCENT [SPEC]
 //
 // SINK is the sink's gRPC address (127.0.0.1:PORT), HTTP its web view's (127.0.0.1:PORT).
-// AGENTS streams (one per simulated node, each the sim's 8-GPU DGX H100) say hello and publish;
-// then for SECONDS, once a second, CHURN_PERCENT of them turn one GPU unhealthy or healthy
-// again (a new generation). Meanwhile a page follows the sink's event stream as the cluster
-// page does and, on each event, fetches the churning nodes' rows (a filtered page); the time
+// AGENTS streams (one per simulated node, each the sim's 8-GPU DGX H100, or the node SPEC
+// describes: examples/nvl72.json for 72-GPU racks) say hello and publish; then for SECONDS,
+// once a second, CHURN_PERCENT of them turn one GPU unhealthy or healthy again (a new
+// generation). Meanwhile a page follows the sink's event stream as the cluster page does
+// and, on each event, fetches the churning nodes' rows (a filtered page); the time
 // from an update's send to the row showing its generation is the update-to-page latency.
 // Another client fetches the first page of all nodes twice a second, as a browser left open
 // would. The sink's CPU over the churn and its peak RSS come from /proc/SINK_PID.
@@ -104,8 +105,9 @@ bool Publish(Agent& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: %s SINK HTTP SINK_PID AGENTS SECONDS CHURN_PERCENT\n", argv[0]);
+  if (argc != 7 && argc != 8) {
+    std::fprintf(stderr, "usage: %s SINK HTTP SINK_PID AGENTS SECONDS CHURN_PERCENT [SPEC]\n",
+                 argv[0]);
     return 2;
   }
   const std::string sink = argv[1], http = argv[2];
@@ -113,10 +115,10 @@ int main(int argc, char** argv) {
   const int agents = std::atoi(argv[4]), seconds = std::atoi(argv[5]);
   const int churning = std::max(1, agents * std::atoi(argv[6]) / 100);
 
-  // One real node's snapshot: the sim plugin on the DGX H100 spec.
+  // One real node's snapshot: the sim plugin on the DGX H100 spec, or on SPEC.
   rayaccel::RegistryOptions options;
   options.plugins = {RAYACCEL_PLUGIN_DIR "/librayaccel-sim.so"};
-  options.config["sim"]["spec"] = RAYACCEL_EXAMPLES_DIR "/dgx-h100.json";
+  options.config["sim"]["spec"] = argc == 8 ? argv[7] : RAYACCEL_EXAMPLES_DIR "/dgx-h100.json";
   options.use_environment = false;
   options.host_topology = false;
   auto registry = rayaccel::Registry::Create(options);
@@ -125,6 +127,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const rayaccel::v1::NodeSnapshot base = rayaccel::rpc::ToProto(*(*registry)->snapshot());
+  if (base.devices_size() == 0) {  // a wrong SPEC: the sim found nothing to publish
+    std::fprintf(stderr, "no devices in %s\n", options.config["sim"]["spec"].c_str());
+    return 1;
+  }
 
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < kChannels; ++i) {

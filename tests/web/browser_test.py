@@ -10,8 +10,12 @@ the first with --http and a bearer token. Checks, as a user sees them:
   - a GPU marked unhealthy in the spec turns its row red without a reload (the time it took is
     printed, not asserted);
   - the cluster page lists the three nodes, filters by family and health, and opens a node's
-    page, which shows that node.
-Screenshots of both pages are left in ARTEFACTS_DIR.
+    page, which shows that node;
+  - a 72-GPU GB200 NVL72 rack (examples/nvl72.json, 2556 links) on a sink of its own: every
+    table within a second of the data's arrival (printed, and asserted), the link grid as one
+    row of 72 interchangeable GPUs that fits its box, the Ray labels with ray.io/gpu-domain,
+    and the cluster page of two such nodes linking to each node's page.
+Screenshots of the pages are left in ARTEFACTS_DIR.
 """
 
 import json
@@ -185,6 +189,98 @@ def check_cluster_page(driver, url, node_ids):
     assert not driver.find_element(By.ID, "cluster").get_attribute("hidden")
 
 
+# When the devices table first holds all its rows, and a frame after it (painted), in the
+# page's clock: installed before the page's own scripts run.
+FILL_CLOCK = """
+  new MutationObserver((_, observer) => {
+    const rows = document.querySelectorAll("#devices tbody tr[data-id]").length;
+    if (rows === 0 || rows !== window.wantRows) return;
+    observer.disconnect();
+    window.filledAt = performance.now();
+    requestAnimationFrame(() => setTimeout(() => { window.paintedAt = performance.now(); }));
+  }).observe(document, {subtree: true, childList: true});
+"""
+
+
+def check_nvl72_page(driver, url, spec):
+    """The node page of an NVL72 rack: 72 GPUs, all NV18 to each other, one NVLink domain."""
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                    {"source": "window.wantRows = 72;" + FILL_CLOCK})
+    try:
+        driver.get(url)
+        until(driver, lambda d: len(rows(d, "devices")) == 72, "72 devices")
+        until(driver, lambda d: d.execute_script("return window.paintedAt !== undefined"),
+              "a frame after the devices")
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                               {"identifier": script["identifier"]})
+    # The data's arrival: the first answers to the snapshot and the topology (the page asks
+    # for both at once, and again at the stream's first event).
+    arrived, filled, painted = driver.execute_script("""
+        const ends = (path) => performance.getEntriesByType("resource")
+            .filter((e) => new URL(e.name).pathname.endsWith(path)).map((e) => e.responseEnd);
+        return [Math.max(ends("/snapshot")[0], ends("/topology")[0]), window.filledAt,
+                window.paintedAt];""")
+    print(f"NVL72 node page: devices drawn {filled - arrived:.0f} ms, painted "
+          f"{painted - arrived:.0f} ms after the data arrived")
+    assert painted - arrived < 1000, (arrived, filled, painted)
+
+    spec_data = json.load(open(spec))
+    domain = spec_data["domains"][0]["id"]
+    devices = cells_of(driver, "devices")
+    assert [c[1].split()[0] for c in devices] == [f"GPU{i}" for i in range(72)], devices
+    assert all(c[2] == "GB200" and c[6].startswith("healthy") for c in devices), devices
+    # 72 x 72 cells would be 5184, far wider than the page: interchangeable GPUs share a row.
+    grid = driver.execute_script("""
+        const t = document.getElementById("links"), box = t.parentElement;
+        return {rows: [...t.rows].map((r) => [...r.cells].map((c) => [c.innerText, c.className])),
+                fits: box.scrollWidth <= box.clientWidth && box.scrollHeight <= box.clientHeight,
+                note: (document.getElementById("link-groups") || {}).innerText};""")
+    shape = f"{len(grid['rows'])} rows, the first {grid['rows'][0][:3]}..., fits: {grid['fits']}"
+    assert grid["rows"] == [[["", ""], ["GPU0-GPU71 (72)", ""]],
+                            [["GPU0-GPU71 (72)", ""], ["NV18", "direct strong"]]], shape
+    assert grid["fits"], shape
+    assert grid["note"].startswith("72 devices in 1 row"), grid["note"]
+    legend = driver.find_element(By.ID, "link-legend").text
+    assert legend == "2556 x NV18, 900 GB/s", legend  # every pair counted, one row or not
+    numa = cells_of(driver, "numa")
+    assert [n[0] for n in numa] == ["0", "1"] and all(len(n[1].split()) == 36 for n in numa), numa
+    domains = cells_of(driver, "domains")
+    assert len(domains) == 1 and domains[0][:2] == ["nvlink", domain], domains
+    assert len(domains[0][2].split()) == 72, domains
+    plugins = cells_of(driver, "plugins")
+    assert plugins[0][:3] == ["sim", "active", "72"], plugins
+    resources = dict(cells_of(driver, "resources"))
+    assert resources.get("GPU") == "72" and resources.get("accelerator_type:GB200") == "1", \
+        resources
+    labels = dict(cells_of(driver, "labels"))
+    assert labels.get("ray.io/gpu-domain") == domain, labels
+    assert labels.get("ray.io/accelerator-type") == "GB200", labels
+    assert labels.get("rayaccel.io/gpu-count") == "72", labels
+    driver.save_screenshot(os.path.join(ARTEFACTS, "node-page-nvl72.png"))
+
+
+def check_nvl72_cluster(driver, url, node_ids):
+    """A sink's cluster page of NVL72 nodes links to each node's page, which draws it."""
+    driver.get(url + "/")
+    until(driver, lambda d: len(rows(d, "nodes")) == len(node_ids), f"{len(node_ids)} nodes")
+    listed = {r["node"]: r["cells"] for r in table(driver, "nodes")}
+    assert set(listed) == set(node_ids), listed
+    assert all(c[1] == "72 GPU" and c[2] == "GB200" for c in listed.values()), listed
+    links = driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const hrefs = [...document.querySelectorAll("#nodes tbody a")].map((a) => a.href);
+        Promise.all(hrefs.map((h) => fetch(h).then((r) => [new URL(h).pathname, r.status])))
+            .then(done, (e) => done(String(e)));""")
+    assert sorted(links) == sorted([f"/node/{n}", 200] for n in node_ids), links
+    driver.find_element(By.CSS_SELECTOR, f"tr[data-node='{node_ids[-1]}'] a").click()
+    until(driver, lambda d: d.current_url.endswith("/node/" + node_ids[-1]), "the node page")
+    until(driver, lambda d: len(rows(d, "devices")) == 72, "the node's 72 devices")
+    until(driver, lambda d: [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                             for r in d.find_elements(By.CSS_SELECTOR, "#links tbody tr")]
+          == [["NV18"]], "the node's link grid")
+
+
 def main():
     os.makedirs(ARTEFACTS, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="rayaccel-web-")
@@ -214,7 +310,18 @@ def main():
         check_node_page(driver, agent_url + "/?token=browser-test-token-0123456789", tmp, spec)
         assert "token=" not in driver.current_url, driver.current_url  # the cookie holds it
         check_cluster_page(driver, sink_url, node_ids)
-        print("web view: node page, live health, cluster page: as a user sees them")
+
+        # An NVL72 rack, on a sink of its own (the cluster above stays three nodes).
+        nvl72 = os.path.join(SOURCE, "examples", "nvl72.json")
+        sink72, err = start(["sink", "--listen", f"unix:{tmp}/sink72.sock",
+                             "--http", "tcp://127.0.0.1:0"], "sink72", tmp)
+        sink72_url = wait_for_log(err, r"web view on (http://[0-9.:]+)/", sink72).group(1)
+        racks = ["e" * 56, "f" * 56]
+        rack_url = agent(tmp, "nvl72", nvl72, racks[0], f"{tmp}/sink72.sock", http=True)
+        agent(tmp, "nvl72b", nvl72, racks[1], f"{tmp}/sink72.sock")
+        check_nvl72_page(driver, rack_url + "/", nvl72)
+        check_nvl72_cluster(driver, sink72_url, racks)
+        print("web view: node page, live health, cluster page, an NVL72 rack: as a user sees them")
     finally:
         if driver is not None:
             driver.quit()

@@ -31,6 +31,37 @@
     ], (d) => ({class: d.health, "data-id": d.id}), "no devices");
   }
 
+  // Past this many devices a cell per pair is more than a screen: an NVL72 rack's 72 x 72 grid
+  // is 5184 cells, 5000 px wide, and most of the page's drawing time.
+  const gridDevices = 16;
+
+  // Devices the matrix cannot tell apart share a row and a column: each has the same kind to
+  // every other device, and one kind among them (so every cell stands for all its pairs).
+  // An NVL72 rack is one row, "GPU0-GPU71 (72)", NV18 among them.
+  function interchangeable(matrix) {
+    const n = matrix.length;
+    if (n <= gridDevices) return matrix.map((_, a) => ({members: [a], inner: null}));
+    const same = (a, r) => {
+      for (let c = 0; c < n; ++c) {
+        if (c === a || c === r) continue;
+        if (matrix[a][c] !== matrix[r][c] || matrix[c][a] !== matrix[c][r]) return false;
+      }
+      return true;
+    };
+    const groups = [];
+    for (let a = 0; a < n; ++a) {
+      const g = groups.find(({members: [r], inner}) => matrix[a][r] === matrix[r][a] &&
+          (inner === null || inner === matrix[a][r]) && same(a, r));
+      if (g) {
+        g.inner = matrix[a][g.members[0]];
+        g.members.push(a);
+      } else {
+        groups.push({members: [a], inner: null});
+      }
+    }
+    return groups;
+  }
+
   // The matrix like `nvidia-smi topo -m`, each cell coloured by its kind.
   function drawLinks(snap, topo) {
     const best = new Map();  // "a,b" -> the link with the most bandwidth
@@ -41,28 +72,52 @@
       }
     }
     const labels = topo.devices.map((d) => d.label);
-    const head = el("tr", {}, el("th", {}), labels.map((label, i) =>
-      el("th", {class: snap.devices[i] && snap.devices[i].health === "unhealthy" ? "unhealthy" : ""},
-         label)));
-    const kinds = new Map();
-    const rows = topo.matrix.map((row, a) => el("tr", {}, el("th", {}, labels[a]), row.map((cell, b) => {
-      if (a === b) return el("td", {class: "self"}, cell);
-      const link = best.get(a + "," + b);
-      const pcie = ["PIX", "PXB", "PHB", "NODE", "SYS"].includes(cell);
-      let cls = pcie ? "pcie-" + cell : "direct";
-      if (!pcie && link && link.count >= 8) cls += " strong";
-      let title = labels[a] + " - " + labels[b] + ": " + cell;
-      if (link && link.bandwidth_mbps) title += ", " + (link.bandwidth_mbps / 1000) + " GB/s";
-      if (a < b) {
-        const k = kinds.get(cell) || {n: 0, mbps: link ? link.bandwidth_mbps : 0};
-        ++k.n;
-        kinds.set(cell, k);
+    const unhealthy = (p) => snap.devices[p] && snap.devices[p].health === "unhealthy";
+    const groups = interchangeable(topo.matrix);
+    const name = ({members}) => {
+      const [first, last] = [members[0], members[members.length - 1]];
+      if (members.length === 1) return labels[first];
+      if (last - first + 1 === members.length) {
+        return labels[first] + "-" + labels[last] + " (" + members.length + ")";
       }
-      return el("td", {class: cls, title}, cell);
-    })));
-    $("links").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
-    $("link-legend").replaceChildren(...[...kinds].map(([cell, k]) =>
-      el("span", {class: "chip"}, k.n + " x " + cell + (k.mbps ? ", " + k.mbps / 1000 + " GB/s" : ""))));
+      return labels[first] + " and " + (members.length - 1) + " more";
+    };
+    const header = (g) => {
+      const bad = g.members.filter(unhealthy).map((p) => labels[p]);
+      const title = g.members.length > 1 ? g.members.map((p) => labels[p]).join(" ") +
+          (bad.length ? "; unhealthy: " + bad.join(" ") : "") : null;
+      return el("th", {class: bad.length ? "unhealthy" : "", title}, name(g));
+    };
+    const cell = (g, h) => {
+      const [a, b] = [g.members[0], g === h ? g.members[1] : h.members[0]];
+      if (b === undefined) return el("td", {class: "self"}, topo.matrix[a][a]);
+      const kind = topo.matrix[a][b];
+      const link = best.get(a + "," + b);
+      const pcie = ["PIX", "PXB", "PHB", "NODE", "SYS"].includes(kind);
+      let cls = kind === "-" ? "none" : pcie ? "pcie-" + kind : "direct";  // "-": no link
+      if (cls === "direct" && link && link.count >= 8) cls += " strong";
+      let title = name(g) + (g === h ? " among themselves" : " - " + name(h)) + ": " + kind;
+      if (link && link.bandwidth_mbps) title += ", " + (link.bandwidth_mbps / 1000) + " GB/s";
+      return el("td", {class: cls, title}, kind);
+    };
+    const rows = groups.map((g) => el("tr", {}, header(g), groups.map((h) => cell(g, h))));
+    $("links").replaceChildren(el("thead", {}, el("tr", {}, el("th", {}), groups.map(header))),
+                               el("tbody", {}, rows));
+    $("link-groups").textContent = groups.length < topo.matrix.length
+        ? topo.matrix.length + " devices in " + groups.length +
+          (groups.length === 1 ? " row" : " rows") +
+          ": devices with the same links to all others share one"
+        : "";
+    const kinds = new Map();  // every pair counted, grouped or not
+    topo.matrix.forEach((row, a) => row.forEach((kind, b) => {
+      if (a >= b) return;
+      const link = best.get(a + "," + b);
+      const k = kinds.get(kind) || {n: 0, mbps: link ? link.bandwidth_mbps : 0};
+      ++k.n;
+      kinds.set(kind, k);
+    }));
+    $("link-legend").replaceChildren(...[...kinds].map(([kind, k]) => el("span", {class: "chip"},
+        k.n + " x " + kind + (k.mbps ? ", " + k.mbps / 1000 + " GB/s" : ""))));
   }
 
   function drawNuma(snap, labels) {
