@@ -607,13 +607,44 @@ std::string TopoSvg(const NodeSnapshot& s) {
                                [](const Line& l) { return l.link->type == LinkType::kPcie; }),
                 lines.end());
   }
+  auto kind_of = [](const Link& link) {
+    std::string kind = LinkLabel(link);
+    if (link.bandwidth_mbps > 0) kind += ", " + Bandwidth(link.bandwidth_mbps);
+    return kind;
+  };
   std::map<std::string, std::pair<size_t, const Link*>> kinds;  // "NV18, 450 GB/s" -> count
   for (const Line& l : lines) {
-    std::string kind = LinkLabel(*l.link);
-    if (l.link->bandwidth_mbps > 0) kind += ", " + Bandwidth(l.link->bandwidth_mbps);
-    auto& entry = kinds[kind];
+    auto& entry = kinds[kind_of(*l.link)];
     ++entry.first;
     entry.second = l.link;
+  }
+  // Past kMostLines the chords would be a solid disc. A kind of link that joins every pair of
+  // its devices (an NVL72 rack's NVSwitch fabric: 2556 NV18 chords among 72 GPUs) is then
+  // drawn as what it is, a fabric: one hub, and a spoke to each of its devices.
+  struct Hub {
+    std::string kind;
+    const Link* link;
+    std::vector<size_t> members;
+  };
+  std::vector<Hub> hubs;
+  if (lines.size() > kMostLines) {
+    std::map<std::string, std::set<size_t>> ends;
+    for (const Line& l : lines) {
+      std::set<size_t>& e = ends[kind_of(*l.link)];
+      e.insert(l.a);
+      e.insert(l.b);
+    }
+    std::set<std::string> fabrics;
+    for (const auto& [kind, members] : ends) {
+      const size_t m = members.size();
+      if (m > 2 && kinds[kind].first == m * (m - 1) / 2) {
+        hubs.push_back({kind, kinds[kind].second, {members.begin(), members.end()}});
+        fabrics.insert(kind);
+      }
+    }
+    lines.erase(std::remove_if(lines.begin(), lines.end(),
+                               [&](const Line& l) { return fabrics.count(kind_of(*l.link)); }),
+                lines.end());
   }
 
   std::vector<std::string> notes;
@@ -634,8 +665,10 @@ std::string TopoSvg(const NodeSnapshot& s) {
       &out, "<title>",
       XmlEscape(absl::StrCat("rayaccel topology: ", n, " devices, generation ", s.generation)),
       "</title>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+  size_t drawn_or_not = lines.size();
+  for (const Hub& h : hubs) drawn_or_not += h.members.size() * (h.members.size() - 1) / 2;
   absl::StrAppend(&out, "<text x=\"16\" y=\"28\" font-size=\"16\" font-weight=\"bold\">",
-                  XmlEscape(absl::StrCat(n, " devices, ", lines.size(), " links (snapshot ",
+                  XmlEscape(absl::StrCat(n, " devices, ", drawn_or_not, " links (snapshot ",
                                          s.generation, ")")),
                   "</text>\n");
   // NUMA groups: an arc behind their devices, named outside the circle.
@@ -684,6 +717,33 @@ std::string TopoSvg(const NodeSnapshot& s) {
       }
     }
   }
+  // Fabrics: a hub inside the circle, a spoke to each device it joins.
+  for (size_t k = 0; k < hubs.size(); ++k) {
+    const Hub& h = hubs[k];
+    const double a = 2 * 3.14159265358979 * k / hubs.size();
+    const double hx = cx + (hubs.size() > 1 ? radius / 3 * std::cos(a) : 0);
+    const double hy = cy + (hubs.size() > 1 ? radius / 3 * std::sin(a) : 0);
+    const std::string colour = LinkColour(h.link->type);
+    for (size_t i : h.members) {
+      absl::StrAppendFormat(&out,
+                            "<line class=\"spoke\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+                            "y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" "
+                            "stroke-opacity=\"0.6\"/>\n",
+                            hx, hy, x[i], y[i], colour);
+    }
+    const std::string text =
+        absl::StrCat(h.kind, " between every pair of ", h.members.size(), " devices");
+    absl::StrAppendFormat(&out,
+                          "<g class=\"fabric\"><title>%s</title><rect x=\"%.1f\" y=\"%.1f\" "
+                          "width=\"240\" height=\"44\" rx=\"8\" fill=\"white\" stroke=\"%s\" "
+                          "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\" "
+                          "text-anchor=\"middle\" font-weight=\"bold\">%s</text><text "
+                          "x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
+                          "fill=\"#495057\">%s</text></g>\n",
+                          XmlEscape(text), hx - 120, hy - 22, colour, hx, hy - 4,
+                          XmlEscape(absl::StrCat(h.kind, " fabric")), hx, hy + 13,
+                          XmlEscape(absl::StrCat(h.members.size(), " devices, every pair")));
+  }
   // Devices.
   for (size_t i = 0; i < n; ++i) {
     const Device& d = s.devices[i];
@@ -720,6 +780,10 @@ std::string TopoSvg(const NodeSnapshot& s) {
     std::vector<std::string> members;
     for (size_t p : d.devices) {
       if (p < labels.size()) members.push_back(labels[p]);
+    }
+    if (members.size() > 16) {  // a rack's domain: its size and ends, not 72 names in a line
+      members = {
+          absl::StrCat(members.size(), " devices: ", members.front(), " ... ", members.back())};
     }
     absl::StrAppendFormat(
         &out, "<text class=\"domain\" x=\"16\" y=\"%.1f\">%s</text>\n", ly,

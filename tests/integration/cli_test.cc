@@ -284,6 +284,38 @@ TEST(Cli, TopoDrawsThePicture) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// A 72-GPU rack: its 2556 NV18 chords would be a solid disc, so the fabric that joins every
+// pair is drawn as one hub with a spoke to each GPU; the title and legend still count every
+// pair, and the rack's domain is named by its size and ends.
+TEST(Cli, TopoDrawsARackAsItsFabric) {
+  const std::string dir = testing::MakeTempDir("topo-svg-rack");
+  const std::string svg = dir + "/rack.svg";
+  CommandResult r =
+      Cli({"topo", "--svg", "--no-host-topology", "--config", "sim.spec=" + Example("nvl72.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(svg) << r.out;
+  CommandResult parsed = testing::Run(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as ET\n"
+       "root = ET.parse(sys.argv[1]).getroot()\n"
+       "ns = '{http://www.w3.org/2000/svg}'\n"
+       "kinds = [l.get('class') for l in root.iter(ns + 'line')]\n"
+       "fabric = [g for g in root.iter(ns + 'g') if g.get('class') == 'fabric']\n"
+       "print(kinds.count('spoke'), kinds.count('link'), len(fabric))\n"
+       "print(fabric[0].find(ns + 'title').text)\n"
+       "print([t.text for t in root.iter(ns + 'text') if t.get('class') == 'legend'])\n",
+       svg});
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err << r.out.substr(0, 400);
+  EXPECT_EQ(parsed.out,
+            "72 0 1\nNV18, 900 GB/s between every pair of 72 devices\n"
+            "['2556 x NV18, 900 GB/s']\n")
+      << parsed.out;
+  EXPECT_NE(r.out.find("72 devices, 2556 links"), std::string::npos);
+  EXPECT_NE(r.out.find(": 72 devices: GPU0 ... GPU71"), std::string::npos);
+  EXPECT_EQ(r.out.find("too many to draw"), std::string::npos);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{},
