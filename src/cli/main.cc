@@ -716,4 +716,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace rayaccel::cli
 
-int main(int argc, char** argv) { return rayaccel::cli::Run(argc, argv); }
+int main(int argc, char** argv) {
+  rayaccel::KeepLibraryLogsOffStdout();
+  return rayaccel::cli::Run(argc, argv);
+}

@@ -367,4 +367,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace rayaccel::conformance
 
-int main(int argc, char** argv) { return rayaccel::conformance::Run(argc, argv); }
+int main(int argc, char** argv) {
+  rayaccel::KeepLibraryLogsOffStdout();
+  return rayaccel::conformance::Run(argc, argv);
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -127,5 +128,7 @@ void RestoreLogSink(uint64_t token) {
                 l.stack.end());
   l.Apply();
 }
+
+void KeepLibraryLogsOffStdout() { setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0); }
 
 }  // namespace rayaccel

@@ -29,6 +29,13 @@ uint64_t SetLogSink(LogLevel level, std::function<void(LogLevel, const std::stri
 // dies with it.
 void RestoreLogSink(uint64_t token);
 
+// For a command's main, first thing, before any thread starts and before UCX loads: UCX's own
+// log lines (its errors too: "select.c:549 UCX ERROR no active messages transport ...") go to
+// stderr rather than UCX's default, stdout, where they would corrupt a command's --json
+// output. UCX reads UCX_LOG_FILE once, when libucs loads; a value the user set stays.
+// (libfabric logs to stderr already.)
+void KeepLibraryLogsOffStdout();
+
 }  // namespace rayaccel
 
 #endif  // RAYACCEL_UTIL_LOG_H_
