@@ -12,7 +12,8 @@ for the processes started after it (Ray's raylets and workers inherit it), it ru
 rayaccel.ray.install() right after Ray's accelerator package has run, before any of Ray's code
 asks a manager. Its value says where the node's snapshot comes from: "1" discovers locally with
 the environment's configuration (RAYACCEL_CONFIG_FILE, RAYACCEL_<PLUGIN>_<KEY>); an agent's
-address (unix:PATH, tcp://HOST:PORT, an absolute path) asks that agent. Without the variable
+address (unix:PATH, tcp://HOST:PORT, an absolute path) asks that agent; "0" (or "false",
+"no", "off") keeps Ray's own managers in the processes started with it. Without the variable
 this costs one lookup and imports nothing.
 """
 
@@ -55,5 +56,10 @@ class _AfterRaysAccelerators:
         return spec
 
 
-if os.environ.get(VARIABLE) and _TARGET not in sys.modules:
+def _wanted() -> bool:
+    """The variable set to something other than off ("", "0", "false", "no", "off")."""
+    return os.environ.get(VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+if _wanted() and _TARGET not in sys.modules:
     sys.meta_path.insert(0, _AfterRaysAccelerators())

@@ -244,6 +244,10 @@ def test_the_start_up_hook_installs_in_a_new_process_and_fails_safe(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == "RayaccelGPUAcceleratorManager 8\n", out
+    env["RAYACCEL_RAY_MANAGERS"] = "0"  # off: Ray's own, silently
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.startswith("NvidiaGPUAcceleratorManager") and not out.stderr, out
     env["RAYACCEL_RAY_MANAGERS"] = f"unix:{tmp_path}/no-agent.sock"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=60)
