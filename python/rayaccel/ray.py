@@ -92,11 +92,10 @@ def _healthy_ids(snap: NodeSnapshot, resource: str) -> Optional[List[str]]:
     these as the node's device ids at start and maps each worker's slots onto them, as it does
     for a CUDA_VISIBLE_DEVICES the user set, so that no task is given a device rayaccel found
     unhealthy (the node's count already leaves it out)."""
-    parents = {d.parent_id for d in snap.devices if d.parent_id}
-    family = [d for d in snap.devices if d.resource == resource and d.id not in parents]
-    if all(d.health != "unhealthy" for d in family):
+    healthy = _family_devices(snap, resource)
+    if len(healthy) == len(_chips(snap, resource)):
         return None
-    return [str(d.index) for d in family if d.health != "unhealthy"]
+    return [str(d.index) for d in healthy]
 
 
 def _chips(snap: NodeSnapshot, resource: str) -> List[int]:

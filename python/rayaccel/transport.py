@@ -80,8 +80,8 @@ def _printable(text, limit: int = 200) -> str:
     error message: printable characters only, at most `limit` of them."""
     if not isinstance(text, str):
         return ""
-    text = "".join(c if c.isprintable() else "?" for c in text[:limit])
-    return text + ("..." if len(text) == limit else "")
+    shown = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return shown + ("..." if len(text) > limit else "")
 
 
 def _this_process() -> str:
