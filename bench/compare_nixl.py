@@ -15,6 +15,7 @@ rayaccel, the one NIXL's wheel carries for NIXL), with UCX_TLS as the caller set
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -30,12 +31,13 @@ def human(n):
     return f"{n}B"
 
 
-def rayaccel(build, op, size, count, iters, fabric):
+def rayaccel(build, op, size, count, iters, fabric, owner_prefix, reader_prefix):
     tool = os.path.join(build, "bin", "rayaccel")
     with tempfile.TemporaryDirectory() as tmp:
         token = os.path.join(tmp, "token")
-        server = subprocess.Popen([tool, "transfer", "--serve", "--size", str(size * count),
-                                   "--fabric", fabric, "--token-file", token],
+        server = subprocess.Popen(owner_prefix + [tool, "transfer", "--serve", "--size",
+                                                  str(size * count), "--fabric", fabric,
+                                                  "--token-file", token],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.time() + 30
@@ -43,7 +45,8 @@ def rayaccel(build, op, size, count, iters, fabric):
                 if server.poll() is not None or time.time() > deadline:
                     raise RuntimeError("rayaccel transfer --serve gave no token")
                 time.sleep(0.02)
-            out = subprocess.run([tool, "transfer", "--connect", open(token).read().strip(),
+            out = subprocess.run(reader_prefix + [
+                                  tool, "transfer", "--connect", open(token).read().strip(),
                                   "--op", op, "--size", str(size), "--batch", str(count),
                                   "--iters", str(iters), "--fabric", fabric, "--json"],
                                  capture_output=True, text=True, timeout=600)
@@ -55,10 +58,12 @@ def rayaccel(build, op, size, count, iters, fabric):
             server.wait(timeout=30)
 
 
-def nixl(python, op, size, count, iters, mode):
-    out = subprocess.run([python, os.path.join(HERE, "nixl_pair.py"), "--op", op, "--size",
+def nixl(python, op, size, count, iters, mode, owner_prefix, reader_prefix):
+    out = subprocess.run(reader_prefix + [
+                          python, os.path.join(HERE, "nixl_pair.py"), "--op", op, "--size",
                           str(size), "--count", str(count), "--iters", str(iters),
-                          "--error-mode", mode], capture_output=True, text=True, timeout=600)
+                          "--error-mode", mode, "--target-prefix", shlex.join(owner_prefix)],
+                         capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip()[-300:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -73,13 +78,19 @@ def main():
     parser.add_argument("--fabrics", default="ucx")
     parser.add_argument("--iters", type=int, default=0, help="default: by size")
     parser.add_argument("--python", default=sys.executable, help="an interpreter with nixl")
+    parser.add_argument("--owner-prefix", default="", help="a command the owners (the serving "
+                        "side) run under, e.g. ip netns exec A env UCX_NET_DEVICES=veth0")
+    parser.add_argument("--reader-prefix", default="", help="the same for the readers")
     args = parser.parse_args()
+    owner, reader = shlex.split(args.owner_prefix), shlex.split(args.reader_prefix)
     sizes = [int(s) for s in args.sizes.split(",")]
     lists = [int(n) for n in args.lists.split(",") if n]
     cases = [(size, 1) for size in sizes] + \
         [(size, n) for size in sizes if size <= 65536 for n in lists]
 
-    print(f"UCX_TLS={os.environ.get('UCX_TLS', '(unset)')}; GB/s (10^9 bytes/s) of one request "
+    where = f"owners under `{args.owner_prefix}`, readers under `{args.reader_prefix}`; " \
+        if owner or reader else "one host; "
+    print(f"{where}UCX_TLS={os.environ.get('UCX_TLS', '(unset)')}; GB/s (10^9 bytes/s) of one request "
           "at a time; p50/p99 in us for requests of at most 64 KiB")
     header = (f"{'op':5} {'size':>6} {'list':>5} {'fabric':9} {'rayaccel':>9} {'NIXL':>9} "
               f"{'NIXL none':>9} {'x NIXL':>7} {'x none':>7}  latency p50/p99 us: rayaccel | "
@@ -91,12 +102,13 @@ def main():
             theirs = {}
             for mode in ("peer", "none"):
                 try:
-                    theirs[mode] = nixl(args.python, op, size, count, iters, mode)
+                    theirs[mode] = nixl(args.python, op, size, count, iters, mode, owner,
+                                        reader)
                 except Exception as e:  # noqa: BLE001 - reported in the row
                     print(f"  NIXL ({mode}) {op} {human(size)} x{count}: {e}", file=sys.stderr)
             for fabric in args.fabrics.split(","):
                 try:
-                    ours = rayaccel(args.build, op, size, count, iters, fabric)
+                    ours = rayaccel(args.build, op, size, count, iters, fabric, owner, reader)
                 except Exception as e:  # noqa: BLE001
                     print(f"  rayaccel {fabric} {op} {human(size)} x{count}: {e}",
                           file=sys.stderr)

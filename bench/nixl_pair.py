@@ -15,6 +15,7 @@ import argparse
 import base64
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -46,7 +47,8 @@ def target(args):
 
 
 def initiator(args):
-    child = subprocess.Popen([sys.executable, __file__, "--role", "target", "--size",
+    child = subprocess.Popen(shlex.split(args.target_prefix) +
+                             [sys.executable, __file__, "--role", "target", "--size",
                               str(args.size), "--count", str(args.count), "--error-mode",
                               args.error_mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
@@ -94,6 +96,8 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--error-mode", default="peer", choices=["peer", "none"])
+    parser.add_argument("--target-prefix", default="",
+                        help="a command the target runs under (ip netns exec NS env ...)")
     args = parser.parse_args()
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     (target if args.role == "target" else initiator)(args)
