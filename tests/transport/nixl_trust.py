@@ -12,6 +12,9 @@ as an RDT source names one tensor. Then:
   beyond       the reader reads 4 KiB past what it was named, inside the owner's registration
                (NIXL: a descriptor of its own making; rayaccel: the descriptor's range moved).
   past         the reader reads past the end of the registration.
+  code         the descriptor bytes a reader is handed are a pickle that opens a file when
+               loaded (NIXL: deserialize_descs is pickle.loads; rayaccel: the bytes go where a
+               descriptor goes).
   stopped      the owner is stopped (SIGSTOP) before the reader reads: how long until the read
                fails, or whether it completes without the owner (a read still waiting after
                30 s counts as a hang).
@@ -43,6 +46,8 @@ EXPECTED = {
     ("beyond", "rayaccel"): "refused: InvalidArgumentError",
     ("past", "nixl"): "refused by the reader's own NIXL",
     ("past", "rayaccel"): "refused: InvalidArgumentError",
+    ("code", "nixl"): "ran the peer's code",
+    ("code", "rayaccel"): "refused: InvalidArgumentError",
     ("stopped", "nixl"): "hang",
     # One-sided over CMA: the reader copies out of the stopped owner, which takes no part.
     ("stopped", "nixl-none"): "read: the bytes arrived",
@@ -79,6 +84,14 @@ def nixl_reader(mode, attack, owner):
     a = nixl_agent("reader", mode)
     peer = a.add_remote_agent(base64.b64decode(owner["metadata"]))
     length = NAMED
+    if attack == "code":
+        try:
+            a.deserialize_descs(code_payload(owner["marker"]))
+        except Exception:  # noqa: BLE001 - what it returned is no descriptor list
+            pass
+        print("ran the peer's code" if os.path.exists(owner["marker"]) else "refused",
+              flush=True)
+        return
     if attack == "stranger":
         remote = a.deserialize_descs(base64.b64decode(owner["named"]))
     elif attack == "beyond":
@@ -110,13 +123,34 @@ def nixl_reader(mode, attack, owner):
         print("done, other bytes", flush=True)
 
 
+class _OpensAFile:
+    """Unpickled, it opens (creates) a file: any code a pickle names runs the same way."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def code_payload(marker):
+    return pickle.dumps(_OpensAFile(marker))
+
+
+def marker_path():
+    import tempfile
+    return os.path.join(tempfile.mkdtemp(prefix="nixl-trust-"), "the-peer-ran-code")
+
+
 def run_nixl(attack, mode):
     me = [sys.executable, __file__]
     owner = subprocess.Popen(me + ["--nixl-owner", mode], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     reader = None
     try:
-        info = owner.stdout.readline()
+        info = json.loads(owner.stdout.readline())
+        info["marker"] = marker_path()
+        info = json.dumps(info)
         reader = subprocess.Popen(me + ["--nixl-reader", mode, attack, info.strip()],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
@@ -196,6 +230,9 @@ def run_rayaccel(attack):
         meta = pickle.loads(base64.b64decode(owner.stdout.readline()))
         reader = TensorTransport(peer_timeout=2.0,
                                  key=os.urandom(32) if attack == "stranger" else None)
+        marker = marker_path()
+        if attack == "code":
+            meta.descriptors[0] = code_payload(marker)
         if attack in ("beyond", "past"):
             n = 2 * NAMED if attack == "beyond" else SIZE + NAMED
             meta.descriptors[0] = widened(meta.descriptors[0], n)
@@ -207,6 +244,8 @@ def run_rayaccel(attack):
             [got] = reader.recv_multiple_tensors("obj", meta, None)
             return "read: the bytes arrived" if bytes(got[:4]) == b"\x5a" * 4 else "other bytes"
         except rayaccel.Error as e:
+            if os.path.exists(marker):
+                return "ran the peer's code"
             took = time.monotonic() - start
             if attack == "stopped":
                 return f"failed within 2 s + 3: {type(e).__name__}" if took < 5 else \
@@ -229,7 +268,7 @@ def main():
         return rayaccel_owner()
     os.environ.setdefault("NIXL_LOG_LEVEL", "ERROR")
     wrong = 0
-    for attack in ("stranger", "beyond", "past", "stopped"):
+    for attack in ("stranger", "beyond", "past", "code", "stopped"):
         for transport in ("nixl", "nixl-none", "rayaccel"):
             if (attack, transport) not in EXPECTED:
                 continue
@@ -242,7 +281,7 @@ def main():
             wrong += not ok
             print(f"{attack} {transport}: {got}" + ("" if ok else f"   (expected: {want})"),
                   flush=True)
-    print(f"{9 - wrong} passed, {wrong} failed")
+    print(f"{len(EXPECTED) - wrong} passed, {wrong} failed")
     return 1 if wrong else 0
 
 
