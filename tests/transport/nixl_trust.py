@@ -12,6 +12,9 @@ as an RDT source names one tensor. Then:
   beyond       the reader reads 4 KiB past what it was named, inside the owner's registration
                (NIXL: a descriptor of its own making; rayaccel: the descriptor's range moved).
   past         the reader reads past the end of the registration.
+  listener     (NIXL alone: rayaccel has no metadata service) an agent with NIXL's metadata
+               listener: which addresses it binds, and whether a stranger's agent, with no
+               credential, is sent the metadata that row "stranger" needs.
   code         the descriptor bytes a reader is handed are a pickle that opens a file when
                loaded (NIXL: deserialize_descs is pickle.loads; rayaccel: the bytes go where a
                descriptor goes).
@@ -46,6 +49,7 @@ EXPECTED = {
     ("beyond", "rayaccel"): "refused: InvalidArgumentError",
     ("past", "nixl"): "refused by the reader's own NIXL",
     ("past", "rayaccel"): "refused: InvalidArgumentError",
+    ("listener", "nixl"): "binds every address; served its metadata to a stranger",
     ("code", "nixl"): "ran the peer's code",
     ("code", "rayaccel"): "refused: InvalidArgumentError",
     ("stopped", "nixl"): "hang",
@@ -72,9 +76,10 @@ def nixl_owner(mode):
     buf = np.full(SIZE, 0x5A, dtype=np.uint8)
     a.register_memory([(buf.ctypes.data, SIZE, 0, "")], "DRAM")
     named = a.get_xfer_descs([(buf.ctypes.data, NAMED, 0)], "DRAM")
-    print(json.dumps({"metadata": base64.b64encode(a.get_agent_metadata()).decode(),
-                      "named": base64.b64encode(a.get_serialized_descs(named)).decode(),
-                      "base": buf.ctypes.data, "pid": os.getpid()}), flush=True)
+    info = {"metadata": base64.b64encode(a.get_agent_metadata()).decode(),
+            "named": base64.b64encode(a.get_serialized_descs(named)).decode(),
+            "base": buf.ctypes.data, "pid": os.getpid()}
+    print("OUTCOME " + json.dumps(info), flush=True)
     sys.stdin.readline()
 
 
@@ -89,7 +94,7 @@ def nixl_reader(mode, attack, owner):
             a.deserialize_descs(code_payload(owner["marker"]))
         except Exception:  # noqa: BLE001 - what it returned is no descriptor list
             pass
-        print("ran the peer's code" if os.path.exists(owner["marker"]) else "refused",
+        print("OUTCOME " + ("ran the peer's code" if os.path.exists(owner["marker"]) else "refused"),
               flush=True)
         return
     if attack == "stranger":
@@ -107,20 +112,20 @@ def nixl_reader(mode, attack, owner):
     try:
         handle = a.initialize_xfer("READ", local, remote, peer)
     except Exception:  # noqa: BLE001 - the reader's NIXL checks the range against the metadata
-        print("refused by the reader's own NIXL", flush=True)
+        print("OUTCOME refused by the reader's own NIXL", flush=True)
         return
     if attack == "stopped":
-        print("ready", flush=True)
+        print("OUTCOME ready", flush=True)
         sys.stdin.readline()  # the owner is stopped now
     state = a.transfer(handle)
     while state == "PROC":
         state = a.check_xfer_state(handle)
     if state != "DONE":
-        print(f"failed: {state}", flush=True)
+        print(f"OUTCOME failed: {state}", flush=True)
     elif (buf == 0x5A).all():
-        print("read: the bytes arrived", flush=True)
+        print("OUTCOME read: the bytes arrived", flush=True)
     else:
-        print("done, other bytes", flush=True)
+        print("OUTCOME done, other bytes", flush=True)
 
 
 class _OpensAFile:
@@ -142,20 +147,57 @@ def marker_path():
     return os.path.join(tempfile.mkdtemp(prefix="nixl-trust-"), "the-peer-ran-code")
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nixl_listener():
+    """An owner with NIXL's metadata listener, and a stranger's agent that asks it."""
+    from nixl_cu12._api import nixl_agent as agent, nixl_agent_config
+    port = free_port()
+    owner = agent("owner", nixl_agent_config(enable_listen_thread=True, listen_port=port))
+    time.sleep(0.5)
+    rows = [line.split() for line in open("/proc/net/tcp").read().splitlines()[1:]]
+    binds = {r[1].split(":")[0] for r in rows
+             if r[3] == "0A" and int(r[1].split(":")[1], 16) == port}
+    where = "binds every address" if binds == {"00000000"} else f"binds {sorted(binds)}"
+    # NIXL answers a fetch to the asker's own listener.
+    stranger = agent("stranger", nixl_agent_config(enable_listen_thread=True,
+                                                   listen_port=free_port()))
+    stranger.fetch_remote_metadata("owner", "127.0.0.1", port)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if stranger.check_remote_metadata("owner"):
+            print(f"OUTCOME {where}; served its metadata to a stranger", flush=True)
+            return owner
+        time.sleep(0.05)
+    print(f"OUTCOME {where}; sent a stranger nothing", flush=True)
+    return owner
+
+
 def run_nixl(attack, mode):
     me = [sys.executable, __file__]
+    if attack == "listener":
+        out = subprocess.run(me + ["--nixl-listener"], capture_output=True, text=True,
+                             timeout=60)
+        # NIXL and its UCX print their own log lines on stdout too.
+        lines = [l[len("OUTCOME "):] for l in out.stdout.splitlines() if l.startswith("OUTCOME ")]
+        return lines[-1] if lines else f"no answer: {out.stdout[-200:]} {out.stderr[-200:]}"
     owner = subprocess.Popen(me + ["--nixl-owner", mode], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     reader = None
     try:
-        info = json.loads(owner.stdout.readline())
+        info = json.loads(wait_line(owner, HANG_S) or "{}")
         info["marker"] = marker_path()
         info = json.dumps(info)
         reader = subprocess.Popen(me + ["--nixl-reader", mode, attack, info.strip()],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
         if attack == "stopped":
-            if reader.stdout.readline().strip() != "ready":
+            if wait_line(reader, HANG_S) != "ready":
                 return "the reader could not start"
             os.kill(owner.pid, signal.SIGSTOP)
             reader.stdin.write("go\n")
@@ -178,13 +220,21 @@ def run_nixl(attack, mode):
 
 
 def wait_line(proc, seconds):
-    """The process's next line of output, or None after `seconds`."""
+    """The process's next outcome line ("OUTCOME ..."; NIXL and its UCX print their own log
+    lines on stdout too), or None after `seconds`."""
     import selectors
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    if not sel.select(seconds):
-        return None
-    return proc.stdout.readline().strip() or "no answer (the reader died)"
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not sel.select(left):
+            return None
+        line = proc.stdout.readline()
+        if not line:
+            return "no answer (the reader died)"
+        if line.startswith("OUTCOME "):
+            return line[len("OUTCOME "):].strip()
 
 
 # --- rayaccel -------------------------------------------------------------------------------
@@ -266,9 +316,13 @@ def main():
         return nixl_reader(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
     if sys.argv[1] == "--rayaccel-owner":
         return rayaccel_owner()
+    if sys.argv[1] == "--nixl-listener":
+        nixl_listener()
+        sys.stdout.flush()
+        os._exit(0)  # NIXL's agents crash in their teardown at exit here
     os.environ.setdefault("NIXL_LOG_LEVEL", "ERROR")
     wrong = 0
-    for attack in ("stranger", "beyond", "past", "code", "stopped"):
+    for attack in ("stranger", "listener", "beyond", "past", "code", "stopped"):
         for transport in ("nixl", "nixl-none", "rayaccel"):
             if (attack, transport) not in EXPECTED:
                 continue
