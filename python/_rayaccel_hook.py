@@ -2,7 +2,8 @@
 
 Ray asks its accelerator managers in more processes than the one a user writes: the process
 that starts a node resolves its resources (resource_and_label_spec.py), and every worker reads
-its visible devices when it connects and sets them before each task (worker.py, utils.py).
+its visible devices when `import ray` makes its Worker, and sets them before each task
+(worker.py, utils.py).
 None of them runs user code first, so an install() in the driver alone would leave the workers
 with Ray's own managers.
 
