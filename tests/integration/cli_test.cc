@@ -249,6 +249,18 @@ TEST(Cli, ConfigKeyWithoutPluginNameGoesToTheOnePlugin) {
       << r.err;
 }
 
+// Runs `script` in Python with `root` (the SVG file's parsed root, checked to be an SVG) and
+// `ns` (the SVG namespace) defined; what it prints is the result's out.
+CommandResult QuerySvg(const std::string& svg, const std::string& script) {
+  return testing::Run({"/usr/bin/python3", "-c",
+                       "import sys, xml.etree.ElementTree as ET\n"
+                       "root = ET.parse(sys.argv[1]).getroot()\n"
+                       "ns = '{http://www.w3.org/2000/svg}'\n"
+                       "assert root.tag == ns + 'svg', root.tag\n" +
+                           script,
+                       svg});
+}
+
 // topo --svg: a well-formed SVG with every device (unhealthy ones marked), each pair's link,
 // the legend counting link kinds, the NUMA nodes and the domains.
 TEST(Cli, TopoDrawsThePicture) {
@@ -264,19 +276,14 @@ TEST(Cli, TopoDrawsThePicture) {
   CommandResult r = Cli({"topo", "--svg", "--no-host-topology", "--config", "sim.spec=" + spec});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ofstream(svg) << r.out;
-  CommandResult parsed = testing::Run(
-      {"/usr/bin/python3", "-c",
-       "import sys, xml.etree.ElementTree as ET\n"
-       "root = ET.parse(sys.argv[1]).getroot()\n"
-       "ns = '{http://www.w3.org/2000/svg}'\n"
-       "assert root.tag == ns + 'svg', root.tag\n"
-       "groups = [g.get('class') for g in root.iter(ns + 'g')]\n"
-       "texts = {t.get('class'): t.text for t in root.iter(ns + 'text') if t.get('class')}\n"
-       "lines = [l for l in root.iter(ns + 'line') if l.get('class') == 'link']\n"
-       "print(len(groups), groups.count('device unhealthy'), len(lines))\n"
-       "print(texts.get('legend'))\n"
-       "print(sorted(t.text for t in root.iter(ns + 'text') if t.get('class') == 'numa'))\n",
-       svg});
+  CommandResult parsed = QuerySvg(
+      svg,
+      "groups = [g.get('class') for g in root.iter(ns + 'g')]\n"
+      "texts = {t.get('class'): t.text for t in root.iter(ns + 'text') if t.get('class')}\n"
+      "lines = [l for l in root.iter(ns + 'line') if l.get('class') == 'link']\n"
+      "print(len(groups), groups.count('device unhealthy'), len(lines))\n"
+      "print(texts.get('legend'))\n"
+      "print(sorted(t.text for t in root.iter(ns + 'text') if t.get('class') == 'numa'))\n");
   ASSERT_EQ(parsed.exit_code, 0) << parsed.err << r.out.substr(0, 400);
   EXPECT_EQ(parsed.out, "8 1 28\n28 x NV18, 450 GB/s\n['NUMA 0', 'NUMA 1']\n") << parsed.out;
   EXPECT_NE(r.out.find("GPU0: NVIDIA H100 80GB HBM3"), std::string::npos);
@@ -294,17 +301,13 @@ TEST(Cli, TopoDrawsARackAsItsFabric) {
       Cli({"topo", "--svg", "--no-host-topology", "--config", "sim.spec=" + Example("nvl72.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ofstream(svg) << r.out;
-  CommandResult parsed = testing::Run(
-      {"/usr/bin/python3", "-c",
-       "import sys, xml.etree.ElementTree as ET\n"
-       "root = ET.parse(sys.argv[1]).getroot()\n"
-       "ns = '{http://www.w3.org/2000/svg}'\n"
-       "kinds = [l.get('class') for l in root.iter(ns + 'line')]\n"
-       "fabric = [g for g in root.iter(ns + 'g') if g.get('class') == 'fabric']\n"
-       "print(kinds.count('spoke'), kinds.count('link'), len(fabric))\n"
-       "print(fabric[0].find(ns + 'title').text)\n"
-       "print([t.text for t in root.iter(ns + 'text') if t.get('class') == 'legend'])\n",
-       svg});
+  CommandResult parsed =
+      QuerySvg(svg,
+               "kinds = [l.get('class') for l in root.iter(ns + 'line')]\n"
+               "fabric = [g for g in root.iter(ns + 'g') if g.get('class') == 'fabric']\n"
+               "print(kinds.count('spoke'), kinds.count('link'), len(fabric))\n"
+               "print(fabric[0].find(ns + 'title').text)\n"
+               "print([t.text for t in root.iter(ns + 'text') if t.get('class') == 'legend'])\n");
   ASSERT_EQ(parsed.exit_code, 0) << parsed.err << r.out.substr(0, 400);
   EXPECT_EQ(parsed.out,
             "72 0 1\nNV18, 900 GB/s between every pair of 72 devices\n"
