@@ -408,8 +408,11 @@ typedef enum rayaccel_transfer_path RAYACCEL_ENUM_BASE {
   RAYACCEL_PATH_FABRIC = 1,     /* the fabric moved the memory as it is: host memory, or device
                                  * memory the fabric reaches itself (GPUDirect) */
   RAYACCEL_PATH_STAGED = 2,     /* device memory copied through host memory on its side(s) */
-  RAYACCEL_PATH_DEVICE_IPC = 3  /* device to device on one host: the owner's device memory mapped
+  RAYACCEL_PATH_DEVICE_IPC = 3, /* device to device on one host: the owner's device memory mapped
                                  * into the reader (CUDA or HIP IPC), copied by its device */
+  RAYACCEL_PATH_SAME_HOST = 4   /* host memory of two processes of one host, copied by the owner
+                                 * between them (process_vm_writev/readv). Added within 1.5: a
+                                 * host built before it reads it as unreported */
 } rayaccel_transfer_path;
 
 /* Limits both sides rely on: a descriptor or address larger than this is malformed, and a

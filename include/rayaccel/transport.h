@@ -59,8 +59,10 @@ enum class TransferPath {
   kFabric = 1,      // the fabric moved the memory as it is
   kStaged = 2,      // device memory copied through host memory
   kDeviceIpc = 3,   // device to device on one host (CUDA or HIP IPC)
+  kSameHost = 4,    // host memory of two processes of one host, copied by the owner between them
 };
-// "fabric", "staged", "device-ipc", "unreported".
+inline constexpr int kTransferPaths = 5;  // the TransferPath values, kUnreported included
+// "fabric", "staged", "device-ipc", "same-host", "unreported".
 const char* TransferPathName(TransferPath path);
 
 enum class TransferOp { kRead = 0, kWrite = 1 };
@@ -104,7 +106,7 @@ struct TransportStats {
     uint64_t failed = 0;     // transfers that failed (refused, stale, lost, ...)
   };
   // By direction and path: transfers[op][path], op a TransferOp, path a TransferPath.
-  Transfers transfers[2][4];
+  Transfers transfers[2][kTransferPaths];
   // Request latency by direction: a request ended within bounds[i] seconds counts in
   // counts[i] (counts[bounds.size()]: beyond the last), with the sum, as Prometheus keeps it.
   struct Latency {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "plugin_util.h"
+#include "same_host_copy.h"
 #include "transport_args.h"
 #include "transport_handles.h"
 #include "transport_wire.h"
@@ -168,11 +170,12 @@ using wire::Writer;
 
 constexpr uint32_t kAddressMagic = 0x41584355;     // "UCXA"
 constexpr uint32_t kDescriptorMagic = 0x52584355;  // "UCXR"
-constexpr uint16_t kWireVersion = 4;               // 4: batches (kGetBatch..kPutBatchAck)
+constexpr uint16_t kWireVersion = 5;  // 4: batches (kGetBatch..kPutBatchAck); 5: same-host copies
 constexpr size_t kDescriptorBytes = 32;
 // Descriptor flags (the U16 after the version).
 constexpr uint16_t kMappable = 1;       // device memory the owner maps for readers on its host
 constexpr uint16_t kStagedByOwner = 2;  // device memory the owner copies through host memory
+constexpr uint16_t kHostMemory = 4;     // host memory: a reader on this host may be copied to
 
 // Active-message ids (docs/transport.md). Control messages ride the control worker, transfers
 // and notifications the data worker.
@@ -261,6 +264,7 @@ constexpr char kOwnerRole[] = "rayaccel ucx transport v2: owner";
 constexpr char kReaderRole[] = "rayaccel ucx transport v2: reader";
 constexpr char kAddressLabel[] = "rayaccel ucx transport v4: address";
 constexpr char kHelloLabel[] = "rayaccel ucx transport v4: hello";
+constexpr char kSameHostRole[] = "rayaccel ucx transport v5: same-host reader";
 
 }  // namespace
 }  // namespace rayaccel::plugin::ucx
@@ -283,6 +287,10 @@ constexpr uint32_t kPiecesInFlight = 4;
 constexpr uint32_t kChunkEntries = 256;
 constexpr uint64_t kChunkBytes = 64ull << 10;
 constexpr uint64_t kChunkEntryMax = kChunkBytes;
+// The least a transfer the owner copies between two processes of one host moves: below it, the
+// copy's system calls (about 3 us here) cost more than carrying the bytes in the reply over
+// loopback TCP (docs/performance.md).
+constexpr uint64_t kSameHostCopyMin = 16 << 10;
 constexpr size_t kRangeBytes = 24;  // region, offset, length on the wire
 // Page-locked pieces an endpoint keeps (64 MiB); pieces beyond go through pageable memory.
 constexpr size_t kPinnedPieces = 16;
@@ -405,6 +413,7 @@ struct Request : rayaccel_request {
   uint64_t length = 0;
   ucp_mem_h memh = nullptr;
   bool replied = false;  // a read: the owner's reply arrived; a write: its acknowledgement
+  bool same_host = false;  // the owner copies the bytes between the processes (same_host_copy.h)
   rayaccel_status reply = RAYACCEL_STATUS_OK;
   int ucx = 0;  // UCX operations that still hold this request
   bool done = false;
@@ -467,6 +476,7 @@ struct Region : rayaccel_memory_region {
   bool staged = false;
   bool owned = false;
   uint32_t device = 0;
+  bool host = false;  // host memory: an owner on this host may copy to or from it directly
   // What a reader on this host maps the region with (DeviceMemoryOps::Export): set for a staged
   // region that is one whole allocation; empty: the region is staged for every reader.
   std::string ipc_handle;
@@ -530,6 +540,10 @@ struct Connection : rayaccel_connection {
   // regions are mapped rather than staged.
   bool may_map = false;
   std::map<uint64_t, Mapping> mappings;  // by the owner's region id
+  // What proves to an owner on this host that this process is the reader (same_host_copy.h):
+  // it reads these bytes here. Kept for the connection's life.
+  Mac same_host_proof{};
+  bool same_host = false;  // the owner's welcome: it copies host memory to and from this process
 };
 
 struct Endpoint : rayaccel_transport_endpoint {
@@ -550,6 +564,7 @@ struct Endpoint : rayaccel_transport_endpoint {
     ucp_worker_h worker = nullptr;  // transfers and notifications
   } fabrics[2];
   bool shared_memory = false;      // the operator put posix or sysv in UCX_TLS
+  bool same_host_copy = true;      // SameHostCopyEnabled() when the endpoint opened
   ucp_worker_h control = nullptr;  // handshake, heartbeats, bye: on the network fabric's
                                    // context where there is one
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
@@ -577,6 +592,7 @@ struct Endpoint : rayaccel_transport_endpoint {
     uint32_t refuse = 0;                             // a RefusedReason to send before closing
     std::chrono::steady_clock::time_point deadline;  // for the handshake, then the heartbeat
     uint32_t serving = 0;                            // operations in flight for it
+    std::unique_ptr<PeerProcess> process;  // on this host, proven: copies go straight to it
   };
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {
@@ -602,6 +618,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   struct GetServe {
     uint64_t token, id, region, offset, length;
     rayaccel_status status;
+    uint64_t to;  // where a reader on this host wants the bytes in its memory (0: by message)
   };
   std::vector<GetServe> gets;
   // Batched reads to serve, likewise: the ranges, or why the whole message is refused.
@@ -625,6 +642,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   std::chrono::steady_clock::time_point malformed_logged;
   std::chrono::steady_clock::time_point next_heartbeat;
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
+  std::condition_variable progressed;  // the progress thread saw activity: `wait` looks again
 
   // Answers peers while the application is not calling in: handshakes, heartbeats, reads and
   // writes to serve, notifications. Asleep on UCX's event fds until something arrives.
@@ -1371,6 +1389,18 @@ void ServeGets(Ep* ep) {
       continue;
     }
     const char* from = static_cast<char*>(region->base) + g.offset;
+    if (g.to != 0 && p->process != nullptr && region->host) {
+      // A reader on this host: the bytes go straight into its memory, where it asked.
+      iovec local{const_cast<char*>(from), g.length};
+      iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(g.to)), g.length};
+      std::string why;
+      if (!p->process->Write(&local, &remote, 1, &why)) {
+        LogTo(ep, RAYACCEL_LOG_WARN, "a copy to a reader on this host failed: " + why);
+        status = RAYACCEL_STATUS_INTERNAL;
+      }
+      SendMessage(data, kGetReply, ReplyHeader(g.token, g.id, status), {});
+      continue;
+    }
     Staging staging;
     if (region->staged) {
       // Only the range asked for leaves the device, into host memory of this read's own.
@@ -1539,6 +1569,31 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
   if (r == nullptr || UCS_PTR_IS_ERR(r)) EndServe(s, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
 }
 
+// A reader on this host asks its owner to copy its bytes at `from` (in the reader's memory)
+// into a region: checked against the owner's live regions as a write by message is. Inside a
+// UCX callback.
+void CopyPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region, uint64_t offset,
+             uint64_t length, uint64_t from, size_t data_length) {
+  Peer* p = AdmittedPeer(ep, token);
+  if (p == nullptr) return;
+  Region* target = nullptr;
+  rayaccel_status status = CheckRange(ep, region, offset, length, &target);
+  if (status == RAYACCEL_STATUS_OK &&
+      (data_length != 0 || p->process == nullptr || !target->host)) {
+    status = RAYACCEL_STATUS_INVALID_ARGUMENT;  // not a reader this owner copies for
+  }
+  if (status == RAYACCEL_STATUS_OK) {
+    iovec local{static_cast<char*>(target->base) + offset, length};
+    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(from)), length};
+    std::string why;
+    if (!p->process->Read(&local, &remote, 1, &why)) {
+      LogTo(ep, RAYACCEL_LOG_WARN, "a copy from a reader on this host failed: " + why);
+      status = RAYACCEL_STATUS_INTERNAL;
+    }
+  }
+  ep->outbox.push_back({true, token, kPutAck, ReplyHeader(token, id, status)});
+}
+
 // --- Messages
 
 // One handler for every message: checks its shape and applies it. A malformed message from a
@@ -1618,13 +1673,26 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       Mac proof = Prove(ep->key, kReaderRole, token, ep->uuid, owner, c->nonce, owner_nonce);
       Writer w;
       w.U64(ep->uuid).U64(token).Bytes(proof.data(), proof.size());
+      // An owner on this host may copy straight into this process once it read this proof here.
+      uint64_t proof_at = 0;
+      if (ep->same_host_copy && !BootId().empty()) {
+        c->same_host_proof =
+            Prove(ep->key, kSameHostRole, token, ep->uuid, owner, c->nonce, owner_nonce);
+        proof_at = reinterpret_cast<uintptr_t>(c->same_host_proof.data());
+      }
+      w.U32(static_cast<uint32_t>(BootId().size())).Bytes(BootId().data(), BootId().size());
+      w.U32(static_cast<uint32_t>(getpid())).U64(proof_at);
       ep->outbox.push_back({false, token, kProof, std::move(w.str())});
       return UCS_OK;
     }
     case kProof: {
       uint64_t uuid = in.U64(), token = in.U64();
       Mac mac = in.Array<32>();
-      if (!in.at_end()) break;
+      const uint32_t n = in.U32();
+      const uint8_t* boot = in.Bytes(n);
+      const auto pid = static_cast<pid_t>(in.U32());
+      const uint64_t proof_at = in.U64();
+      if (!in.at_end() || n > 64) break;
       Peer* p = PeerByToken(ep, token);
       if (p == nullptr || p->authenticated || p->failed || p->uuid != uuid) return UCS_OK;
       if (!SameMac(mac, Prove(ep->key, kReaderRole, token, uuid, ep->uuid, p->reader_nonce,
@@ -1636,6 +1704,17 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       }
       p->authenticated = true;  // its data endpoint and welcome follow, after progress
       p->deadline = PeerDeadline(ep);
+      if (ep->same_host_copy && proof_at != 0 && n > 0 && !BootId().empty() &&
+          std::string_view(reinterpret_cast<const char*>(boot), n) == BootId()) {
+        const Mac expected =
+            Prove(ep->key, kSameHostRole, token, uuid, ep->uuid, p->reader_nonce, p->owner_nonce);
+        std::string why;
+        p->process = PeerProcess::Open(pid, proof_at, expected.data(), expected.size(), &why);
+        if (p->process == nullptr) {
+          LogTo(ep, RAYACCEL_LOG_DEBUG,
+                "a reader on this host is served by message, not copied to: " + why);
+        }
+      }
       return UCS_OK;
     }
     case kWelcome: {
@@ -1643,7 +1722,8 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       const auto pid = static_cast<pid_t>(in.U32());
       const uint32_t n = in.U32();
       const uint8_t* boot = in.Bytes(n);
-      if (!in.at_end()) break;
+      const uint32_t same_host = in.U32();
+      if (!in.at_end() || same_host > 1) break;
       Conn* c = ConnectionByToken(ep, token);
       if (c == nullptr || c->state != Conn::State::kProven || owner != c->peer_uuid) {
         return UCS_OK;
@@ -1651,6 +1731,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       // Another process on this host: the driver maps its memory here (not in its own process).
       c->may_map = n > 0 && pid != getpid() && !BootId().empty() &&
                    std::string_view(reinterpret_cast<const char*>(boot), n) == BootId();
+      c->same_host = c->may_map && same_host == 1 && ep->same_host_copy;
       c->state = Conn::State::kWelcomed;
       c->last_heard = Clock::now();
       return UCS_OK;
@@ -1800,20 +1881,26 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     }
     case kGet: {
       uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(), size = h.U64();
+      const uint64_t to = h.left() == 8 ? h.U64() : 0;  // a reader on this host: where, in it
       if (!h.at_end() || length != 0) break;
       Peer* p = AdmittedPeer(ep, token);
       if (p == nullptr) return UCS_OK;
       p->deadline = PeerDeadline(ep);
       Region* unused = nullptr;
       ep->gets.push_back(
-          {token, req, region, offset, size, CheckRange(ep, region, offset, size, &unused)});
+          {token, req, region, offset, size, CheckRange(ep, region, offset, size, &unused), to});
       return UCS_OK;
     }
     case kPut: {
       uint64_t token = h.U64(), req = h.U64(), region = h.U64(), offset = h.U64(), size = h.U64();
+      const uint64_t from = h.left() == 8 ? h.U64() : 0;  // a reader on this host: where, in it
       if (!h.at_end()) break;
       if (Peer* p = PeerByToken(ep, token); p != nullptr && p->authenticated) {
         p->deadline = PeerDeadline(ep);
+      }
+      if (from != 0) {
+        CopyPut(ep, token, req, region, offset, size, from, length);
+        return UCS_OK;
       }
       OnPut(ep, fabric, token, req, region, offset, size, data, length, rndv);
       return UCS_OK;
@@ -1842,6 +1929,11 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
         if (length != 0) break;
         r->reply = status;
         MaybeCompleteWrite(r);  // or once UCX lets go of the local bytes
+        MaybeFree(r);
+        return UCS_OK;
+      }
+      if (status == RAYACCEL_STATUS_OK && r->same_host && length == 0 && !rndv) {
+        Complete(r, RAYACCEL_STATUS_OK);  // the owner copied the bytes into place
         MaybeFree(r);
         return UCS_OK;
       }
@@ -2157,6 +2249,7 @@ void ServeControl(Ep* ep) {
       Writer w;
       w.U64(token).U64(ep->uuid).U32(static_cast<uint32_t>(getpid()));
       w.U32(static_cast<uint32_t>(BootId().size())).Bytes(BootId().data(), BootId().size());
+      w.U32(p->process != nullptr ? 1 : 0);
       SendMessage(p->link->control, kWelcome, {}, std::move(w.str()));
     }
     if (now > p->deadline) {
@@ -2238,7 +2331,9 @@ void ProgressThread(Ep* ep) {
     bool armed = wakeup, busy = false;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
+      const uint64_t before = ep->activity;
       if (Progress(ep)) last_moved = Clock::now();
+      if (ep->activity != before) ep->progressed.notify_all();
       // BUSY: work is pending that no event will announce, such as a large reply waiting for
       // room in a shared-memory queue. This thread is then what serves the peer, so it comes
       // back soon.
@@ -2366,7 +2461,8 @@ void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region> regio
   // of the region, so the bytes grant nothing a forger could widen.
   Writer w;
   const uint16_t flags = static_cast<uint16_t>((region->ipc_handle.empty() ? 0 : kMappable) |
-                                               (region->staged ? kStagedByOwner : 0));
+                                               (region->staged ? kStagedByOwner : 0) |
+                                               (region->host ? kHostMemory : 0));
   w.U32(kDescriptorMagic).U16(kWireVersion).U16(flags);
   w.U64(ep->uuid).U64(region->id).U64(args->length);
   region->descriptor = std::move(w.str());
@@ -2435,6 +2531,7 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
     std::lock_guard<std::mutex> lock(ep->mu);
     auto region = std::make_unique<Region>();
     region->endpoint = ep;
+    region->host = type == UCS_MEMORY_TYPE_HOST;
     // Mapped on each fabric; with ALLOCATE, the first fabric allocates and the other maps that.
     for (Ep::Fabric& f : ep->fabrics) {
       if (f.context == nullptr) continue;
@@ -2662,7 +2759,7 @@ bool ParseDescriptor(rayaccel_blob d, RemoteRegion* r) {
   r->id = in.U64();
   r->length = in.U64();
   return in.at_end() && magic == kDescriptorMagic && version == kWireVersion &&
-         (r->flags & ~(kMappable | kStagedByOwner)) == 0;
+         (r->flags & ~(kMappable | kStagedByOwner | kHostMemory)) == 0;
 }
 
 // The reader's mapping of `remote` for a transfer on `c`, with a user counted; null when the
@@ -2764,6 +2861,17 @@ rayaccel_status StageOutgoing(Ep* ep, const rayaccel_transfer_args& a, uint64_t 
   return st == RAYACCEL_STATUS_OK ? st : Fail(error, st, "from device memory: " + why);
 }
 
+// Whether the owner copies `length` bytes between `local` and `remote` itself, told where in
+// this process (same_host_copy.h; CopyPut, ServeGets): host memory on both sides, the owner
+// on this host and able to reach this process (its welcome says), over the network fabric
+// (UCX's shared memory carries messages as fast as the kernel copies), and enough bytes that
+// a system call costs less than carrying them in messages. Caller holds mu.
+bool CopiedOnHost(const Conn* c, const Region* local, const RemoteRegion& remote,
+                  uint64_t length) {
+  return c->same_host && c->link != nullptr && c->link->fabric == kNetwork && local->host &&
+         (remote.flags & kHostMemory) != 0 && length >= kSameHostCopyMin;
+}
+
 // Starts bytes [skip, skip + length) of transfer `a` on `c`: the whole transfer (group null,
 // its request in *out) or one piece of `group`, with `outgoing` a staged write's bytes.
 // Caller holds mu.
@@ -2795,8 +2903,10 @@ rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& 
   const void* send_from =
       r->staged && r->kind == Request::Kind::kWrite ? r->staging.data() : r->local;
   r->id = c->next_id++;
+  r->same_host = CopiedOnHost(c, Of(a.local), remote, length);
   Writer w;
   w.U64(c->token).U64(r->id).U64(remote.id).U64(a.remote_offset + skip).U64(length);
+  if (r->same_host) w.U64(reinterpret_cast<uintptr_t>(r->local));
   r->header = std::move(w.str());
   ep->requests[r] = true;
   c->transfers[r->id] = r;
@@ -2805,11 +2915,11 @@ rayaccel_status StartPieceLocked(Ep* ep, Conn* c, const rayaccel_transfer_args& 
   p.cb.send = TransferSent;
   p.user_data = r;
   ucs_status_ptr_t started;
-  if (r->kind == Request::Kind::kRead) {
+  if (r->kind == Request::Kind::kRead || r->same_host) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
-    started = Lib().ucp_am_send_nbx(DataOf(c->link), kGet, r->header.data(), r->header.size(),
-                                    nullptr, 0, &p);
+    started = Lib().ucp_am_send_nbx(DataOf(c->link), r->kind == Request::Kind::kRead ? kGet : kPut,
+                                    r->header.data(), r->header.size(), nullptr, 0, &p);
   } else {
     if (!r->staged) {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -2927,8 +3037,14 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       // The owner's side as its descriptor says: a forged flag misreports only the forger's own.
       a->path = staged ? RAYACCEL_PATH_STAGED : RAYACCEL_PATH_FABRIC;
     }
-    if (!staged || a->length <= kStagedPiece)
-      return StartPiece(ep, c, *a, remote, &a->request, error);
+    if (!staged || a->length <= kStagedPiece) {
+      rayaccel_status st = StartPiece(ep, c, *a, remote, &a->request, error);
+      if (st == RAYACCEL_STATUS_OK && Of(a->request)->same_host &&
+          RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
+        a->path = RAYACCEL_PATH_SAME_HOST;
+      }
+      return st;
+    }
     // Staged and large: pieces, a few in flight at a time, so that one piece's copy to or from
     // the device overlaps the others' time on the fabric, in both processes, and only those
     // few pieces' host memory is in use. The group completes when its last piece has, with
@@ -3111,6 +3227,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           rayaccel_request* part = nullptr;
           rayaccel_status st =
               StartPieceLocked(ep, c, t, remotes[i], 0, e.length, nullptr, &part, {}, &err);
+          if (st == RAYACCEL_STATUS_OK && Of(part)->same_host) a->paths[i] = RAYACCEL_PATH_SAME_HOST;
           AttachPart(batch, i, st, text, part);
           continue;
         }
@@ -3245,18 +3362,18 @@ rayaccel_status Wait(rayaccel_transport_endpoint* handle, uint32_t timeout_ms,
       seen = ep->activity;
     }
     while (true) {
-      {
-        // Activity since the call began counts, also what the progress thread handled.
-        std::lock_guard<std::mutex> lock(ep->mu);
-        if (Progress(ep) || ep->activity != seen) return RAYACCEL_STATUS_OK;
-      }
+      // Activity since the call began counts, also what the progress thread handled.
+      std::unique_lock<std::mutex> lock(ep->mu);
+      if (Progress(ep) || ep->activity != seen) return RAYACCEL_STATUS_OK;
       Clock::time_point now = Clock::now();
       if (now >= deadline) return RAYACCEL_STATUS_TIMEOUT;
-      // Spin briefly (a transfer usually ends within microseconds), then back off to 1 ms.
+      // Spin briefly (a transfer usually ends within microseconds), then back off to 1 ms,
+      // woken early when the progress thread handles something (a reply it took first).
       if (now - start > std::chrono::microseconds(50)) {
         pause = std::min(std::chrono::microseconds(1000),
                          std::max(std::chrono::microseconds(20), pause * 2));
-        std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+        ep->progressed.wait_for(lock, std::min<Clock::duration>(pause, deadline - now));
+        if (ep->activity != seen) return RAYACCEL_STATUS_OK;
       }
     }
   });
@@ -3329,6 +3446,7 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
                   "mid-transfer (UCX 1.13); add posix,sysv or tcp");
     }
     ep->shared_memory = tls.shared_memory;
+    ep->same_host_copy = SameHostCopyEnabled();
     if (tls.shared_memory) {
       static std::once_flag warned;
       std::call_once(warned, [&] {

@@ -189,7 +189,7 @@ class TensorTransport(TensorTransportManager):
         # here: other objects' reads that failed with it are tried again.
         self._closed_here: Dict[bytes, Tuple[str, float]] = {}
         # How the most recent recv_multiple_tensors moved each tensor ("fabric", "staged",
-        # "device-ipc"; none for an empty one): what an operator checks first when a transfer
+        # "device-ipc", "same-host"; none for an empty one): what an operator checks first when a transfer
         # is slower than the fabric.
         self.last_paths: List[str] = []
 
@@ -223,7 +223,7 @@ class TensorTransport(TensorTransportManager):
 
     def stats(self) -> Dict[str, Any]:
         """What this process's transport has done: transfers, bytes and failures by direction
-        ("read", "write") and path ("fabric", "staged", "device-ipc", "unreported"), request
+        ("read", "write") and path ("fabric", "staged", "device-ipc", "same-host", "unreported"), request
         latency buckets, connections, peers lost, registered regions (docs/python.md)."""
         return self._transport().stats()
 

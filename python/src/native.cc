@@ -415,7 +415,7 @@ class PyTransport {
     const char* ops[] = {"read", "write"};
     for (int op = 0; op < 2; ++op) {
       py::dict by_path;
-      for (int path = 0; path < 4; ++path) {
+      for (int path = 0; path < rayaccel::kTransferPaths; ++path) {
         const rayaccel::TransportStats::Transfers& t = s.transfers[op][path];
         py::dict d;
         d["completed"] = t.completed;

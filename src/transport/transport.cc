@@ -53,7 +53,7 @@ struct Counters {
     l.count++;
   }
   std::mutex mu;
-  TransportStats::Transfers transfers[2][4];
+  TransportStats::Transfers transfers[2][kTransferPaths];
   TransportStats::Latency latency[2];
   uint64_t connections_opened = 0;
   std::set<uint64_t> lost;  // connections
@@ -132,7 +132,7 @@ absl::Status ToStatus(rayaccel_status code, const ErrorBuffer& err, absl::string
 // A value outside the enumerators (a broken plugin's) reads as unreported.
 TransferPath PathOf(rayaccel_transfer_path path) {
   const auto p = static_cast<uint32_t>(path);
-  return p <= RAYACCEL_PATH_DEVICE_IPC ? static_cast<TransferPath>(p) : TransferPath::kUnreported;
+  return p <= RAYACCEL_PATH_SAME_HOST ? static_cast<TransferPath>(p) : TransferPath::kUnreported;
 }
 
 // What a batch entry's status says, where the plugin gives only the code.
@@ -224,6 +224,8 @@ const char* TransferPathName(TransferPath path) {
       return "staged";
     case TransferPath::kDeviceIpc:
       return "device-ipc";
+    case TransferPath::kSameHost:
+      return "same-host";
     case TransferPath::kUnreported:
       break;
   }
@@ -854,7 +856,7 @@ TransportStats Transport::Stats() const {
   {
     std::lock_guard<std::mutex> lock(impl_->counters->mu);
     const transport::Counters& c = *impl_->counters;
-    std::copy(&c.transfers[0][0], &c.transfers[0][0] + 8, &out.transfers[0][0]);
+    std::copy(&c.transfers[0][0], &c.transfers[0][0] + 2 * kTransferPaths, &out.transfers[0][0]);
     out.latency[0] = c.latency[0];
     out.latency[1] = c.latency[1];
     out.connections_opened = c.connections_opened;

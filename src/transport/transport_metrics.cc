@@ -11,7 +11,7 @@ std::string MetricsText(const TransportStats& s, const std::string& plugin) {
   // Every direction and path that moved or failed something, and the fabric path always.
   auto each = [&](const std::string& name, auto value) {
     for (int op = 0; op < 2; ++op) {
-      for (int path = 0; path < 4; ++path) {
+      for (int path = 0; path < kTransferPaths; ++path) {
         const TransportStats::Transfers& t = s.transfers[op][path];
         const auto p = static_cast<TransferPath>(path);
         if (p != TransferPath::kFabric && t.completed + t.failed == 0) continue;

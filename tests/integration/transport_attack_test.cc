@@ -6,6 +6,7 @@
 // bring either process down.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
@@ -40,7 +42,9 @@ using ::rayaccel::testing::MakeTempDir;
 using ::rayaccel::testing::Payload;
 using ::rayaccel::testing::ScopedEnv;
 
-constexpr size_t kPage = 4096;
+// A region, and each guard around it: 16 KiB, so that an owner on this host copies a whole
+// region into its reader rather than send it (kSameHostCopyMin in ucx_transport.cc).
+constexpr size_t kUnit = 16 << 10;
 constexpr unsigned char kCanary = 0xC5;
 
 std::string WriteKey(const std::string& dir, const std::string& name, char fill) {
@@ -107,7 +111,11 @@ std::unique_ptr<Transport> Reader(const std::string& key_file,
 class TransportAttack : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    env_ = std::make_unique<ScopedEnv>("UCX_TLS", GetParam());
+    // "+messages": the owner on this host sends what it serves rather than copy it into us.
+    absl::string_view tls = GetParam();
+    const bool messages = absl::ConsumeSuffix(&tls, "+messages");
+    env_ = std::make_unique<ScopedEnv>("UCX_TLS", std::string(tls).c_str());
+    same_host_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_SAME_HOST", messages ? "0" : "1");
     dir_ = MakeTempDir(absl::StrCat("transport-attack-", GetParam()));
     key_ = WriteKey(dir_, "key", 'k');
     owner_ = StartOwner(dir_, key_);
@@ -123,7 +131,7 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(after.substr(0, 9), "canary ok") << after;
     EXPECT_EQ(after.substr(after.find(" b ")), before_.substr(before_.find(" b "))) << "B changed";
   }
-  std::unique_ptr<ScopedEnv> env_;
+  std::unique_ptr<ScopedEnv> env_, same_host_;
   std::string dir_, key_, before_;
   std::unique_ptr<Owner> owner_;
 };
@@ -138,12 +146,12 @@ bool HoldsCanary(const std::vector<unsigned char>& v) {
 TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
   auto reader = Reader(key_);
   ASSERT_NE(reader, nullptr);
-  std::vector<unsigned char> local(4 * kPage, 0);
+  std::vector<unsigned char> local(4 * kUnit, 0);
   auto mine = reader->Register(local.data(), local.size());
   ASSERT_TRUE(mine.ok());
   auto conn = reader->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
-  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kPage)).ok());
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kUnit)).ok());
   ASSERT_EQ(local[0], 'A');
   const uint64_t b_id = Payload{std::string(transport::Decode(owner_->b)->payload)}.Get64(16);
 
@@ -154,14 +162,14 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
   };
   std::vector<Case> cases = {
       {"both lengths doubled, read past the end",
-       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); }, 0,
-       2 * kPage},
+       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kUnit, p.Set64(24, 2 * kUnit); }, 0,
+       2 * kUnit},
       {"both lengths doubled, the page after",
-       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kPage, p.Set64(24, 2 * kPage); }, kPage,
-       kPage},
+       [](DescriptorInfo& i, Payload& p) { i.length = 2 * kUnit, p.Set64(24, 2 * kUnit); }, kUnit,
+       kUnit},
       {"lengths huge",
        [](DescriptorInfo& i, Payload& p) { i.length = ~0ull >> 1, p.Set64(24, ~0ull >> 1); },
-       (~0ull >> 2), kPage},
+       (~0ull >> 2), kUnit},
       {"a region id never given",
        [](DescriptorInfo& i, Payload& p) { i.region = 999, p.Set64(16, 999); }, 0, 16},
       {"region id 0", [](DescriptorInfo& i, Payload& p) { i.region = 0, p.Set64(16, 0); }, 0, 16},
@@ -176,13 +184,13 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
          v1.Set64(8, p.Get64(8));
          v1.Set64(16, p.Get64(16));
          v1.Set64(24, owner_->canary);
-         v1.Set64(32, kPage);
+         v1.Set64(32, kUnit);
          p = v1;
        },
        0, 64},
       {"trailing bytes", [](DescriptorInfo&, Payload& p) { p.bytes += std::string(16, '\x55'); }, 0,
        16},
-      {"unknown flag set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 4; }, 0, 16},
+      {"unknown flag set", [](DescriptorInfo&, Payload& p) { p.bytes[6] = 8; }, 0, 16},
   };
   for (const Case& c : cases) {
     std::string forged = Forge(owner_->a, c.edit);
@@ -199,16 +207,16 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
   }
   // Relabelled as B: a live region, so the owner serves it, within B's bounds only.
   std::string as_b = Forge(owner_->a, [b_id](DescriptorInfo& i, Payload& p) {
-    i.region = b_id, p.Set64(16, b_id), i.length = 2 * kPage, p.Set64(24, 2 * kPage);
+    i.region = b_id, p.Set64(16, b_id), i.length = 2 * kUnit, p.Set64(24, 2 * kUnit);
   });
-  EXPECT_TRUE(absl::IsInvalidArgument(Done(reader->Read(*conn, *mine, 0, as_b, 0, 2 * kPage))));
-  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, as_b, 0, kPage)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(Done(reader->Read(*conn, *mine, 0, as_b, 0, 2 * kUnit))));
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, as_b, 0, kUnit)).ok());
   EXPECT_EQ(local[0], 'B');
 
   // A deregistered region, under its own id or relabelled: stale, whatever the forger says.
   ASSERT_EQ(owner_->Ask("dereg-a"), "ok");
-  EXPECT_TRUE(IsStale(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kPage))));
-  EXPECT_TRUE(IsStale(Done(reader->Write(*conn, *mine, 0, owner_->a, 0, kPage))));
+  EXPECT_TRUE(IsStale(Done(reader->Read(*conn, *mine, 0, owner_->a, 0, kUnit))));
+  EXPECT_TRUE(IsStale(Done(reader->Write(*conn, *mine, 0, owner_->a, 0, kUnit))));
 
   // Random damage, checksum recomputed: never a crash, a hang, or a canary byte.
   std::mt19937_64 random(42);
@@ -216,7 +224,7 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
     std::string forged = Forge(owner_->b, [&](DescriptorInfo& info, Payload& p) {
       switch (random() % 4) {
         case 0:
-          info.length = random() % (4 * kPage) + 1;
+          info.length = random() % (4 * kUnit) + 1;
           break;
         case 1:
           info.region = random() % 8;
@@ -229,15 +237,47 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
       }
     });
     if (forged.empty()) continue;
-    const uint64_t offset = random() % (2 * kPage);
-    const uint64_t length = 1 + random() % kPage;
+    const uint64_t offset = random() % (2 * kUnit);
+    const uint64_t length = 1 + random() % kUnit;
     absl::Status s = Done(reader->Read(*conn, *mine, 0, forged, offset, length), absl::Seconds(15));
     EXPECT_FALSE(absl::IsDeadlineExceeded(s)) << "a forged read hung";
   }
   EXPECT_FALSE(HoldsCanary(local));
   ExpectOwnerUnharmed();
   // And the genuine descriptor of B still works.
-  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
+}
+
+// A reader that names memory it does not have (its own mistake, or a lie about where the bytes
+// should go): the owner on this host copies nothing elsewhere, the reader hears an error, and
+// both go on. Over messages UCX itself would write into the reader's unmapped page.
+TEST_P(TransportAttack, AReaderNamingMemoryItDoesNotHaveGetsAnErrorAndTheOwnerServesOn) {
+  if (absl::EndsWith(GetParam(), "+messages")) GTEST_SKIP() << "the owner copies nothing here";
+  auto reader = Reader(key_);
+  ASSERT_NE(reader, nullptr);
+  auto* gone = static_cast<unsigned char*>(
+      mmap(nullptr, kUnit, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(gone, MAP_FAILED);
+  auto region = reader->Register(gone, kUnit);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_EQ(mprotect(gone, kUnit, PROT_NONE), 0);
+  for (bool write : {false, true}) {
+    absl::StatusOr<Request> r = write ? reader->Write(*conn, *region, 0, owner_->b, 0, kUnit)
+                                      : reader->Read(*conn, *region, 0, owner_->b, 0, kUnit);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->path(), TransferPath::kSameHost);
+    absl::Status s = Done(std::move(r));
+    EXPECT_TRUE(absl::IsInternal(s)) << (write ? "write: " : "read: ") << s;
+  }
+  ExpectOwnerUnharmed();
+  ASSERT_EQ(mprotect(gone, kUnit, PROT_READ | PROT_WRITE), 0);
+  ASSERT_TRUE(Done(reader->Read(*conn, *region, 0, owner_->b, 0, kUnit)).ok());
+  EXPECT_EQ(gone[0], 'B');
+  EXPECT_EQ(gone[kUnit - 1], 'B');
+  ASSERT_TRUE(reader->Deregister(*region).ok());
+  munmap(gone, kUnit);
 }
 
 // UCX spoken directly, without the key: UCX's software get and put aimed at the canary, and
@@ -249,11 +289,11 @@ TEST_P(TransportAttack, ARawUcxPeerWithoutTheKeyGetsNothing) {
   EXPECT_TRUE(absl::EndsWith(r.out, "\nnothing\n") || r.out == "nothing\n") << r.out << r.err;
   ExpectOwnerUnharmed();
   auto reader = Reader(key_);
-  std::vector<unsigned char> local(kPage);
+  std::vector<unsigned char> local(kUnit);
   auto mine = reader->Register(local.data(), local.size());
   auto conn = reader->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
-  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
 }
 
 size_t OpenFiles() {
@@ -298,11 +338,11 @@ TEST_P(TransportAttack, WrongKeysAreRefusedAndAFloodLeaksNothing) {
   o.key = std::string(32, 'k');
   auto good = Transport::Open(o);
   ASSERT_TRUE(good.ok()) << good.status();
-  std::vector<unsigned char> local(kPage);
+  std::vector<unsigned char> local(kUnit);
   auto mine = (*good)->Register(local.data(), local.size());
   auto conn = (*good)->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
-  EXPECT_TRUE(Done((*good)->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  EXPECT_TRUE(Done((*good)->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
   ExpectOwnerUnharmed();
 }
 
@@ -311,32 +351,33 @@ TEST_P(TransportAttack, WrongKeysAreRefusedAndAFloodLeaksNothing) {
 // old connection.
 TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted) {
   auto reader = Reader(key_, absl::Seconds(1));
-  std::vector<unsigned char> local(kPage);
+  std::vector<unsigned char> local(kUnit);
   auto mine = reader->Register(local.data(), local.size());
   auto conn = reader->Connect(owner_->address);
   ASSERT_TRUE(conn.ok()) << conn.status();
-  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage)).ok());
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
   ASSERT_TRUE(testing::StopAndWait(owner_->pid));
   absl::Time stopped = absl::Now();
-  absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage), absl::Seconds(30));
+  absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit), absl::Seconds(30));
   absl::Duration noticed = absl::Now() - stopped;
   EXPECT_TRUE(IsPeerLost(read)) << read;
   EXPECT_LT(noticed, absl::Seconds(3)) << "a 1 s peer timeout, noticed after " << noticed;
-  EXPECT_TRUE(IsPeerLost(Done(reader->Write(*conn, *mine, 0, owner_->b, 0, kPage))));
+  EXPECT_TRUE(IsPeerLost(Done(reader->Write(*conn, *mine, 0, owner_->b, 0, kUnit))));
   ASSERT_EQ(kill(owner_->pid, SIGCONT), 0);
   absl::SleepFor(absl::Milliseconds(500));
-  EXPECT_TRUE(IsPeerLost(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kPage))))
+  EXPECT_TRUE(IsPeerLost(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit))))
       << "the old connection stays lost";
   EXPECT_TRUE(reader->Close(*conn).ok());
   auto again = reader->Connect(owner_->address);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_TRUE(Done(reader->Read(*again, *mine, 0, owner_->b, 0, kPage)).ok());
+  EXPECT_TRUE(Done(reader->Read(*again, *mine, 0, owner_->b, 0, kUnit)).ok());
   ExpectOwnerUnharmed();
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack, ::testing::Values("all", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack, ::testing::Values("all", "tcp", "tcp+messages"),
                          [](const auto& info) {
-                           return std::string(info.param) == "all" ? "AllTransports" : "Tcp";
+                           const std::string p = info.param;
+                           return p == "all" ? "AllTransports" : p == "tcp" ? "Tcp" : "TcpMessages";
                          });
 
 // Keys from files: the checks a key file must pass, and the default key.

@@ -48,7 +48,9 @@
 
 namespace {
 
-constexpr size_t kPage = 4096;
+// A region, and each guard around it: 16 KiB, so that an owner on this host copies a whole
+// region into its reader rather than send it (kSameHostCopyMin in ucx_transport.cc).
+constexpr size_t kUnit = 16 << 10;
 constexpr unsigned char kCanary = 0xC5;
 
 uint64_t Fnv(const unsigned char* p, size_t n) {
@@ -70,19 +72,19 @@ int Owner(const std::string& out, const std::string& key_file, int timeout_ms) {
   }
   // guard | A | guard | B | guard
   auto* area = static_cast<unsigned char*>(
-      mmap(nullptr, 5 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      mmap(nullptr, 5 * kUnit, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   auto* canary = static_cast<unsigned char*>(
-      mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      mmap(nullptr, kUnit, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (area == MAP_FAILED || canary == MAP_FAILED) return 1;
-  unsigned char* a = area + kPage;
-  unsigned char* b = area + 3 * kPage;
-  std::memset(a, 'A', kPage);
-  std::memset(b, 'B', kPage);
-  std::memset(canary, kCanary, kPage);
-  for (int g : {0, 2, 4}) mprotect(area + g * kPage, kPage, PROT_NONE);
-  auto ra = (*t)->Register(a, kPage);
-  auto rb = (*t)->Register(b, kPage);
-  auto alloc = (*t)->Allocate(kPage);
+  unsigned char* a = area + kUnit;
+  unsigned char* b = area + 3 * kUnit;
+  std::memset(a, 'A', kUnit);
+  std::memset(b, 'B', kUnit);
+  std::memset(canary, kCanary, kUnit);
+  for (int g : {0, 2, 4}) mprotect(area + g * kUnit, kUnit, PROT_NONE);
+  auto ra = (*t)->Register(a, kUnit);
+  auto rb = (*t)->Register(b, kUnit);
+  auto alloc = (*t)->Allocate(kUnit);
   if (!ra.ok() || !rb.ok() || !alloc.ok()) return 1;
   {
     std::ofstream f(out + ".tmp");
@@ -98,9 +100,9 @@ int Owner(const std::string& out, const std::string& key_file, int timeout_ms) {
   while (std::getline(std::cin, line)) {
     if (line == "check") {
       bool intact = true;
-      for (size_t i = 0; i < kPage; ++i) intact = intact && canary[i] == kCanary;
-      std::cout << "canary " << (intact ? "ok" : "changed") << " a " << Fnv(a, kPage) << " b "
-                << Fnv(b, kPage) << std::endl;
+      for (size_t i = 0; i < kUnit; ++i) intact = intact && canary[i] == kCanary;
+      std::cout << "canary " << (intact ? "ok" : "changed") << " a " << Fnv(a, kUnit) << " b "
+                << Fnv(b, kUnit) << std::endl;
     } else if (line == "dereg-a") {
       absl::Status s = (*t)->Deregister(*ra);
       std::cout << (s.ok() ? "ok" : s.ToString()) << std::endl;
