@@ -1572,8 +1572,8 @@ void OnPut(Ep* ep, Ep::Fabric* fabric, uint64_t token, uint64_t id, uint64_t reg
 // A reader on this host asks its owner to copy its bytes at `from` (in the reader's memory)
 // into a region: checked against the owner's live regions as a write by message is. Inside a
 // UCX callback.
-void CopyPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region, uint64_t offset,
-             uint64_t length, uint64_t from, size_t data_length) {
+void CopyPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region, uint64_t offset, uint64_t length,
+             uint64_t from, size_t data_length) {
   Peer* p = AdmittedPeer(ep, token);
   if (p == nullptr) return;
   Region* target = nullptr;
@@ -2866,8 +2866,7 @@ rayaccel_status StageOutgoing(Ep* ep, const rayaccel_transfer_args& a, uint64_t 
 // on this host and able to reach this process (its welcome says), over the network fabric
 // (UCX's shared memory carries messages as fast as the kernel copies), and enough bytes that
 // a system call costs less than carrying them in messages. Caller holds mu.
-bool CopiedOnHost(const Conn* c, const Region* local, const RemoteRegion& remote,
-                  uint64_t length) {
+bool CopiedOnHost(const Conn* c, const Region* local, const RemoteRegion& remote, uint64_t length) {
   return c->same_host && c->link != nullptr && c->link->fabric == kNetwork && local->host &&
          (remote.flags & kHostMemory) != 0 && length >= kSameHostCopyMin;
 }
@@ -3227,7 +3226,8 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           rayaccel_request* part = nullptr;
           rayaccel_status st =
               StartPieceLocked(ep, c, t, remotes[i], 0, e.length, nullptr, &part, {}, &err);
-          if (st == RAYACCEL_STATUS_OK && Of(part)->same_host) a->paths[i] = RAYACCEL_PATH_SAME_HOST;
+          if (st == RAYACCEL_STATUS_OK && Of(part)->same_host)
+            a->paths[i] = RAYACCEL_PATH_SAME_HOST;
           AttachPart(batch, i, st, text, part);
           continue;
         }

@@ -553,8 +553,7 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
       EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
       EXPECT_NE(r.out.find(absl::StrCat("\"op\": \"", op, "\"")), std::string::npos) << r.out;
       const char* path = copies && std::string(same_host) == "1" ? "same-host" : "fabric";
-      EXPECT_NE(r.out.find(absl::StrCat("\"path\": \"", path, "\"")), std::string::npos)
-          << r.out;
+      EXPECT_NE(r.out.find(absl::StrCat("\"path\": \"", path, "\"")), std::string::npos) << r.out;
     }
   }
   // Batches: 1000 entries of 4 KiB per request, verified over the whole 4 000 KiB; a batch
