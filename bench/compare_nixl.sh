@@ -4,7 +4,8 @@
 # in both error modes; ratios in one run (bench/compare_nixl.py).
 #   bench/compare_nixl.sh [BUILD_DIR] [--veth] [compare_nixl.py options]
 # --veth: across two network namespaces joined by a veth pair (created here, removed at exit;
-# root), TCP on the veth alone (UCX_TLS=tcp, UCX_NET_DEVICES); else both on this host.
+# root), TCP on the veth alone (UCX_TLS=tcp, UCX_NET_DEVICES), the two namespaces standing for two
+# hosts (RAYACCEL_TRANSPORT_SAME_HOST=0: no copies between the processes); else both on this host.
 # Needs NIXL (requirements.txt pins nixl-cu12, installed by make into BUILD_DIR/venv).
 set -eu
 build=${1:-build}
@@ -26,5 +27,5 @@ ip -n $a addr add 10.231.9.1/24 dev $va && ip -n $b addr add 10.231.9.2/24 dev $
 for ns in $a $b; do ip -n $ns link set lo up; done
 ip -n $a link set $va up && ip -n $b link set $vb up
 UCX_TLS=tcp "$python" "$script" "$build" --python "$python" \
-  --owner-prefix "ip netns exec $a env UCX_TLS=tcp UCX_NET_DEVICES=$va" \
-  --reader-prefix "ip netns exec $b env UCX_TLS=tcp UCX_NET_DEVICES=$vb" "$@"
+  --owner-prefix "ip netns exec $a env UCX_TLS=tcp UCX_NET_DEVICES=$va RAYACCEL_TRANSPORT_SAME_HOST=0" \
+  --reader-prefix "ip netns exec $b env UCX_TLS=tcp UCX_NET_DEVICES=$vb RAYACCEL_TRANSPORT_SAME_HOST=0" "$@"
