@@ -292,6 +292,12 @@ constexpr uint64_t kChunkEntryMax = kChunkBytes;
 // loopback TCP (docs/performance.md).
 constexpr uint64_t kSameHostCopyMin = 16 << 10;
 constexpr size_t kRangeBytes = 24;  // region, offset, length on the wire
+// A chunk the owner copies (same_host_copy.h) carries each range's address in the reader too,
+// and no bytes: up to one system call's ranges, whatever their size.
+constexpr size_t kCopiedRangeBytes = 32;
+constexpr uint32_t kCopiedChunkEntries = 1024;
+constexpr uint64_t kCopiedChunkBytes = 64ull << 20;  // what the owner's lock is held for
+constexpr uint32_t kCopiedChunk = 1;  // a batch message's flags (wire version 5)
 // Page-locked pieces an endpoint keeps (64 MiB); pieces beyond go through pageable memory.
 constexpr size_t kPinnedPieces = 16;
 
@@ -626,6 +632,7 @@ struct Endpoint : rayaccel_transport_endpoint {
     uint64_t token, id;
     rayaccel_status status;
     std::vector<std::array<uint64_t, 3>> ranges;  // region, offset, length
+    std::vector<uint64_t> to;  // a copied chunk: each range's address in the reader
   };
   std::vector<BatchServe> batch_gets;
   std::vector<Request*> ready_notifications;  // their barrier passed: send them
@@ -940,7 +947,11 @@ void LandChunk(Request* r, const char* reply, size_t size) {
   Reader in(reply, size);
   for (Request::ChunkEntry& e : r->chunk) {
     e.status = OwnerStatus(in.U32());
-    if (e.status == RAYACCEL_STATUS_OK) want += e.length;
+    if (e.status == RAYACCEL_STATUS_OK && !r->same_host) want += e.length;
+  }
+  if (r->same_host && size == head) {  // the owner copied the ranges into place
+    Complete(r, RAYACCEL_STATUS_OK);
+    return;
   }
   if (size < head || want != size) {
     Complete(r, RAYACCEL_STATUS_INTERNAL, "the peer answered a batch read with another length");
@@ -1433,6 +1444,58 @@ void ServeGets(Ep* ep) {
   }
 }
 
+// A copied chunk's ranges, each checked against the live regions (and host memory, as the
+// reader's flag says it is), moved in one system call into the reader's addresses (`write`) or
+// out of them: each range's status, INTERNAL for all that were to move if the copy failed.
+std::string CopyRanges(Ep* ep, Peer* p, bool write,
+                       const std::vector<std::array<uint64_t, 3>>& ranges, const uint64_t* to) {
+  std::vector<rayaccel_status> st(ranges.size());
+  std::vector<iovec> local, remote;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto& [id, offset, length] = ranges[i];
+    Region* region = nullptr;
+    st[i] = CheckRange(ep, id, offset, length, &region);
+    if (st[i] == RAYACCEL_STATUS_OK && !region->host) st[i] = RAYACCEL_STATUS_INVALID_ARGUMENT;
+    if (st[i] != RAYACCEL_STATUS_OK) continue;
+    local.push_back({static_cast<char*>(region->base) + offset, length});
+    remote.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(to[i])), length});
+  }
+  std::string why;
+  if (!local.empty() && !(write ? p->process->Write(local.data(), remote.data(), local.size(), &why)
+                                : p->process->Read(local.data(), remote.data(), local.size(), &why))) {
+    LogTo(ep, RAYACCEL_LOG_WARN,
+          std::string("a batch copy ") + (write ? "to" : "from") + " a reader on this host failed: " +
+              why);
+    for (rayaccel_status& s : st) {
+      if (s == RAYACCEL_STATUS_OK) s = RAYACCEL_STATUS_INTERNAL;
+    }
+  }
+  Writer w;
+  for (rayaccel_status s : st) w.U32(static_cast<uint32_t>(s));
+  return std::move(w.str());
+}
+
+// A reader on this host's copied batch write (the ranges with their addresses in the reader,
+// no bytes): each range's status goes back. Inside a UCX callback.
+void CopyPutBatch(Ep* ep, Peer* p, uint64_t id, uint32_t n, const char* bytes, size_t size) {
+  if (n == 0 || n > kCopiedChunkEntries || size != n * kCopiedRangeBytes ||
+      p->process == nullptr) {
+    ep->outbox.push_back(
+        {true, p->token, kPutBatchAck, ReplyHeader(p->token, id, RAYACCEL_STATUS_INVALID_ARGUMENT)});
+    return;
+  }
+  Reader in(bytes, size);
+  std::vector<std::array<uint64_t, 3>> ranges(n);
+  std::vector<uint64_t> from(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    ranges[i] = {in.U64(), in.U64(), in.U64()};
+    from[i] = in.U64();
+  }
+  ep->outbox.push_back({true, p->token, kPutBatchAck,
+                        ReplyHeader(p->token, id, RAYACCEL_STATUS_OK),
+                        CopyRanges(ep, p, /*write=*/false, ranges, from.data())});
+}
+
 // Sends the batched reads validated in the handler: each range's status, then the bytes of
 // those served, copied out of the regions now (a range is checked again: a region may have
 // gone since), so no region is held while the reply travels.
@@ -1445,6 +1508,11 @@ void ServeBatchGets(Ep* ep) {
     if (data == nullptr) continue;
     if (b.status != RAYACCEL_STATUS_OK) {
       SendMessage(data, kGetBatchReply, ReplyHeader(b.token, b.id, b.status), {});
+      continue;
+    }
+    if (!b.to.empty()) {
+      SendMessage(data, kGetBatchReply, ReplyHeader(b.token, b.id, RAYACCEL_STATUS_OK),
+                  CopyRanges(ep, p, /*write=*/true, b.ranges, b.to.data()), /*eager=*/true);
       continue;
     }
     std::string reply(b.ranges.size() * 4, '\0');
@@ -1977,12 +2045,25 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     case kGetBatch: {
       uint64_t token = h.U64(), req = h.U64();
       uint32_t n = h.U32();
+      const uint32_t flags = h.left() == 4 ? h.U32() : 0;
       if (!h.at_end()) break;
       Peer* p = AdmittedPeer(ep, token);
       if (p == nullptr) return UCS_OK;
       p->deadline = PeerDeadline(ep);
-      Ep::BatchServe b{token, req, RAYACCEL_STATUS_OK, {}};
-      if (n == 0 || n > kChunkEntries || length != n * kRangeBytes) {
+      Ep::BatchServe b{token, req, RAYACCEL_STATUS_OK, {}, {}};
+      if (flags == kCopiedChunk) {
+        if (n == 0 || n > kCopiedChunkEntries || length != n * kCopiedRangeBytes ||
+            p->process == nullptr) {
+          b.status = RAYACCEL_STATUS_INVALID_ARGUMENT;
+        } else {
+          b.ranges.resize(n);
+          b.to.resize(n);
+          for (uint32_t i = 0; i < n; ++i) {
+            b.ranges[i] = {in.U64(), in.U64(), in.U64()};
+            b.to[i] = in.U64();
+          }
+        }
+      } else if (flags != 0 || n == 0 || n > kChunkEntries || length != n * kRangeBytes) {
         b.status = RAYACCEL_STATUS_INVALID_ARGUMENT;
       } else {
         b.ranges.resize(n);
@@ -2002,11 +2083,16 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     case kPutBatch: {
       uint64_t token = h.U64(), req = h.U64();
       uint32_t n = h.U32();
+      const uint32_t flags = h.left() == 4 ? h.U32() : 0;
       if (!h.at_end()) break;
       Peer* p = AdmittedPeer(ep, token);
       if (p == nullptr) return UCS_OK;  // a large one is released unread
       p->deadline = PeerDeadline(ep);
-      if (n == 0 || n > kChunkEntries || length < n * kRangeBytes ||
+      if (flags == kCopiedChunk && !rndv) {
+        CopyPutBatch(ep, p, req, n, static_cast<const char*>(data), length);
+        return UCS_OK;
+      }
+      if (flags != 0 || n == 0 || n > kChunkEntries || length < n * kRangeBytes ||
           length > n * kRangeBytes + kChunkBytes) {
         ep->outbox.push_back(
             {true, token, kPutBatchAck, ReplyHeader(token, req, RAYACCEL_STATUS_INVALID_ARGUMENT)});
@@ -2058,7 +2144,8 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
         return UCS_OK;
       }
       const uint64_t head = r->chunk.size() * 4;
-      if (status != RAYACCEL_STATUS_OK || length < head || length > head + r->length) {
+      if (status != RAYACCEL_STATUS_OK || length < head ||
+          length > head + (r->same_host ? 0 : r->length)) {
         Complete(r, status != RAYACCEL_STATUS_OK ? status : RAYACCEL_STATUS_INTERNAL,
                  status != RAYACCEL_STATUS_OK
                      ? "the peer refused the batch"
@@ -2861,14 +2948,18 @@ rayaccel_status StageOutgoing(Ep* ep, const rayaccel_transfer_args& a, uint64_t 
   return st == RAYACCEL_STATUS_OK ? st : Fail(error, st, "from device memory: " + why);
 }
 
-// Whether the owner copies `length` bytes between `local` and `remote` itself, told where in
-// this process (same_host_copy.h; CopyPut, ServeGets): host memory on both sides, the owner
-// on this host and able to reach this process (its welcome says), over the network fabric
-// (UCX's shared memory carries messages as fast as the kernel copies), and enough bytes that
-// a system call costs less than carrying them in messages. Caller holds mu.
+// Whether the owner copies between `local` and `remote` itself, told where in this process
+// (same_host_copy.h; CopyPut, ServeGets, CopyRanges): host memory on both sides, the owner on
+// this host and able to reach this process (its welcome says), over the network fabric (UCX's
+// shared memory carries messages as fast as the kernel copies); for a transfer of its own,
+// `length` enough that a system call costs less than carrying the bytes in messages (a
+// batch's chunk is one system call for all its ranges). Caller holds mu.
+bool OwnerCopies(const Conn* c, const Region* local, const RemoteRegion& remote) {
+  return c->same_host && c->link != nullptr && local->host && (remote.flags & kHostMemory) != 0;
+}
 bool CopiedOnHost(const Conn* c, const Region* local, const RemoteRegion& remote, uint64_t length) {
-  return c->same_host && c->link != nullptr && c->link->fabric == kNetwork && local->host &&
-         (remote.flags & kHostMemory) != 0 && length >= kSameHostCopyMin;
+  return OwnerCopies(c, local, remote) && c->link->fabric == kNetwork &&
+         length >= kSameHostCopyMin;
 }
 
 // Starts bytes [skip, skip + length) of transfer `a` on `c`: the whole transfer (group null,
@@ -3085,23 +3176,26 @@ struct ChunkItem {
 // bytes), answered by one with each range's status (and, for a read, the bytes). Numbered as a
 // transfer, so flushes and notifications wait for it. Caller holds mu.
 void StartChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
-                      const std::vector<ChunkItem>& items) {
+                      const std::vector<ChunkItem>& items, bool copied) {
   auto* r = new Request();
   r->endpoint = ep;
   r->connection = c;
   r->kind = op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
   r->abandoned = true;  // the batch's: freed once it ends
   r->id = c->next_id++;
+  r->same_host = copied;
   Writer w;
   w.U64(c->token).U64(r->id).U32(static_cast<uint32_t>(items.size()));
+  if (copied) w.U32(kCopiedChunk);
   r->header = std::move(w.str());
   Writer body;
   for (const ChunkItem& i : items) {
     body.U64(i.region).U64(i.offset).U64(i.length);
+    if (copied) body.U64(reinterpret_cast<uintptr_t>(i.local));
     r->chunk.push_back({i.entry, i.local, i.length, RAYACCEL_STATUS_OK});
     r->length += i.length;
   }
-  if (r->kind == Request::Kind::kWrite) {
+  if (r->kind == Request::Kind::kWrite && !copied) {
     for (const ChunkItem& i : items) body.Bytes(i.local, i.length);
   }
   r->payload = std::move(body.str());
@@ -3205,17 +3299,33 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         return Fail(error, st, why);
       }
       ep->requests[batch] = true;
-      std::vector<ChunkItem> items;
-      uint64_t bytes = 0;
+      std::vector<ChunkItem> items, copied;
+      uint64_t bytes = 0, copied_bytes = 0;
       auto send = [&] {
-        if (!items.empty()) StartChunkLocked(ep, c, batch, a->op, items);
+        if (!items.empty()) StartChunkLocked(ep, c, batch, a->op, items, /*copied=*/false);
         items.clear();
         bytes = 0;
+      };
+      auto send_copied = [&] {
+        if (!copied.empty()) StartChunkLocked(ep, c, batch, a->op, copied, /*copied=*/true);
+        copied.clear();
+        copied_bytes = 0;
       };
       for (uint32_t i = 0; i < a->count; ++i) {
         const rayaccel_transfer_entry& e = a->entries[i];
         if (alone(i)) {
           own.push_back(i);
+          continue;
+        }
+        // Host memory of a reader the owner copies for: a system call per chunk, whatever
+        // the entries' sizes; an entry of more than a chunk's bytes goes alone.
+        if (OwnerCopies(c, Of(e.local), remotes[i]) && e.length <= kCopiedChunkBytes) {
+          a->paths[i] = RAYACCEL_PATH_SAME_HOST;
+          if (copied.size() == kCopiedChunkEntries || copied_bytes + e.length > kCopiedChunkBytes)
+            send_copied();
+          copied.push_back({i, static_cast<char*>(Of(e.local)->base) + e.local_offset,
+                            remotes[i].id, e.remote_offset, e.length});
+          copied_bytes += e.length;
           continue;
         }
         a->paths[i] = RAYACCEL_PATH_FABRIC;
@@ -3237,6 +3347,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         bytes += e.length;
       }
       send();
+      send_copied();
     }
     for (uint32_t i : own) {
       rayaccel_transfer_args t = EntryAsTransfer(*a, i);

@@ -271,8 +271,33 @@ TEST_P(TransportAttack, AReaderNamingMemoryItDoesNotHaveGetsAnErrorAndTheOwnerSe
     absl::Status s = Done(std::move(r));
     EXPECT_TRUE(absl::IsInternal(s)) << (write ? "write: " : "read: ") << s;
   }
+  // A batch the owner copies in one call: the entries checked one by one (past B's end, by a
+  // descriptor forged longer, is refused alone), the copy into memory the reader does not have failing those it carried.
+  const std::string longer = Forge(owner_->b, [](DescriptorInfo& i, Payload& p) {
+    i.length = 2 * kUnit, p.Set64(24, 2 * kUnit);
+  });
+  std::vector<TransferEntry> entries = {{*region, 0, owner_->b, 0, 64},
+                                        {*region, 64, longer, kUnit - 8, 64},
+                                        {*region, 128, owner_->b, 128, 64}};
+  for (bool write : {false, true}) {
+    auto r = write ? reader->WriteBatch(*conn, entries) : reader->ReadBatch(*conn, entries);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->Wait(absl::Now() + absl::Seconds(20)).ok());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      EXPECT_EQ(r->path(i), TransferPath::kSameHost) << i;
+      EXPECT_TRUE(i == 1 ? absl::IsInvalidArgument(r->entry(i)) : absl::IsInternal(r->entry(i)))
+          << (write ? "write " : "read ") << i << ": " << r->entry(i);
+    }
+  }
   ExpectOwnerUnharmed();
   ASSERT_EQ(mprotect(gone, kUnit, PROT_READ | PROT_WRITE), 0);
+  auto r = reader->ReadBatch(*conn, entries);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->Wait(absl::Now() + absl::Seconds(20)).ok());
+  EXPECT_TRUE(r->entry(0).ok() && r->entry(2).ok()) << r->entry(0) << r->entry(2);
+  EXPECT_TRUE(absl::IsInvalidArgument(r->entry(1))) << r->entry(1);
+  EXPECT_EQ(gone[0], 'B');
+  EXPECT_EQ(gone[191], 'B');
   ASSERT_TRUE(Done(reader->Read(*conn, *region, 0, owner_->b, 0, kUnit)).ok());
   EXPECT_EQ(gone[0], 'B');
   EXPECT_EQ(gone[kUnit - 1], 'B');

@@ -567,8 +567,8 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
     // Warm-up and timed batches, 1000 entries each, and for a write the read-back.
     std::ifstream in(metrics);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find(absl::StrCat("rayaccel_transport_transfers_total{op=\"", op,
-                                     "\",path=\"fabric\",plugin=\"sim\"} 13000\n")),
+    EXPECT_NE(text.find(absl::StrCat("rayaccel_transport_transfers_total{op=\"", op, "\",path=\"",
+                                     copies ? "same-host" : "fabric", "\",plugin=\"sim\"} 13000\n")),
               std::string::npos)
         << text;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
