@@ -297,6 +297,9 @@ constexpr size_t kRangeBytes = 24;  // region, offset, length on the wire
 constexpr size_t kCopiedRangeBytes = 32;
 constexpr uint32_t kCopiedChunkEntries = 1024;
 constexpr uint64_t kCopiedChunkBytes = 64ull << 20;  // what the owner's lock is held for
+// A copied range costs about a microsecond of its own (the kernel pins its pages), as much as
+// 512 bytes cost in a message chunk: smaller entries of a batch travel in messages.
+constexpr uint64_t kCopiedEntryMin = 512;
 constexpr uint32_t kCopiedChunk = 1;  // a batch message's flags (wire version 5)
 // Page-locked pieces an endpoint keeps (64 MiB); pieces beyond go through pageable memory.
 constexpr size_t kPinnedPieces = 16;
@@ -3317,9 +3320,10 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           own.push_back(i);
           continue;
         }
-        // Host memory of a reader the owner copies for: a system call per chunk, whatever
-        // the entries' sizes; an entry of more than a chunk's bytes goes alone.
-        if (OwnerCopies(c, Of(e.local), remotes[i]) && e.length <= kCopiedChunkBytes) {
+        // Host memory of a reader the owner copies for: a system call per chunk; an entry of
+        // more than a chunk's bytes goes alone, a tiny one in a message chunk.
+        if (OwnerCopies(c, Of(e.local), remotes[i]) && e.length >= kCopiedEntryMin &&
+            e.length <= kCopiedChunkBytes) {
           a->paths[i] = RAYACCEL_PATH_SAME_HOST;
           if (copied.size() == kCopiedChunkEntries || copied_bytes + e.length > kCopiedChunkBytes)
             send_copied();

@@ -276,9 +276,9 @@ TEST_P(TransportAttack, AReaderNamingMemoryItDoesNotHaveGetsAnErrorAndTheOwnerSe
   const std::string longer = Forge(owner_->b, [](DescriptorInfo& i, Payload& p) {
     i.length = 2 * kUnit, p.Set64(24, 2 * kUnit);
   });
-  std::vector<TransferEntry> entries = {{*region, 0, owner_->b, 0, 64},
-                                        {*region, 64, longer, kUnit - 8, 64},
-                                        {*region, 128, owner_->b, 128, 64}};
+  std::vector<TransferEntry> entries = {{*region, 0, owner_->b, 0, 1024},
+                                        {*region, 1024, longer, kUnit - 8, 1024},
+                                        {*region, 2048, owner_->b, 2048, 1024}};
   for (bool write : {false, true}) {
     auto r = write ? reader->WriteBatch(*conn, entries) : reader->ReadBatch(*conn, entries);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -297,7 +297,7 @@ TEST_P(TransportAttack, AReaderNamingMemoryItDoesNotHaveGetsAnErrorAndTheOwnerSe
   EXPECT_TRUE(r->entry(0).ok() && r->entry(2).ok()) << r->entry(0) << r->entry(2);
   EXPECT_TRUE(absl::IsInvalidArgument(r->entry(1))) << r->entry(1);
   EXPECT_EQ(gone[0], 'B');
-  EXPECT_EQ(gone[191], 'B');
+  EXPECT_EQ(gone[3071], 'B');
   ASSERT_TRUE(Done(reader->Read(*conn, *region, 0, owner_->b, 0, kUnit)).ok());
   EXPECT_EQ(gone[0], 'B');
   EXPECT_EQ(gone[kUnit - 1], 'B');
