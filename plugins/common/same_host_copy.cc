@@ -55,7 +55,7 @@ std::unique_ptr<PeerProcess> PeerProcess::Open(pid_t pid, uint64_t address, cons
   std::unique_ptr<PeerProcess> p(new PeerProcess(pid, pidfd));
   std::vector<char> held(size);
   iovec local{held.data(), size};
-  iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(address)), size};
+  iovec remote{InPeer(address), size};
   if (!p->Copy(/*write=*/false, &local, &remote, 1, why)) return nullptr;
   if (std::memcmp(held.data(), expected, size) != 0) {
     *why = "the process does not hold the connection's proof";

@@ -30,6 +30,12 @@ namespace rayaccel::plugin {
 // a benchmark of the network path between network namespaces wants.
 bool SameHostCopyEnabled();
 
+// An address in the peer's memory, as the kernel's copy takes it: never dereferenced here.
+inline void* InPeer(uint64_t address) {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr)
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+}
+
 // A reader's process, opened by its owner once the reader proved it is that process.
 class PeerProcess {
  public:

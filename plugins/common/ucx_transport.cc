@@ -1411,7 +1411,7 @@ void ServeGets(Ep* ep) {
     if (g.to != 0 && p->process != nullptr && region->host) {
       // A reader on this host: the bytes go straight into its memory, where it asked.
       iovec local{const_cast<char*>(from), g.length};
-      iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(g.to)), g.length};
+      iovec remote{InPeer(g.to), g.length};
       std::string why;
       if (!p->process->Write(&local, &remote, 1, &why)) {
         LogTo(ep, RAYACCEL_LOG_WARN, "a copy to a reader on this host failed: " + why);
@@ -1470,7 +1470,7 @@ std::string CopyRanges(Ep* ep, Peer* p, bool write,
     if (st[i] == RAYACCEL_STATUS_OK && !region->host) st[i] = RAYACCEL_STATUS_INVALID_ARGUMENT;
     if (st[i] != RAYACCEL_STATUS_OK) continue;
     local.push_back({static_cast<char*>(region->base) + offset, length});
-    remote.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(to[i])), length});
+    remote.push_back({InPeer(to[i]), length});
   }
   std::string why;
   if (!local.empty() && !(write ? p->process->Write(local.data(), remote.data(), local.size(), &why)
@@ -1664,7 +1664,7 @@ void CopyPut(Ep* ep, uint64_t token, uint64_t id, uint64_t region, uint64_t offs
   }
   if (status == RAYACCEL_STATUS_OK) {
     iovec local{static_cast<char*>(target->base) + offset, length};
-    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(from)), length};
+    iovec remote{InPeer(from), length};
     std::string why;
     if (!p->process->Read(&local, &remote, 1, &why)) {
       LogTo(ep, RAYACCEL_LOG_WARN, "a copy from a reader on this host failed: " + why);
