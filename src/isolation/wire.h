@@ -30,9 +30,11 @@ inline constexpr size_t kMaxFrameBytes = kMaxEncodedReportBytes + 4096;
 absl::Status WriteFrame(int fd, absl::string_view payload);
 // Waits until `deadline`; DeadlineExceeded on timeout, Unavailable when the peer is gone,
 // DataLoss for a frame over `max_bytes`. Memory grows with the bytes received, not with
-// what the length claims.
-absl::StatusOr<std::string> ReadFrame(int fd, std::chrono::steady_clock::time_point deadline,
-                                      size_t max_bytes);
+// what the length claims. For the first `spin` it looks for the frame without sleeping
+// (yielding between looks): for an answer that usually comes within that time.
+absl::StatusOr<std::string> ReadFrame(
+    int fd, std::chrono::steady_clock::time_point deadline, size_t max_bytes,
+    std::chrono::microseconds spin = std::chrono::microseconds(0));
 
 }  // namespace rayaccel::isolation::wire
 
