@@ -8,6 +8,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <vector>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "isolation/wire.h"
@@ -207,6 +210,39 @@ TEST(Wire, ALyingLengthCostsNothingAndFails) {
   EXPECT_EQ(frame.status().code(), absl::StatusCode::kDataLoss);
   close(sv[0]);
   close(sv[1]);
+}
+
+// Frames in both directions at once, larger than the socket's buffer (so sent in pieces),
+// empty, and read both while waiting and while looking without sleeping; a peer that goes
+// while the reader looks is reported gone, and one that never answers times out.
+TEST(Wire, FramesOfEverySizeArriveWholeAndAGonePeerIsSaid) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  std::vector<std::string> sent;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{3} << 20, size_t{16} << 20}) {
+    std::string payload(size, '\0');
+    for (size_t i = 0; i < size; ++i) payload[i] = static_cast<char>(i * 131 + size);
+    sent.push_back(std::move(payload));
+  }
+  std::thread writer([&] {
+    for (const std::string& p : sent) EXPECT_TRUE(wire::WriteFrame(sv[1], p).ok());
+  });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    auto spin = std::chrono::microseconds(i % 2 == 0 ? 1000 : 0);
+    absl::StatusOr<std::string> got = wire::ReadFrame(sv[0], deadline, wire::kMaxFrameBytes, spin);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == sent[i]) << "frame " << i << " of " << sent[i].size() << " bytes";
+  }
+  writer.join();
+
+  auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  EXPECT_EQ(wire::ReadFrame(sv[0], soon, 16, std::chrono::microseconds(1000)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  close(sv[1]);
+  EXPECT_EQ(wire::ReadFrame(sv[0], deadline, 16, std::chrono::microseconds(1000)).status().code(),
+            absl::StatusCode::kUnavailable);
+  close(sv[0]);
 }
 
 // All the text of one answer is bounded (64 MiB), in every mode: the Collector says
