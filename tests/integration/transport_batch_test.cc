@@ -222,6 +222,9 @@ TEST_P(TransportBatch, MalformedBatchesAreRefusedNamingTheEntry) {
   // After all that, the connection still serves.
   auto r = reader_->ReadBatch(*conn, {{*mine, 0, d, 0, 4096}});
   EXPECT_TRUE(Finish(r).ok()) << r.status();
+  // The memory goes only once no transport holds it.
+  EXPECT_TRUE(owner_->Deregister(*src).ok());
+  EXPECT_TRUE(reader_->Deregister(*mine).ok());
 }
 
 TEST_P(TransportBatch, AClosedConnectionFailsTheBatchAsALostPeer) {
