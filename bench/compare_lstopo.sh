@@ -24,6 +24,12 @@ mean_ms() {  # mean wall time in ms of "$@" over $runs runs, output discarded
 spec="sim.spec=$root/examples/dgx-h100.json"
 ours=$(mean_ms "$cli" discover --json --config "$spec")
 ours_nohost=$(mean_ms "$cli" discover --json --config "$spec" --no-host-topology)
+# The same view read back from hwloc's XML of this machine: what discovery would cost if hwloc's
+# own discovery (trapped PCI config reads on a VM) were not paid on each run.
+lstopo-no-graphics --of xml > "${TMPDIR:-/tmp}/rayaccel-compare-lstopo.xml"
+ours_xml=$(HWLOC_XMLFILE="${TMPDIR:-/tmp}/rayaccel-compare-lstopo.xml" mean_ms "$cli" discover \
+  --json --config "$spec")
+rm -f "${TMPDIR:-/tmp}/rayaccel-compare-lstopo.xml"
 theirs=$(mean_ms lstopo-no-graphics --of xml)
 theirs_noio=$(mean_ms lstopo-no-graphics --of xml --filter io:none)
 empty=$(mean_ms /bin/true)
@@ -37,6 +43,7 @@ fi
 echo "runs:                                              $runs"
 echo "rayaccel discover --json (dgx-h100):               $ours ms"
 echo "rayaccel discover --json --no-host-topology:       $ours_nohost ms"
+echo "rayaccel discover --json, hwloc from its XML:      $ours_xml ms"
 echo "lstopo-no-graphics --of xml:                       $theirs ms"
 echo "floor: lstopo without I/O (--filter io:none):      $theirs_noio ms"
 echo "floor: /bin/true (process start):                   $empty ms"
@@ -44,6 +51,7 @@ echo "floor: /bin/true (process start):                   $empty ms"
 [ -n "$plugged" ] && echo "floor: the same, loading every installed plugin:   $plugged ms"
 awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (host view on):            %.2f\n", a / b }'
 awk -v a="$ours_nohost" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (--no-host-topology):      %.2f\n", a / b }'
+awk -v a="$ours_xml" -v b="$theirs" 'BEGIN { printf "ratio rayaccel / lstopo (hwloc from XML):          %.2f\n", a / b }'
 [ -n "$linked" ] && awk -v a="$linked" -v b="$theirs" 'BEGIN { printf "ratio floor / lstopo:                              %.2f\n", a / b }'
 [ -n "$plugged" ] && awk -v a="$plugged" -v b="$theirs" 'BEGIN { printf "ratio floor with the plugins loaded / lstopo:      %.2f\n", a / b }'
 awk -v a="$theirs" -v b="$theirs_noio" 'BEGIN { printf "hwloc I/O discovery alone (lstopo difference):    %.2f ms\n", a - b }'
