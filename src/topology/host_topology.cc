@@ -1,17 +1,20 @@
 #include "topology/host_topology.h"
 
 #include <hwloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "model/validate.h"
+#include "topology/hwloc_cache.h"
 
 namespace rayaccel {
 namespace {
@@ -174,6 +177,7 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
   std::string source = "this machine";
+  std::string cache;  // this machine's view, kept between processes (hwloc_cache.h)
   if (!xml_path.empty()) {
     if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {
       return absl::InvalidArgumentError(
@@ -182,12 +186,34 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
     source = "XML " + xml_path;
   } else if (const char* env = std::getenv("HWLOC_XMLFILE"); env != nullptr && *env != '\0') {
     source = std::string("XML ") + env + " (HWLOC_XMLFILE)";
+  } else {
+    cache = hwloc_cache::PathForThisMachine();
+    if (std::optional<std::string> xml = cache.empty() ? std::nullopt : hwloc_cache::Read(cache)) {
+      // This machine's own view: read back as this system, with what it supports, so that it
+      // is the topology a live load gives.
+      auto cached = std::make_unique<Impl>();
+      if (Prepare(&cached->topo).ok() &&
+          hwloc_topology_set_flags(cached->topo, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
+                                                     HWLOC_TOPOLOGY_FLAG_IMPORT_SUPPORT) == 0 &&
+          hwloc_topology_set_xmlbuffer(cached->topo, xml->c_str(),
+                                       static_cast<int>(xml->size() + 1)) == 0 &&
+          hwloc_topology_load(cached->topo) == 0) {
+        return std::unique_ptr<HostTopology>(new HostTopology(std::move(cached), source));
+      }
+      unlink(cache.c_str());  // not hwloc's XML after all: discovered afresh, and rewritten
+    }
   }
   if (hwloc_topology_load(impl->topo) != 0) {
     return absl::UnavailableError(
         absl::StrCat("hwloc could not load the topology of ", source, ": ", std::strerror(errno)));
   }
-  return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), source));
+  auto host = std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), source));
+  if (!cache.empty()) {
+    if (absl::StatusOr<std::string> xml = host->ExportXml(); xml.ok()) {
+      hwloc_cache::Write(cache, *xml);
+    }
+  }
+  return host;
 }
 
 HostTopology::Placement HostTopology::Locate(const std::string& pci_bus_id) const {

@@ -5,9 +5,15 @@
 // and PCIe levels follow the trees `lstopo-no-graphics --if xml --input FILE` draws.
 #include "topology/host_topology.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -168,6 +174,89 @@ TEST(HostTopology, ThisMachineLoads) {
   absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load();
   ASSERT_TRUE(host.ok()) << host.status();
   EXPECT_FALSE((*host)->Locate("00ff:ff:1f.7").found);
+}
+
+// This machine's view is kept as XML between processes, in a folder private to the user: the
+// second load reads it back (a planted change shows), a file or folder others may touch is
+// not read, and RAYACCEL_HWLOC_CACHE=0 keeps nothing.
+class HwlocCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rayaccel-hwloc-cache-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setenv("RAYACCEL_CACHE_DIR", dir_.c_str(), 1);
+    unsetenv("RAYACCEL_HWLOC_CACHE");
+    unsetenv("HWLOC_XMLFILE");
+  }
+  void TearDown() override {
+    unsetenv("RAYACCEL_CACHE_DIR");
+    unsetenv("RAYACCEL_HWLOC_CACHE");
+    std::filesystem::remove_all(dir_);
+  }
+  // The cache files in the folder.
+  std::vector<std::string> Files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      out.push_back(e.path().string());
+    }
+    return out;
+  }
+  static std::string Exported() {
+    absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::Load();
+    EXPECT_TRUE(host.ok()) << host.status();
+    if (!host.ok()) return "";
+    EXPECT_EQ((*host)->source(), "this machine");
+    absl::StatusOr<std::string> xml = (*host)->ExportXml();
+    return xml.ok() ? *xml : "";
+  }
+  std::string dir_;
+};
+
+TEST_F(HwlocCache, TheSecondLoadReadsTheFirstsXml) {
+  const std::string live = Exported();
+  std::vector<std::string> files = Files();
+  ASSERT_EQ(files.size(), 1u);
+  struct stat st {};
+  ASSERT_EQ(stat(files[0].c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(Exported(), live);
+
+  // A planted change is what the next load sees: it came from the file.
+  std::string planted = live;
+  const size_t at = planted.find("<object type=\"Machine\"");
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = planted.find('>', at);
+  planted.insert(end + 1, "\n    <info name=\"RayaccelPlanted\" value=\"1\"/>");
+  {
+    std::ofstream f(files[0], std::ios::trunc);
+    f << planted;
+  }
+  EXPECT_NE(Exported().find("RayaccelPlanted"), std::string::npos);
+
+  // A file others may read is not read, and is replaced by this machine's view.
+  chmod(files[0].c_str(), 0644);
+  EXPECT_EQ(Exported().find("RayaccelPlanted"), std::string::npos);
+  ASSERT_EQ(stat(files[0].c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // Garbage is discovered over and replaced.
+  {
+    std::ofstream f(files[0], std::ios::trunc);
+    f << "not xml";
+  }
+  EXPECT_EQ(Exported(), live);
+  EXPECT_EQ(Files().size(), 1u);
+}
+
+TEST_F(HwlocCache, AFolderOthersMayEnterOrTheSwitchOffKeepsNothing) {
+  chmod(dir_.c_str(), 0755);
+  Exported();
+  EXPECT_TRUE(Files().empty()) << "written into a folder others may read";
+  chmod(dir_.c_str(), 0700);
+  setenv("RAYACCEL_HWLOC_CACHE", "off", 1);
+  Exported();
+  EXPECT_TRUE(Files().empty()) << "written with the cache off";
 }
 
 }  // namespace
