@@ -45,6 +45,19 @@ std::string ReadSmall(const char* path) {
   return out;
 }
 
+// /proc/self/status is longer than ReadSmall's page.
+std::string ReadSmallWhole(const char* path) {
+  std::string out;
+  if (FILE* f = std::fopen(path, "re")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0 && out.size() < (1 << 20);) {
+      out.append(buf, n);
+    }
+    std::fclose(f);
+  }
+  return out;
+}
+
 std::vector<std::string> Names(const char* dir) {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir)) {
@@ -57,13 +70,22 @@ std::vector<std::string> Names(const char* dir) {
   return names;
 }
 
-// What the machine holds, as sysfs says it in a few directory reads: a change in any of it
-// names another cache file.
+// What the machine holds, as sysfs says it in a few directory reads, and what of it this process
+// may use: a change in any of it names another cache file.
 uint64_t Fingerprint() {
   std::string facts = absl::StrCat("settings ", kSettings, "\nhwloc ", hwloc_get_api_version(),
                                    "\nboot ", ReadSmall("/proc/sys/kernel/random/boot_id"),
                                    "\ncpus ", ReadSmall("/sys/devices/system/cpu/online"),
                                    "\nnodes ", ReadSmall("/sys/devices/system/node/online"));
+  // What this process may use: hwloc's view is restricted to the cgroup's CPUs and nodes.
+  const std::string status = ReadSmallWhole("/proc/self/status");
+  for (const char* field : {"Cpus_allowed_list:", "Mems_allowed_list:"}) {
+    const size_t at = status.find(field);
+    if (at != std::string::npos) {
+      absl::StrAppend(&facts, "\n", status.substr(at, status.find('\n', at) - at));
+    }
+  }
+  absl::StrAppend(&facts, "\ncgroup ", ReadSmall("/proc/self/cgroup"));
   for (const char* dir : {"/sys/bus/pci/devices", "/sys/class/net"}) {
     absl::StrAppend(&facts, "\n", dir);
     for (const std::string& n : Names(dir)) absl::StrAppend(&facts, " ", n);

@@ -2,8 +2,10 @@
 // PCI device's configuration space (on a virtual machine each read traps to the hypervisor: most
 // of `rayaccel discover`'s time), while reading its XML back costs almost nothing. The cache is
 // one file per boot and per what sysfs says the machine holds (the PCI devices, the online CPUs
-// and NUMA nodes, the network interfaces, hwloc's version): any of those changing names another
-// file, so a device plugged, a CPU taken offline or a reboot is discovered afresh.
+// and NUMA nodes, the network interfaces, hwloc's version) and what of it this process may use
+// (its cgroup, its allowed CPUs and memory nodes): any of those changing names another file, so
+// a device plugged, a CPU taken offline, another container's limits or a reboot is discovered
+// afresh.
 //
 // The file lives in a folder private to the user ($RAYACCEL_CACHE_DIR, else
 // /tmp/rayaccel-<uid>), and is read only when it and its folder belong to the user and nobody
