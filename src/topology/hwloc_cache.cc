@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/private_folder.h"
 
 namespace rayaccel::hwloc_cache {
 namespace {
@@ -34,23 +35,12 @@ bool Enabled() {
   return !(s == "0" || s == "off" || s == "false" || s == "no");
 }
 
+// A small file of /proc or /sys, whole (at most 1 MiB).
 std::string ReadSmall(const char* path) {
   std::string out;
   if (FILE* f = std::fopen(path, "re")) {
     char buf[4096];
-    size_t n = std::fread(buf, 1, sizeof(buf), f);
-    out.assign(buf, n);
-    std::fclose(f);
-  }
-  return out;
-}
-
-// /proc/self/status is longer than ReadSmall's page.
-std::string ReadSmallWhole(const char* path) {
-  std::string out;
-  if (FILE* f = std::fopen(path, "re")) {
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0 && out.size() < (1 << 20);) {
+    for (size_t n; out.size() < (1 << 20) && (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) {
       out.append(buf, n);
     }
     std::fclose(f);
@@ -78,7 +68,7 @@ uint64_t Fingerprint() {
                                    "\ncpus ", ReadSmall("/sys/devices/system/cpu/online"),
                                    "\nnodes ", ReadSmall("/sys/devices/system/node/online"));
   // What this process may use: hwloc's view is restricted to the cgroup's CPUs and nodes.
-  const std::string status = ReadSmallWhole("/proc/self/status");
+  const std::string status = ReadSmall("/proc/self/status");
   for (const char* field : {"Cpus_allowed_list:", "Mems_allowed_list:"}) {
     const size_t at = status.find(field);
     if (at != std::string::npos) {
@@ -100,16 +90,10 @@ bool Private(const struct stat& st) { return st.st_uid == geteuid() && (st.st_mo
 
 // The cache folder, created private when missing; empty when it exists but is not private.
 std::string Folder() {
-  std::string dir;
-  if (const char* env = std::getenv("RAYACCEL_CACHE_DIR"); env != nullptr && *env != '\0') {
-    dir = env;
-  } else {
-    dir = absl::StrCat("/tmp/rayaccel-", geteuid());
-  }
-  mkdir(dir.c_str(), 0700);  // EEXIST is checked below
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !Private(st)) return "";
-  return dir;
+  const char* env = std::getenv("RAYACCEL_CACHE_DIR");
+  std::string dir =
+      env != nullptr && *env != '\0' ? std::string(env) : absl::StrCat("/tmp/rayaccel-", geteuid());
+  return CheckPrivateFolder(dir, "hwloc's cache").ok() ? dir : "";
 }
 
 }  // namespace

@@ -11,29 +11,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "rayaccel/plugin.h"
+#include "util/private_folder.h"
 
 namespace rayaccel::transport {
 namespace {
 
 absl::Status Errno(const std::string& what, int err) {
   return absl::PermissionDeniedError(absl::StrCat(what, ": ", std::strerror(err)));
-}
-
-// A folder only this user may enter and change (created when missing), or why not.
-absl::Status CheckPrivateFolder(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Errno(absl::StrCat("cannot create ", dir), errno);
-  }
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) return Errno(absl::StrCat("cannot read ", dir), errno);
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::PermissionDeniedError(absl::StrCat(dir, " is not a folder (a link?): refused"));
-  }
-  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        dir, " belongs to another user or others may enter it: refused as the key's folder"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -89,7 +73,7 @@ std::string DefaultKeyPath() {
 absl::StatusOr<std::string> DefaultKey() {
   const std::string path = DefaultKeyPath();
   const std::string dir = path.substr(0, path.rfind('/'));
-  if (absl::Status s = CheckPrivateFolder(dir); !s.ok()) return s;
+  if (absl::Status s = CheckPrivateFolder(dir, "the key's folder"); !s.ok()) return s;
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) return ReadKeyFile(path);
   // First use: write a new key beside it and link it into place, so that of two processes
