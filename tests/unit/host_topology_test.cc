@@ -6,6 +6,7 @@
 #include "topology/host_topology.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -247,6 +248,27 @@ TEST_F(HwlocCache, TheSecondLoadReadsTheFirstsXml) {
   }
   EXPECT_EQ(Exported(), live);
   EXPECT_EQ(Files().size(), 1u);
+}
+
+// A link where the cache file should be (to a file of planted XML) is not followed.
+TEST_F(HwlocCache, ALinkInTheFilesPlaceIsNotFollowed) {
+  const std::string live = Exported();
+  std::vector<std::string> files = Files();
+  ASSERT_EQ(files.size(), 1u);
+  std::string planted = live;
+  const size_t at = planted.find("<object type=\"Machine\"");
+  ASSERT_NE(at, std::string::npos);
+  planted.insert(planted.find('>', at) + 1, "\n    <info name=\"RayaccelPlanted\" value=\"1\"/>");
+  const std::string elsewhere = dir_ + ".planted";
+  {
+    std::ofstream f(elsewhere);
+    f << planted;
+  }
+  chmod(elsewhere.c_str(), 0600);
+  ASSERT_EQ(unlink(files[0].c_str()), 0);
+  ASSERT_EQ(symlink(elsewhere.c_str(), files[0].c_str()), 0);
+  EXPECT_EQ(Exported().find("RayaccelPlanted"), std::string::npos);
+  unlink(elsewhere.c_str());
 }
 
 TEST_F(HwlocCache, AFolderOthersMayEnterOrTheSwitchOffKeepsNothing) {
