@@ -43,7 +43,7 @@ using ::rayaccel::testing::Payload;
 using ::rayaccel::testing::ScopedEnv;
 
 // A region, and each guard around it: 16 KiB, so that an owner on this host copies a whole
-// region into its reader rather than send it (kSameHostCopyMin in ucx_transport.cc).
+// region into its reader rather than send it (kSameHostCopyMin in plugins/common/ucx/handles.h).
 constexpr size_t kUnit = 16 << 10;
 constexpr unsigned char kCanary = 0xC5;
 
