@@ -69,12 +69,11 @@ static void DestroyEndpoint(Endpoint* ep) {
       ch.release();  // deliberately leaked: closing it could crash inside the provider
     }
     ep->retired.clear();
-    for (auto& [id, r] : ep->regions) {
+    for (auto& [id, r] : ep->regions.TakeAll()) {
       CloseFid(r->mr != nullptr ? &r->mr->fid : nullptr);
       if (r->owned) std::free(r->base);
       delete r;
     }
-    ep->regions.clear();
     for (Request* r : ep->requests) delete r;
     ep->requests.clear();
   }
@@ -129,7 +128,7 @@ static rayaccel_status GetNotifications(rayaccel_transport_endpoint* handle,
     std::deque<std::string> got;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
-      got.swap(ep->notifications);
+      got = ep->notifications.TakeAll();
     }
     for (const std::string& n : got) {
       rayaccel_status s =

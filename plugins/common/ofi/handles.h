@@ -30,6 +30,7 @@
 #include "common/plugin_util.h"
 #include "common/transport_args.h"
 #include "common/transport_handles.h"
+#include "common/transport_peers.h"
 
 namespace rayaccel::plugin::ofi {
 
@@ -38,9 +39,7 @@ using std::chrono::milliseconds;
 
 constexpr size_t kListenReceives = 64;   // posted on the listener (hellos)
 constexpr size_t kChannelReceives = 32;  // posted on each connection's channel
-constexpr size_t kMaxQueuedNotifications = 65536;
-constexpr size_t kMaxPeers = 1024;     // admitted readers per endpoint (a channel each)
-constexpr size_t kMaxHandshakes = 64;  // readers between hello and proof
+constexpr size_t kMaxPeers = 1024;       // admitted readers per endpoint (a channel each)
 constexpr int kCompletionsPerRead = 16;
 
 struct Endpoint;
@@ -152,7 +151,8 @@ struct Remote {
 // The reader's side.
 struct Connection : rayaccel_connection {
   Connection() { helper = Hooks(); }
-  enum class State { kHello, kProven, kWelcomed } state = State::kHello;
+  using State = peers::HandshakeState;
+  State state = State::kHello;
   Endpoint* endpoint = nullptr;
   std::unique_ptr<Channel> channel;  // null once closed
   uint64_t token = 0;
@@ -191,20 +191,18 @@ struct Endpoint : rayaccel_transport_endpoint {
   fid_domain* domain = nullptr;
   std::unique_ptr<Channel> listener;
   std::string provider;
-  bool virtual_addresses = false;  // FI_MR_VIRT_ADDR: RMA names addresses, not offsets
-  bool provider_keys = false;      // FI_MR_PROV_KEY
-  uint64_t key_mask = ~0ull;       // the provider's key size
-  uint64_t max_rma = 0;            // the most one fi_read or fi_write moves
-  uint64_t next_region_id = 1;
-  std::map<uint64_t, Region*> regions;
-  std::map<uint64_t, Connection*> connections;      // by token
+  bool virtual_addresses = false;               // FI_MR_VIRT_ADDR: RMA names addresses, not offsets
+  bool provider_keys = false;                   // FI_MR_PROV_KEY
+  uint64_t key_mask = ~0ull;                    // the provider's key size
+  uint64_t max_rma = 0;                         // the most one fi_read or fi_write moves
+  peers::RegionTable<Region> regions;           // the owner's live regions: what it looks up
+  std::map<uint64_t, Connection*> connections;  // by token
   std::map<uint64_t, std::unique_ptr<Peer>> peers;  // by the reader's token
   std::set<Request*> requests;
-  std::deque<std::string> notifications;
-  uint64_t dropped_notifications = 0;
-  uint64_t refused = 0;
-  uint64_t malformed = 0;
-  Clock::time_point refused_logged, malformed_logged, next_heartbeat;
+  peers::NotificationQueue notifications;
+  peers::EventCount refused;    // peers refused, for the log
+  peers::EventCount malformed;  // messages dropped, for the log
+  Clock::time_point next_heartbeat;
   uint64_t activity = 0;
   // Channels whose connection ended, drained before they close (rxm crashed closing an
   // endpoint with transfers still queued to a stopped peer); kept alive, too, while a loop
@@ -227,29 +225,18 @@ inline void LogTo(const Endpoint* ep, rayaccel_log_level level, const std::strin
 inline milliseconds PeerTimeout(const Endpoint* ep) { return milliseconds(ep->peer_timeout_ms); }
 
 inline milliseconds HeartbeatInterval(const Endpoint* ep) {
-  return std::clamp(PeerTimeout(ep) / 4, milliseconds(10), milliseconds(1000));
-}
-
-// Logs the first of a kind, then at most one line a minute with the count.
-inline bool CountAndLog(uint64_t* count, Clock::time_point* logged) {
-  ++*count;
-  const auto now = Clock::now();
-  if (*count > 1 && now - *logged < std::chrono::minutes(1)) return false;
-  *logged = now;
-  return true;
+  return peers::HeartbeatInterval(PeerTimeout(ep));
 }
 
 inline void NoteMalformed(Endpoint* ep, const std::string& what) {
-  if (CountAndLog(&ep->malformed, &ep->malformed_logged)) {
-    LogTo(ep, RAYACCEL_LOG_WARN,
-          "dropped a message: " + what + " (" + std::to_string(ep->malformed) + " so far)");
+  if (ep->malformed.Count()) {
+    LogTo(ep, RAYACCEL_LOG_WARN, peers::MalformedLine(what, ep->malformed.count()));
   }
 }
 
 inline void NoteRefused(Endpoint* ep, const std::string& why) {
-  if (CountAndLog(&ep->refused, &ep->refused_logged)) {
-    LogTo(ep, RAYACCEL_LOG_WARN,
-          "refused a peer: " + why + " (" + std::to_string(ep->refused) + " so far)");
+  if (ep->refused.Count()) {
+    LogTo(ep, RAYACCEL_LOG_WARN, peers::RefusedLine(why, ep->refused.count()));
   }
 }
 

@@ -48,7 +48,6 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
       region->base = args->address;
     }
     std::lock_guard<std::mutex> lock(ep->mu);
-    region->id = ep->next_region_id++;
     int rc = -FI_ENOKEY;
     for (int attempt = 0; attempt < 8 && rc == -FI_ENOKEY; ++attempt) {
       const uint64_t requested = ep->provider_keys ? 0 : (RandomId() & ep->key_mask);
@@ -62,14 +61,13 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
     }
     region->key = fi_mr_key(region->mr);
     region->desc = fi_mr_desc(region->mr);
+    region->id = ep->regions.Add(region.get());
     Writer d;
     d.U32(kDescriptorMagic).U16(kWireVersion).U16(0).U64(ep->uuid).U64(region->id);
     d.U64(region->length);
     region->descriptor = std::move(d.str());
     if (allocate) args->address = region->base;
-    args->region = region.get();
-    const uint64_t id = region->id;
-    ep->regions.emplace(id, region.release());
+    args->region = region.release();
     return RAYACCEL_STATUS_OK;
   });
 }
@@ -83,7 +81,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error*
     const auto deadline = Clock::now() + PeerTimeout(ep);
     std::unique_lock<std::mutex> lock(ep->mu);
     // Later lookups say STALE; every reader that was told the key confirms it has stopped.
-    ep->regions.erase(id);
+    ep->regions.Remove(id);
     for (auto& [token, p] : ep->peers) {
       if (p->looked_up.count(id) == 0) continue;
       p->to_confirm.insert(id);

@@ -22,7 +22,7 @@ void ClosePeer(Endpoint* ep, uint64_t token) {
   ++ep->activity;
 }
 
-static void Refuse(Endpoint* ep, Peer* p, RefusedReason reason) {
+static void Refuse(Endpoint* ep, Peer* p, peers::RefusedReason reason) {
   Writer w;
   w.Bytes(Header(kRefused, p->token).data(), 12).U32(reason);
   SendOn(ep, p->channel.get(), std::move(w.str()));
@@ -47,7 +47,7 @@ void OnHello(Endpoint* ep, Reader& in, const uint8_t* message, size_t size) {
     return NoteRefused(ep, "a hello not signed with this endpoint's transport key");
   }
   if (ep->peers.count(token) != 0) return NoteRefused(ep, "a hello repeated");
-  if (Handshakes(ep) >= kMaxHandshakes || ep->peers.size() >= kMaxPeers) {
+  if (!peers::MayAdmit(ep->peers.size(), Handshakes(ep), kMaxPeers)) {
     return NoteRefused(ep, "too many readers");
   }
   std::string why;
@@ -83,13 +83,11 @@ static void OnLookup(Endpoint* ep, Peer* p, Reader& in) {
   if (!in.at_end()) return NoteMalformed(ep, "a lookup of another length");
   Writer w;
   w.Bytes(Header(kLookupReply, p->token).data(), 12).U64(region);
-  auto it = ep->regions.find(region);
-  if (it == ep->regions.end()) {
-    // Ids count up from 1 and are never reused: one below the next was deregistered.
-    const bool was = region > 0 && region < ep->next_region_id;
-    w.U32(was ? RAYACCEL_STATUS_STALE : RAYACCEL_STATUS_INVALID_ARGUMENT).U64(0).U64(0).U64(0);
+  Region* r = nullptr;
+  const rayaccel_status status = ep->regions.Find(region, &r);
+  if (status != RAYACCEL_STATUS_OK) {
+    w.U32(status).U64(0).U64(0).U64(0);
   } else {
-    const Region* r = it->second;
     p->looked_up.insert(region);
     w.U32(RAYACCEL_STATUS_OK).U64(r->length).U64(r->key);
     w.U64(ep->virtual_addresses ? reinterpret_cast<uintptr_t>(r->base) : 0);
@@ -105,7 +103,7 @@ void OnPeerMessage(Endpoint* ep, Peer* p, uint16_t type, Reader& in) {
     if (!SameMac(proof, Prove(ep->key, kReaderRole, p->token, p->uuid, ep->uuid, p->reader_nonce,
                               p->owner_nonce))) {
       NoteRefused(ep, "a reader that did not prove the transport key");
-      Refuse(ep, p, kWrongKey);
+      Refuse(ep, p, peers::kWrongKey);
       // Closed once the refusal had its chance to leave: at the handshake's deadline.
       p->deadline = Clock::now() + milliseconds(100);
       return;

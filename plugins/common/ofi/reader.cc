@@ -174,13 +174,11 @@ void QueueNotification(Endpoint* ep, Reader& in) {
     return NoteMalformed(ep, "a notification of " + std::to_string(n) + " bytes");
   }
   const uint8_t* bytes = in.Bytes(n);
-  if (ep->notifications.size() >= kMaxQueuedNotifications) {
-    if (ep->dropped_notifications++ == 0) {
-      LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new ones");
-    }
+  bool first_drop = false;
+  if (!ep->notifications.Push(bytes, n, &first_drop)) {
+    if (first_drop) LogTo(ep, RAYACCEL_LOG_WARN, peers::kNotificationsDropped);
     return;
   }
-  ep->notifications.emplace_back(reinterpret_cast<const char*>(bytes), n);
   ++ep->activity;
 }
 
@@ -230,11 +228,7 @@ void OnConnectionMessage(Connection* c, uint16_t type, Reader& in) {
     case kRefused: {
       const uint32_t reason = in.U32();
       if (c->state == Connection::State::kWelcomed) return NoteMalformed(ep, "a late refusal");
-      return FailConnection(
-          c,
-          reason == kTooMany ? RAYACCEL_STATUS_RESOURCE_EXHAUSTED : RAYACCEL_STATUS_UNAUTHENTICATED,
-          reason == kTooMany ? "the peer admits no more readers"
-                             : "the peer refused this endpoint's transport key");
+      return FailConnection(c, peers::RefusalStatus(reason), peers::RefusalText(reason));
     }
     default:
       break;

@@ -33,7 +33,7 @@ enum MessageType : uint16_t {
   kChallenge = 2,      // owner -> reader: its nonce, its proof, the channel that serves it; signed
   kProof = 3,          // reader -> owner: the reader's proof
   kWelcome = 4,        // owner -> reader: admitted
-  kRefused = 5,        // owner -> reader: not admitted (a reason)
+  kRefused = 5,        // owner -> reader: not admitted (a peers::RefusedReason)
   kLookup = 6,         // reader -> owner: a region's id
   kLookupReply = 7,    // owner -> reader: the region's status, length, key and address
   kRevoke = 8,         // owner -> reader: the region is going; stop and confirm
@@ -43,7 +43,6 @@ enum MessageType : uint16_t {
   kPong = 12,          // owner -> reader: heartbeat
   kBye = 13,           // either way: this connection is closed (or was declared lost)
 };
-enum RefusedReason : uint32_t { kWrongKey = 1, kTooMany = 2 };
 
 constexpr char kOwnerRole[] = "rayaccel libfabric transport v1: owner";
 constexpr char kReaderRole[] = "rayaccel libfabric transport v1: reader";

@@ -64,7 +64,7 @@ static void DestroyEndpoint(Ep* ep) {
     }
   }
   ep->peers.clear();
-  for (auto& [id, region] : ep->regions) {
+  for (auto& [id, region] : ep->regions.TakeAll()) {
     UnmapRegion(ep, region);
     delete region;
   }
@@ -132,7 +132,7 @@ static rayaccel_status GetNotifications(rayaccel_transport_endpoint* handle,
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       Progress(ep);
-      got.swap(ep->notifications);
+      got = ep->notifications.TakeAll();
     }
     for (const std::string& n : got) {
       rayaccel_status s =

@@ -24,6 +24,7 @@
 #include "common/same_host_copy.h"
 #include "common/transport_args.h"
 #include "common/transport_handles.h"
+#include "common/transport_peers.h"
 #include "common/ucx/staging.h"
 #include "common/ucx/ucp.h"
 #include "common/ucx/wire.h"
@@ -185,7 +186,7 @@ struct Mapping {
 
 struct Connection : rayaccel_connection {
   Connection() { helper = Hooks(); }
-  enum class State { kHello, kProven, kWelcomed };
+  using State = peers::HandshakeState;
   Endpoint* endpoint = nullptr;
   Link* link = nullptr;    // null once the link is gone
   uint64_t token = 0;      // names this connection in the owner's bookkeeping
@@ -232,8 +233,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach
   uint64_t uuid = 0;
   uint32_t peer_timeout_ms = 0;
-  uint64_t next_region_id = 1;
-  std::map<uint64_t, Region*> regions;
+  peers::RegionTable<Region> regions;             // the owner's live regions: what it serves
   std::map<uint64_t, uint32_t> serving;           // region id -> owner operations using its memory
   std::map<uint64_t, std::set<uint64_t>> mapped;  // region id -> readers (tokens) that map it
   std::map<uint64_t, Connection*> connections;    // by token
@@ -296,13 +296,10 @@ struct Endpoint : rayaccel_transport_endpoint {
   // progress returns (IssueReadyGroups), as replies do, never from inside a callback.
   std::vector<Request*> ready_groups;
 
-  std::deque<std::string> notifications;
-  uint64_t dropped_notifications = 0;
-  uint64_t refused = 0;  // peers refused, for the log
-  std::chrono::steady_clock::time_point refused_logged;
+  peers::NotificationQueue notifications;
+  peers::EventCount refused;    // peers refused, for the log
   uint64_t dropped_strays = 0;  // data messages from no admitted peer
-  uint64_t malformed = 0;       // messages of the wrong shape, for the log
-  std::chrono::steady_clock::time_point malformed_logged;
+  peers::EventCount malformed;  // messages of the wrong shape, for the log
   std::chrono::steady_clock::time_point next_heartbeat;
   uint64_t activity = 0;  // bumped by every callback, so `wait` can tell something happened
   std::condition_variable progressed;  // the progress thread saw activity: `wait` looks again
@@ -324,11 +321,9 @@ inline Region* Of(rayaccel_memory_region* h) { return static_cast<Region*>(h); }
 inline Conn* Of(rayaccel_connection* h) { return static_cast<Conn*>(h); }
 inline Request* Of(rayaccel_request* h) { return static_cast<Request*>(h); }
 
-constexpr int kLocal = 0;    // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
-constexpr int kNetwork = 1;  // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
-constexpr size_t kMaxQueuedNotifications = 65536;
-constexpr size_t kMaxPeers = 4096;     // admitted readers per endpoint
-constexpr size_t kMaxHandshakes = 64;  // readers between hello and proof
+constexpr int kLocal = 0;           // ep->fabrics[kLocal]: UCX's self (and shared memory if named)
+constexpr int kNetwork = 1;         // ep->fabrics[kNetwork]: TCP, RDMA, peers anywhere
+constexpr size_t kMaxPeers = 4096;  // admitted readers per endpoint
 
 inline void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& text) {
   Log(ep->options.host, level, "ucx transport: " + text);
@@ -336,9 +331,8 @@ inline void LogTo(const Ep* ep, rayaccel_log_level level, const std::string& tex
 
 inline milliseconds PeerTimeout(const Ep* ep) { return milliseconds(ep->peer_timeout_ms); }
 inline Clock::time_point PeerDeadline(const Ep* ep) { return Clock::now() + PeerTimeout(ep); }
-// Heartbeats go four times per peer timeout (at most every second, at least every 10 ms).
 inline milliseconds HeartbeatInterval(const Ep* ep) {
-  return std::clamp(PeerTimeout(ep) / 4, milliseconds(10), milliseconds(1000));
+  return peers::HeartbeatInterval(PeerTimeout(ep));
 }
 
 }  // namespace rayaccel::plugin::ucx

@@ -232,19 +232,9 @@ Peer* AdmittedPeer(Ep* ep, uint64_t token) {
   return nullptr;
 }
 
-bool CountAndLog(uint64_t* count, Clock::time_point* logged) {
-  ++*count;
-  const Clock::time_point now = Clock::now();
-  if (*count > 1 && now - *logged < std::chrono::minutes(1)) return false;
-  *logged = now;
-  return true;
-}
-
 void NoteRefused(Ep* ep, const std::string& why) {
-  if (CountAndLog(&ep->refused, &ep->refused_logged)) {
-    LogTo(ep, RAYACCEL_LOG_WARN,
-          "refused a connecting peer: " + why + " (" + std::to_string(ep->refused) +
-              " refused so far)");
+  if (ep->refused.Count()) {
+    LogTo(ep, RAYACCEL_LOG_WARN, peers::RefusedLine(why, ep->refused.count()));
   }
 }
 

@@ -51,10 +51,6 @@ Peer* PeerByToken(Ep* ep, uint64_t token);
 // An admitted reader, or null (with the stray counted and logged once).
 Peer* AdmittedPeer(Ep* ep, uint64_t token);
 
-// Counts an event a peer can provoke at will, and says whether to log it: the first, then at
-// most one a minute, so that a peer cannot flood the log.
-bool CountAndLog(uint64_t* count, Clock::time_point* logged);
-
 void NoteRefused(Ep* ep, const std::string& why);
 
 // This host, as an owner and a reader compare it: the kernel's boot id ("" where /proc has

@@ -48,9 +48,9 @@ static const char* DeviceMemoryName(DeviceMemory m) {
 
 // Gives `region` its id and descriptor and puts it among the endpoint's live regions. mu held.
 static void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region> region) {
-  region->id = ep->next_region_id++;
   region->base = args->address;
   region->length = args->length;
+  region->id = ep->regions.Add(region.get());
   // Names the region, nothing more: the owner checks every transfer against its own record
   // of the region, so the bytes grant nothing a forger could widen.
   Writer w;
@@ -60,7 +60,6 @@ static void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region
   w.U32(kDescriptorMagic).U16(kWireVersion).U16(flags);
   w.U64(ep->uuid).U64(region->id).U64(args->length);
   region->descriptor = std::move(w.str());
-  ep->regions[region->id] = region.get();
   args->region = region.release();
 }
 
@@ -165,7 +164,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error*
     // From here every new transfer naming the region is refused as stale; the ones the owner
     // is serving finish first (a reader that does not let them finish within the peer timeout
     // is dropped, which cancels them).
-    ep->regions.erase(region->id);
+    ep->regions.Remove(region->id);
     const uint64_t id = region->id;
     Clock::time_point deadline = PeerDeadline(ep);
     while (ep->serving.count(id) != 0 && Clock::now() < deadline) {

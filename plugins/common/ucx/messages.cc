@@ -94,7 +94,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       }
       size_t handshakes = ep->hellos.size();
       for (const auto& [t, p] : ep->peers) handshakes += p->authenticated ? 0 : 1;
-      if (ep->peers.size() + ep->hellos.size() >= kMaxPeers || handshakes >= kMaxHandshakes) {
+      if (!peers::MayAdmit(ep->peers.size() + ep->hellos.size(), handshakes, kMaxPeers)) {
         NoteRefused(ep, "too many connected or connecting peers");
         return UCS_OK;
       }
@@ -157,7 +157,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
                               p->owner_nonce))) {
         NoteRefused(ep, "it could not prove the shared transport key");
         p->failed = true;
-        p->refuse = kWrongKey;
+        p->refuse = peers::kWrongKey;
         return UCS_OK;
       }
       p->authenticated = true;  // its data endpoint and welcome follow, after progress
@@ -200,12 +200,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       if (!in.at_end()) break;
       Conn* c = ConnectionByToken(ep, token);
       if (c == nullptr || owner != c->peer_uuid) return UCS_OK;
-      if (reason == kTooMany) {
-        FailConnection(c, RAYACCEL_STATUS_RESOURCE_EXHAUSTED, "the peer has too many connections");
-      } else {
-        FailConnection(c, RAYACCEL_STATUS_UNAUTHENTICATED,
-                       "the peer refused our transport key (the two keys differ)");
-      }
+      FailConnection(c, peers::RefusalStatus(reason), peers::RefusalText(reason));
       return UCS_OK;
     }
     case kPing: {
@@ -247,18 +242,14 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       Peer* p = AdmittedPeer(ep, token);
       if (p == nullptr || p->uuid != uuid) return UCS_OK;
       p->deadline = PeerDeadline(ep);
-      auto it = ep->regions.find(region);
-      rayaccel_status status = RAYACCEL_STATUS_OK;
-      if (it == ep->regions.end()) {  // as a transfer is answered (CheckRange)
-        status = region != 0 && region < ep->next_region_id ? RAYACCEL_STATUS_STALE
-                                                            : RAYACCEL_STATUS_INVALID_ARGUMENT;
-      } else if (it->second->ipc_handle.empty()) {
+      Region* r = nullptr;
+      rayaccel_status status = ep->regions.Find(region, &r);
+      if (status == RAYACCEL_STATUS_OK && r->ipc_handle.empty()) {
         status = RAYACCEL_STATUS_UNSUPPORTED;
       }
       Writer w;
       w.U64(token).U64(region).U32(static_cast<uint32_t>(status));
       if (status == RAYACCEL_STATUS_OK) {
-        const Region* r = it->second;
         w.U32(r->device).U64(r->length).U32(static_cast<uint32_t>(r->ipc_handle.size()));
         w.Bytes(r->ipc_handle.data(), r->ipc_handle.size());
         ep->mapped[region].insert(token);  // until it says it closed the mapping
@@ -328,13 +319,10 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       uint64_t token = h.U64();
       if (!h.at_end() || length == 0 || length > RAYACCEL_TRANSPORT_MAX_NOTIFICATION) break;
       if (AdmittedPeer(ep, token) == nullptr) return UCS_OK;
-      if (ep->notifications.size() >= kMaxQueuedNotifications) {
-        if (ep->dropped_notifications++ == 0) {
-          LogTo(ep, RAYACCEL_LOG_WARN, "notification queue full: dropping new notifications");
-        }
-        return UCS_OK;
+      bool first_drop = false;
+      if (!ep->notifications.Push(data, length, &first_drop) && first_drop) {
+        LogTo(ep, RAYACCEL_LOG_WARN, peers::kNotificationsDropped);
       }
-      ep->notifications.emplace_back(static_cast<const char*>(data), length);
       return UCS_OK;
     }
     case kGet: {
@@ -569,11 +557,11 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
     default:
       break;
   }
-  if (CountAndLog(&ep->malformed, &ep->malformed_logged)) {
+  if (ep->malformed.Count()) {
     LogTo(ep, RAYACCEL_LOG_WARN,
-          "dropped a malformed message (id " + std::to_string(id) + ", " +
-              std::to_string(header_length) + "+" + std::to_string(length) + " bytes; " +
-              std::to_string(ep->malformed) + " so far)");
+          peers::MalformedLine("id " + std::to_string(id) + ", " + std::to_string(header_length) +
+                                   "+" + std::to_string(length) + " bytes",
+                               ep->malformed.count()));
   }
   return UCS_OK;
 }

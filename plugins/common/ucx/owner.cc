@@ -37,16 +37,7 @@ static rayaccel_status StoreWrite(Ep* ep, const Region* region, void* at, const 
 
 rayaccel_status CheckRange(Ep* ep, uint64_t region, uint64_t offset, uint64_t length,
                            Region** out) {
-  auto it = ep->regions.find(region);
-  if (it == ep->regions.end()) {
-    return region != 0 && region < ep->next_region_id ? RAYACCEL_STATUS_STALE
-                                                      : RAYACCEL_STATUS_INVALID_ARGUMENT;
-  }
-  if (length == 0 || offset > it->second->length || length > it->second->length - offset) {
-    return RAYACCEL_STATUS_INVALID_ARGUMENT;
-  }
-  *out = it->second;
-  return RAYACCEL_STATUS_OK;
+  return ep->regions.Check(region, offset, length, out);
 }
 
 std::string ReplyHeader(uint64_t token, uint64_t id, rayaccel_status status) {

@@ -16,6 +16,8 @@ struct BatchPut {
   std::string bytes;
 };
 
+// The owner's bounds check (peers::RegionTable::Check): OK with the region in *out when the
+// range lies in a live region; else STALE or INVALID_ARGUMENT.
 rayaccel_status CheckRange(Ep* ep, uint64_t region, uint64_t offset, uint64_t length, Region** out);
 
 std::string ReplyHeader(uint64_t token, uint64_t id, rayaccel_status status);

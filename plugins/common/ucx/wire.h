@@ -37,7 +37,7 @@ enum AmId : unsigned {
   kChallenge = 2,       // owner -> reader: the owner's nonce and its proof of the key
   kProof = 3,           // reader -> owner: the reader's proof of the key
   kWelcome = 4,         // owner -> reader: admitted
-  kRefused = 5,         // owner -> reader: not admitted
+  kRefused = 5,         // owner -> reader: not admitted (a peers::RefusedReason)
   kPing = 6,            // reader -> owner: still here
   kPong = 7,            // owner -> reader: still here
   kBye = 8,             // reader -> owner: the connection is closing
@@ -58,12 +58,6 @@ enum AmId : unsigned {
   kPutBatchAck = 22,    // owner -> reader (data): each range's status
   kFirstAm = kHello,
   kLastAm = kPutBatchAck,
-};
-
-// Why an owner refused a reader, as kRefused says.
-enum RefusedReason : uint32_t {
-  kWrongKey = 1,
-  kTooMany = 2,
 };
 
 // Why an endpoint drops a link, as kGoodbye says.
