@@ -65,6 +65,20 @@ inline rayaccel_status CheckNotifyArgs(const rayaccel_notify_args* a, rayaccel_e
   return RAYACCEL_STATUS_OK;
 }
 
+// pack_descriptor, the same in every helper: the region's descriptor (null: no region) to the
+// host's sink.
+inline rayaccel_status PackDescriptorTo(const std::string* descriptor,
+                                        const rayaccel_blob_sink* sink, rayaccel_error* error) {
+  if (descriptor == nullptr || sink == nullptr || sink->put == nullptr) {
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                "pack_descriptor needs a region and a sink");
+  }
+  return Guard(error, [&] {
+    return sink->put(sink->host_context,
+                     {reinterpret_cast<const uint8_t*>(descriptor->data()), descriptor->size()});
+  });
+}
+
 }  // namespace rayaccel::plugin
 
 #endif  // RAYACCEL_PLUGINS_COMMON_TRANSPORT_ARGS_H_

@@ -139,14 +139,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error*
 rayaccel_status PackDescriptor(rayaccel_memory_region* handle, const rayaccel_blob_sink* sink,
                                rayaccel_error* error) {
   Region* region = Of(handle);
-  if (region == nullptr || sink == nullptr || sink->put == nullptr) {
-    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                "pack_descriptor needs a region and a sink");
-  }
-  return Guard(error, [&] {
-    const std::string& d = region->descriptor;
-    return sink->put(sink->host_context, {reinterpret_cast<const uint8_t*>(d.data()), d.size()});
-  });
+  return PackDescriptorTo(region != nullptr ? &region->descriptor : nullptr, sink, error);
 }
 
 }  // namespace rayaccel::plugin::ofi
