@@ -1,6 +1,9 @@
 #include "same_host_copy.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -103,5 +106,78 @@ bool PeerProcess::Copy(bool write, const iovec* local, const iovec* remote, size
   }
   return true;
 }
+
+// The seals every shared region carries: a reader's mapping never faults for a file the owner
+// shrank under it, and nobody can take the seals off.
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+std::unique_ptr<SharedMemory> SharedMemory::Create(uint64_t length, std::string* why) {
+  if (length == 0) {
+    *why = "no length";
+    return nullptr;
+  }
+  std::unique_ptr<SharedMemory> s(new SharedMemory());
+  s->fd_ = memfd_create("rayaccel-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (s->fd_ < 0) {
+    *why = Errno("memfd_create", errno);
+    return nullptr;
+  }
+  struct stat st {};
+  if (ftruncate(s->fd_, static_cast<off_t>(length)) != 0 ||
+      fcntl(s->fd_, F_ADD_SEALS, kSeals) != 0 || fstat(s->fd_, &st) != 0) {
+    *why = Errno("sizing and sealing a memfd", errno);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd_, 0);
+  if (p == MAP_FAILED) {
+    *why = Errno("mmap", errno);
+    return nullptr;
+  }
+  s->data_ = p;
+  s->length_ = length;
+  s->device_ = st.st_dev;
+  s->inode_ = st.st_ino;
+  return s;
+}
+
+SharedMemory::~SharedMemory() {
+  if (data_ != nullptr) munmap(data_, length_);
+  if (fd_ >= 0) close(fd_);
+}
+
+std::unique_ptr<PeerMemory> PeerMemory::Map(pid_t pid, int fd, uint64_t device, uint64_t inode,
+                                            uint64_t length, std::string* why) {
+  if (pid <= 0 || fd < 0 || length == 0) {
+    *why = "no process, descriptor or length named";
+    return nullptr;
+  }
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int mine = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (mine < 0) {
+    *why = Errno(("open " + path).c_str(), errno);
+    return nullptr;
+  }
+  struct stat st {};
+  const int seals = fcntl(mine, F_GET_SEALS);
+  if (fstat(mine, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != device || st.st_ino != inode) {
+    close(mine);
+    *why = "the owner's descriptor is not the memory it named";
+    return nullptr;
+  }
+  if (seals < 0 || (seals & kSeals) != kSeals || static_cast<uint64_t>(st.st_size) != length) {
+    close(mine);
+    *why = "the owner's memory is not sealed at the region's length";
+    return nullptr;
+  }
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
+  close(mine);  // the mapping keeps the file
+  if (p == MAP_FAILED) {
+    *why = Errno("mmap", errno);
+    return nullptr;
+  }
+  return std::unique_ptr<PeerMemory>(new PeerMemory(static_cast<char*>(p), length));
+}
+
+PeerMemory::~PeerMemory() { munmap(data_, length_); }
 
 }  // namespace rayaccel::plugin

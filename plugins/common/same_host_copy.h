@@ -63,6 +63,57 @@ class PeerProcess {
   int pidfd_;
 };
 
+// Host memory an owner shares with the readers of its host: a region the helper allocates is a
+// memfd of exactly its length, sealed so that it can neither shrink nor grow, mapped shared. A
+// reader the owner proved to be on its host (above) maps that memfd too and moves bytes with
+// memcpy: no system call and no message per transfer. The mapping reaches the region and
+// nothing else of the owner's; the reader opens the memfd through /proc/<pid>/fd, which the
+// kernel allows where it would allow ptrace (the trust above, no more). Once the owner has let
+// the region go, a reader that kept its mapping reaches pages the owner no longer uses.
+class SharedMemory {
+ public:
+  // `length` bytes of zeroed shared memory, or null with `why` (no memfd, no memory).
+  static std::unique_ptr<SharedMemory> Create(uint64_t length, std::string* why);
+  ~SharedMemory();
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t length() const { return length_; }
+  // What names it to a reader: the descriptor in this process, and the file's identity (so
+  // that a reader whose pid names another process, in another pid namespace, maps nothing).
+  int fd() const { return fd_; }
+  uint64_t device() const { return device_; }
+  uint64_t inode() const { return inode_; }
+
+ private:
+  SharedMemory() = default;
+  void* data_ = nullptr;
+  uint64_t length_ = 0;
+  int fd_ = -1;
+  uint64_t device_ = 0, inode_ = 0;
+};
+
+// A reader's mapping of an owner's SharedMemory.
+class PeerMemory {
+ public:
+  // Maps `length` bytes of descriptor `fd` of process `pid`, if that is the sealed memfd
+  // (`device`, `inode`) of exactly `length` bytes the owner named; null with `why` otherwise.
+  static std::unique_ptr<PeerMemory> Map(pid_t pid, int fd, uint64_t device, uint64_t inode,
+                                         uint64_t length, std::string* why);
+  ~PeerMemory();
+  PeerMemory(const PeerMemory&) = delete;
+  PeerMemory& operator=(const PeerMemory&) = delete;
+
+  char* data() const { return data_; }
+  uint64_t length() const { return length_; }
+
+ private:
+  PeerMemory(char* data, uint64_t length) : data_(data), length_(length) {}
+  char* data_;
+  uint64_t length_;
+};
+
 }  // namespace rayaccel::plugin
 
 #endif  // RAYACCEL_PLUGINS_COMMON_SAME_HOST_COPY_H_

@@ -136,6 +136,13 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<Owner> owner_;
 };
 
+// FNV-1a, as the owner fingerprints its regions.
+uint64_t Fnv(const unsigned char* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 bool HoldsCanary(const std::vector<unsigned char>& v) {
   for (unsigned char c : v) {
     if (c == kCanary) return true;
@@ -248,6 +255,72 @@ TEST_P(TransportAttack, ForgedDescriptorsReachNothingOutsideALiveRegion) {
   EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
 }
 
+// Host memory the owner's helper allocated is a sealed memfd that a reader on its host maps
+// (same_host_copy.h): reads and writes are a memcpy there, through a mapping of that region
+// alone. A descriptor forged longer is not served from the mapping but refused by the owner; a
+// registered region relabelled as mappable is not mapped; deregistration takes the mapping
+// back. Over messages (the same-host path off) the same descriptors move the same bytes.
+TEST_P(TransportAttack, AMappedRegionReachesItselfAloneAndIsTakenBackOnDeregister) {
+  const bool messages = absl::EndsWith(GetParam(), "+messages");
+  auto reader = Reader(key_);
+  ASSERT_NE(reader, nullptr);
+  std::vector<unsigned char> local(4 * kUnit, 0);
+  auto mine = reader->Register(local.data(), local.size());
+  ASSERT_TRUE(mine.ok());
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_EQ(owner_->Ask("fill-alloc"), "ok");
+
+  auto read = reader->Read(*conn, *mine, 0, owner_->allocated, 0, kUnit);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(read->path(), messages ? TransferPath::kFabric : TransferPath::kSameHost);
+  EXPECT_EQ(std::string(local.begin(), local.begin() + kUnit), std::string(kUnit, 'C'));
+  if (!messages) {  // mapped: a read needs nothing of the owner's process, even stopped
+    ASSERT_EQ(kill(owner_->pid, SIGSTOP), 0);
+    const absl::Status stopped = Done(reader->Read(*conn, *mine, 0, owner_->allocated, 0, kUnit));
+    kill(owner_->pid, SIGCONT);
+    EXPECT_TRUE(stopped.ok()) << stopped;
+  }
+  // A write lands in the owner's memory, as its own fingerprint of the region says.
+  std::fill(local.begin(), local.begin() + kUnit, 'w');
+  ASSERT_TRUE(Done(reader->Write(*conn, *mine, 0, owner_->allocated, 0, kUnit)).ok());
+  EXPECT_EQ(owner_->Ask("alloc"), absl::StrCat("alloc ", Fnv(local.data(), kUnit)));
+
+  // Longer than the region, in the envelope and the plugin's bytes: refused, never served from
+  // a mapping of the region alone.
+  const std::string longer = Forge(owner_->allocated, [](DescriptorInfo& i, Payload& p) {
+    i.length = 2 * kUnit, p.Set64(24, 2 * kUnit);
+  });
+  ASSERT_FALSE(longer.empty());
+  std::fill(local.begin(), local.end(), 0);
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{0, 2 * kUnit}, {kUnit, kUnit}}) {
+    EXPECT_TRUE(
+        absl::IsInvalidArgument(Done(reader->Read(*conn, *mine, 0, longer, offset, length))));
+    EXPECT_TRUE(
+        absl::IsInvalidArgument(Done(reader->Write(*conn, *mine, 0, longer, offset, length))));
+  }
+  EXPECT_FALSE(HoldsCanary(local));
+  // A registered region (B, between guard pages) relabelled as mappable host memory: the owner
+  // maps nothing of it, and serves it within its bounds.
+  const std::string mappable_b =
+      Forge(owner_->b, [](DescriptorInfo&, Payload& p) { p.bytes[6] = 1 | 4; });
+  ASSERT_FALSE(mappable_b.empty());
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, mappable_b, 0, kUnit)).ok());
+  EXPECT_EQ(local[0], 'B');
+  EXPECT_TRUE(absl::IsInvalidArgument(Done(reader->Read(*conn, *mine, 0, mappable_b, kUnit, 1))));
+
+  // Deregistered while mapped here: the owner takes the mapping back within the peer timeout,
+  // and the region is stale from then on.
+  const absl::Time asked = absl::Now();
+  ASSERT_EQ(owner_->Ask("dereg-alloc"), "ok");
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
+  EXPECT_TRUE(IsStale(Done(reader->Read(*conn, *mine, 0, owner_->allocated, 0, kUnit))));
+  EXPECT_TRUE(IsStale(Done(reader->Write(*conn, *mine, 0, owner_->allocated, 0, kUnit))));
+  ExpectOwnerUnharmed();
+  EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
+}
+
 // A reader that names memory it does not have (its own mistake, or a lie about where the bytes
 // should go): the owner on this host copies nothing elsewhere, the reader hears an error, and
 // both go on. Over messages UCX itself would write into the reader's unmapped page.
@@ -272,7 +345,8 @@ TEST_P(TransportAttack, AReaderNamingMemoryItDoesNotHaveGetsAnErrorAndTheOwnerSe
     EXPECT_TRUE(absl::IsInternal(s)) << (write ? "write: " : "read: ") << s;
   }
   // A batch the owner copies in one call: the entries checked one by one (past B's end, by a
-  // descriptor forged longer, is refused alone), the copy into memory the reader does not have failing those it carried.
+  // descriptor forged longer, is refused alone), the copy into memory the reader does not have
+  // failing those it carried.
   const std::string longer = Forge(owner_->b, [](DescriptorInfo& i, Payload& p) {
     i.length = 2 * kUnit, p.Set64(24, 2 * kUnit);
   });

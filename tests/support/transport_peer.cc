@@ -8,6 +8,9 @@
 //     canary's address and A's address (hex). Then answers commands on stdin:
 //       check      -> "canary ok|changed a <fnv> b <fnv>"
 //       dereg-a    -> "ok" once A is deregistered
+//       fill-alloc -> "ok" once the allocated region holds 'C' throughout
+//       alloc      -> "alloc <fnv>" of the allocated region
+//       dereg-alloc -> "ok" once the allocated region is deregistered
 //     and exits 0 at end of input.
 //
 //   rayaccel_transport_peer cuda-reader IN KEY_FILE PEER_TIMEOUT_MS [CONFIG=VALUE...]
@@ -105,6 +108,14 @@ int Owner(const std::string& out, const std::string& key_file, int timeout_ms) {
                 << Fnv(b, kUnit) << std::endl;
     } else if (line == "dereg-a") {
       absl::Status s = (*t)->Deregister(*ra);
+      std::cout << (s.ok() ? "ok" : s.ToString()) << std::endl;
+    } else if (line == "fill-alloc") {
+      std::memset(alloc->data, 'C', kUnit);
+      std::cout << "ok" << std::endl;
+    } else if (line == "alloc") {
+      std::cout << "alloc " << Fnv(static_cast<unsigned char*>(alloc->data), kUnit) << std::endl;
+    } else if (line == "dereg-alloc") {
+      absl::Status s = (*t)->Deregister(alloc->region);
       std::cout << (s.ok() ? "ok" : s.ToString()) << std::endl;
     }
   }

@@ -4,8 +4,10 @@
 // and harms neither side.
 #include "same_host_copy.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -146,6 +149,116 @@ TEST(SameHostCopyEnabled, OnUnlessTheOperatorSaysOff) {
     EXPECT_TRUE(SameHostCopyEnabled()) << on;
   }
   unsetenv("RAYACCEL_TRANSPORT_SAME_HOST");
+}
+
+// A child that makes shared memory (or, `kind`, something posing as it), writes a pattern
+// into it, and tells the parent its descriptor and identity through a pipe; then waits.
+struct Offer {
+  pid_t pid = -1;
+  int fd = -1;
+  uint64_t device = 0, inode = 0, length = 0;
+  void* data = nullptr;  // in the child
+};
+
+enum class Kind { kShared, kUnsealed, kRegularFile };
+
+Offer OfferFromChild(Kind kind, uint64_t length) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    Offer o;
+    std::unique_ptr<SharedMemory> shared;
+    if (kind == Kind::kShared) {
+      std::string why;
+      shared = SharedMemory::Create(length, &why);
+      if (shared == nullptr) _exit(1);
+      o.fd = shared->fd();
+      o.data = shared->data();
+    } else {
+      char path[] = "/tmp/rayaccel-shared-XXXXXX";
+      o.fd = kind == Kind::kUnsealed ? memfd_create("unsealed", MFD_CLOEXEC) : mkstemp(path);
+      if (o.fd < 0 || ftruncate(o.fd, static_cast<off_t>(length)) != 0) _exit(1);
+      if (kind == Kind::kRegularFile) unlink(path);
+      o.data = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, o.fd, 0);
+    }
+    struct stat st {};
+    fstat(o.fd, &st);
+    o.pid = getpid();
+    o.device = st.st_dev;
+    o.inode = st.st_ino;
+    o.length = length;
+    std::memset(o.data, 'o', length);
+    (void)!write(pipefd[1], &o, sizeof(o));
+    while (true) pause();
+  }
+  close(pipefd[1]);
+  Offer o;
+  if (pid < 0 || read(pipefd[0], &o, sizeof(o)) != sizeof(o)) o.pid = -1;
+  close(pipefd[0]);
+  if (o.pid < 0 && pid > 0) Reap(pid);
+  return o;
+}
+
+TEST(SharedHostMemory, AReaderMapsTheOwnersSealedRegionAndSeesItsBytesBothWays) {
+  const uint64_t length = 1 << 20;
+  Offer o = OfferFromChild(Kind::kShared, length);
+  ASSERT_GT(o.pid, 0);
+  std::string why;
+  auto m = PeerMemory::Map(o.pid, o.fd, o.device, o.inode, length, &why);
+  ASSERT_NE(m, nullptr) << why;
+  ASSERT_EQ(m->length(), length);
+  EXPECT_EQ(std::string(m->data(), 16), std::string(16, 'o'));
+  EXPECT_EQ(m->data()[length - 1], 'o');
+  std::memset(m->data(), 'r', 8);  // the owner's memory: another mapping sees it
+  auto again = PeerMemory::Map(o.pid, o.fd, o.device, o.inode, length, &why);
+  ASSERT_NE(again, nullptr) << why;
+  EXPECT_EQ(std::string(again->data(), 9), "rrrrrrrro");
+  // The owner gone, the mapping still holds the pages: no fault in the reader.
+  Reap(o.pid);
+  EXPECT_EQ(m->data()[length - 1], 'o');
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device, o.inode, length, &why), nullptr);
+}
+
+TEST(SharedHostMemory, ANamedFileThatIsNotTheSealedRegionIsNotMapped) {
+  const uint64_t length = 64 << 10;
+  Offer o = OfferFromChild(Kind::kShared, length);
+  ASSERT_GT(o.pid, 0);
+  std::string why;
+  // Another identity (a pid that names another process's descriptor), another length, a
+  // descriptor the owner does not have, no process at all.
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device, o.inode + 1, length, &why), nullptr);
+  EXPECT_NE(why.find("not the memory it named"), std::string::npos) << why;
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device + 1, o.inode, length, &why), nullptr);
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device, o.inode, length * 2, &why), nullptr);
+  EXPECT_NE(why.find("not sealed at the region's length"), std::string::npos) << why;
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device, o.inode, length / 2, &why), nullptr);
+  EXPECT_EQ(PeerMemory::Map(o.pid, 999, o.device, o.inode, length, &why), nullptr);
+  EXPECT_EQ(PeerMemory::Map(0, o.fd, o.device, o.inode, length, &why), nullptr);
+  EXPECT_EQ(PeerMemory::Map(o.pid, o.fd, o.device, o.inode, 0, &why), nullptr);
+  Reap(o.pid);
+
+  // Memory an owner could shrink under the reader's mapping (a fault there would kill the
+  // reader): an unsealed memfd, a plain file.
+  for (Kind kind : {Kind::kUnsealed, Kind::kRegularFile}) {
+    Offer u = OfferFromChild(kind, length);
+    ASSERT_GT(u.pid, 0);
+    EXPECT_EQ(PeerMemory::Map(u.pid, u.fd, u.device, u.inode, length, &why), nullptr);
+    EXPECT_NE(why.find("not sealed"), std::string::npos) << why;
+    Reap(u.pid);
+  }
+}
+
+TEST(SharedHostMemory, TheOwnersRegionCanNeitherShrinkNorGrow) {
+  std::string why;
+  auto s = SharedMemory::Create(8192, &why);
+  ASSERT_NE(s, nullptr) << why;
+  EXPECT_NE(ftruncate(s->fd(), 4096), 0);
+  EXPECT_NE(ftruncate(s->fd(), 16384), 0);
+  EXPECT_NE(fcntl(s->fd(), F_ADD_SEALS, 0), 0) << "the seals are sealed";
+  static_cast<char*>(s->data())[8191] = 1;
+  EXPECT_EQ(SharedMemory::Create(0, &why), nullptr);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "common/ucx/links.h"
+#include "common/ucx/mappings.h"
 #include "common/ucx/memory.h"
 #include "common/ucx/messages.h"
+#include "common/ucx/progress.h"
 #include "common/ucx/requests.h"
 #include "common/ucx/transfer.h"
 
@@ -32,6 +34,14 @@ struct ChunkItem {
 // transfer, so flushes and notifications wait for it. Caller holds mu.
 static void StartChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
                              const std::vector<ChunkItem>& items, bool copied) {
+  if (c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {  // lost while issuing
+    for (const ChunkItem& i : items) {
+      SetEntry(batch, i.entry,
+               c->failure != RAYACCEL_STATUS_OK ? c->failure : RAYACCEL_STATUS_PEER_LOST,
+               c->failure != RAYACCEL_STATUS_OK ? c->failure_text : "the connection was lost");
+    }
+    return;
+  }
   auto* r = new Request();
   r->endpoint = ep;
   r->connection = c;
@@ -139,8 +149,13 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     batch->held = true;  // until this call has issued every entry
     // Device memory on either side goes as a transfer of its own does (staged or mapped).
     auto alone = [&](uint32_t i) {
-      return Of(a->entries[i].local)->staged ||
-             (remotes[i].flags & (kMappable | kStagedByOwner)) != 0;
+      return Of(a->entries[i].local)->staged || (remotes[i].flags & kStagedByOwner) != 0 ||
+             ((remotes[i].flags & kMappable) != 0 && !HostMapped(remotes[i]));
+    };
+    // Host memory the owner on this host shares: copied here, within the call.
+    auto mapped = [&](uint32_t i) {
+      return c->same_host && HostMapped(remotes[i]) &&
+             MayMap(ep, Of(a->entries[i].local), remotes[i]);
     };
     std::vector<uint32_t> own;
     {
@@ -170,6 +185,26 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         const rayaccel_transfer_entry& e = a->entries[i];
         if (alone(i)) {
           own.push_back(i);
+          continue;
+        }
+        if (mapped(i) && c->failure == RAYACCEL_STATUS_OK) {
+          rayaccel_status st = RAYACCEL_STATUS_OK;
+          std::string why;
+          if (Mapping* m = MappingFor(ep, c, remotes[i], &st, &why)) {
+            CopyHost(a->op, static_cast<char*>(Of(e.local)->base) + e.local_offset,
+                     static_cast<char*>(m->base) + e.remote_offset, e.length);
+            m->users--;
+            if (m->revoked) ReleaseMapping(ep, c, remotes[i].id);
+            a->paths[i] = RAYACCEL_PATH_SAME_HOST;
+            continue;
+          }
+          if (st != RAYACCEL_STATUS_OK) {
+            SetEntry(batch, i, st, why);
+            continue;
+          }
+        }
+        if (c->failure != RAYACCEL_STATUS_OK) {  // lost while mapping
+          SetEntry(batch, i, c->failure, c->failure_text);
           continue;
         }
         // Host memory of a reader the owner copies for: a system call per chunk; an entry of

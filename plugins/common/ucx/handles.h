@@ -140,9 +140,11 @@ struct Region : rayaccel_memory_region {
   bool owned = false;
   uint32_t device = 0;
   bool host = false;  // host memory: an owner on this host may copy to or from it directly
-  // What a reader on this host maps the region with (DeviceMemoryOps::Export): set for a staged
-  // region that is one whole allocation; empty: the region is staged for every reader.
+  // What a reader on this host maps the region with: for a staged region that is one whole
+  // allocation, the driver's handle (DeviceMemoryOps::Export); for host memory the helper
+  // allocated, its memfd's (`shared`). Empty: not mapped by readers.
   std::string ipc_handle;
+  std::unique_ptr<SharedMemory> shared;  // host memory readers on this host map (same_host_copy.h)
 };
 
 // This endpoint's UCX endpoints to one remote endpoint, shared by every connection between
@@ -178,10 +180,11 @@ struct Mapping {
   std::string handle;
   uint32_t device = 0;  // the owner's device (the plugin's index, host-wide)
   uint64_t length = 0;
-  void* base = nullptr;  // kMapped
-  int users = 0;         // copies running outside the lock
-  bool revoked = false;  // the owner asked for it back, or the connection failed
-  bool confirm = false;  // tell the owner once closed
+  void* base = nullptr;              // kMapped
+  std::unique_ptr<PeerMemory> host;  // kMapped host memory: the owner's SharedMemory
+  int users = 0;                     // copies running outside the lock
+  bool revoked = false;              // the owner asked for it back, or the connection failed
+  bool confirm = false;              // tell the owner once closed
 };
 
 struct Connection : rayaccel_connection {
@@ -207,6 +210,7 @@ struct Connection : rayaccel_connection {
   // it reads these bytes here. Kept for the connection's life.
   Mac same_host_proof{};
   bool same_host = false;  // the owner's welcome: it copies host memory to and from this process
+  pid_t owner_pid = 0;     // the owner's process, as its welcome says (a same-host owner's)
 };
 
 struct Endpoint : rayaccel_transport_endpoint {

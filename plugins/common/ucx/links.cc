@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "common/ucx/device_ipc.h"
+#include "common/ucx/mappings.h"
 #include "common/ucx/messages.h"
 #include "common/ucx/requests.h"
 

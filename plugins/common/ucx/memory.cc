@@ -8,8 +8,8 @@
 #include <thread>
 #include <utility>
 
-#include "common/ucx/device_ipc.h"
 #include "common/ucx/links.h"
+#include "common/ucx/mappings.h"
 #include "common/ucx/progress.h"
 
 namespace rayaccel::plugin::ucx {
@@ -28,6 +28,7 @@ void UnmapRegion(Ep* ep, Region* region) {
       memh = nullptr;
     }
   }
+  region->shared.reset();  // readers on this host that still map it keep only its pages
 }
 
 static ucs_memory_type_t UcsType(DeviceMemory m) {
@@ -61,6 +62,24 @@ static void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region
   w.U64(ep->uuid).U64(region->id).U64(args->length);
   region->descriptor = std::move(w.str());
   args->region = region.release();
+}
+
+// Host memory the helper allocates comes from a sealed memfd that readers on this host map
+// (same_host_copy.h): a transfer between them is then a memcpy. Where there is no memfd, UCX
+// allocates it as before.
+static void ShareWithThisHost(Ep* ep, Region* region, rayaccel_register_args* args) {
+  std::string why;
+  region->shared = SharedMemory::Create(args->length, &why);
+  if (region->shared == nullptr) {
+    LogTo(ep, RAYACCEL_LOG_DEBUG, "host memory not shared with readers on this host: " + why);
+    return;
+  }
+  args->address = region->shared->data();
+  Writer w;
+  w.U32(static_cast<uint32_t>(region->shared->fd()))
+      .U64(region->shared->device())
+      .U64(region->shared->inode());
+  region->ipc_handle = std::move(w.str());
 }
 
 // Device memory UCX cannot reach, which the plugin's driver copies through host memory: the
@@ -125,6 +144,7 @@ rayaccel_status RegisterMemory(rayaccel_register_args* args, rayaccel_error* err
     auto region = std::make_unique<Region>();
     region->endpoint = ep;
     region->host = type == UCS_MEMORY_TYPE_HOST;
+    if (region->host && allocate && ep->same_host_copy) ShareWithThisHost(ep, region.get(), args);
     // Mapped on each fabric; with ALLOCATE, the first fabric allocates and the other maps that.
     for (Ep::Fabric& f : ep->fabrics) {
       if (f.context == nullptr) continue;

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-#include "common/ucx/device_ipc.h"
 #include "common/ucx/links.h"
+#include "common/ucx/mappings.h"
 #include "common/ucx/owner.h"
 #include "common/ucx/requests.h"
 
@@ -190,6 +190,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       c->may_map = n > 0 && pid != getpid() && !BootId().empty() &&
                    std::string_view(reinterpret_cast<const char*>(boot), n) == BootId();
       c->same_host = c->may_map && same_host == 1 && ep->same_host_copy;
+      c->owner_pid = c->may_map ? pid : 0;
       c->state = Conn::State::kWelcomed;
       c->last_heard = Clock::now();
       return UCS_OK;
@@ -244,7 +245,10 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       p->deadline = PeerDeadline(ep);
       Region* r = nullptr;
       rayaccel_status status = ep->regions.Find(region, &r);
-      if (status == RAYACCEL_STATUS_OK && r->ipc_handle.empty()) {
+      // Host memory only to a reader proven to be on this host (same_host_copy.h), which could
+      // reach this process's memory anyway.
+      if (status == RAYACCEL_STATUS_OK &&
+          (r->ipc_handle.empty() || (r->shared != nullptr && p->process == nullptr))) {
         status = RAYACCEL_STATUS_UNSUPPORTED;
       }
       Writer w;

@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "common/ucx/device_ipc.h"
 #include "common/ucx/links.h"
+#include "common/ucx/mappings.h"
 #include "common/ucx/memory.h"
 #include "common/ucx/progress.h"
 #include "common/ucx/requests.h"
@@ -162,21 +162,26 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
         a->length > remote.length - a->remote_offset) {
       return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "the range lies outside a region");
     }
-    // The owner's device memory, on this host: mapped and copied on the device.
-    if ((remote.flags & kMappable) != 0 && ep->options.device_ops != nullptr) {
+    // The owner's memory, on this host: mapped and copied here (a device's, or host memory the
+    // owner's helper allocated).
+    if (MayMap(ep, Of(a->local), remote)) {
       Mapping* m = nullptr;
       rayaccel_status st = RAYACCEL_STATUS_OK;
       std::string why;
       {
         std::lock_guard<std::mutex> lock(ep->mu);
-        // What the owner already sent is read first: a mapping it revoked is not used.
-        Progress(ep);
+        // What the owner already sent is read first: a device mapping it revoked is not used. A
+        // host mapping needs no such care: the owner's memory stays until the reader says it
+        // closed the mapping, and what it frees then is no longer the owner's.
+        if (!HostMapped(remote)) Progress(ep);
         if (c->failure != RAYACCEL_STATUS_OK) return Fail(error, c->failure, c->failure_text);
         if (remote.owner != c->peer_uuid) {
           return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
                       "the descriptor belongs to another peer than this connection's");
         }
-        if (c->may_map) m = MappingFor(ep, c, remote, &st, &why);
+        if (c->may_map && (!HostMapped(remote) || c->same_host)) {
+          m = MappingFor(ep, c, remote, &st, &why);
+        }
       }
       if (st != RAYACCEL_STATUS_OK) return Fail(error, st, why);
       if (m != nullptr) return CopyMapped(ep, c, a, remote.id, m, error);

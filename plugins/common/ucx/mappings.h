@@ -1,7 +1,8 @@
-// Device memory mapped between two processes of one host (DeviceMemoryOps::Export/Import):
-// the reader's mappings, and the owner asking them back before a region goes.
-#ifndef RAYACCEL_PLUGINS_COMMON_UCX_DEVICE_IPC_H_
-#define RAYACCEL_PLUGINS_COMMON_UCX_DEVICE_IPC_H_
+// Memory mapped between two processes of one host: device memory (DeviceMemoryOps::Export and
+// Import) and host memory the helper allocated (SharedMemory, same_host_copy.h). The reader's
+// mappings, and the owner asking them back before a region goes.
+#ifndef RAYACCEL_PLUGINS_COMMON_UCX_MAPPINGS_H_
+#define RAYACCEL_PLUGINS_COMMON_UCX_MAPPINGS_H_
 
 #include "common/ucx/handles.h"
 
@@ -31,6 +32,21 @@ Mapping* MappingFor(Ep* ep, Conn* c, const RemoteRegion& remote, rayaccel_status
 rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t region, Mapping* m,
                            rayaccel_error* error);
 
+// A transfer's bytes between this process's host memory and a peer's mapped host memory.
+void CopyHost(rayaccel_transfer_op op, char* mine, char* theirs, uint64_t length);
+
+// Whether the owner maps `remote` for its readers on this host: host memory its helper allocated.
+inline bool HostMapped(const RemoteRegion& remote) {
+  return (remote.flags & (kMappable | kHostMemory)) == (kMappable | kHostMemory);
+}
+
+// Whether a transfer between `local` and `remote` may go through a mapping: the owner's device
+// memory (this plugin's driver maps it), or its shared host memory into host memory here.
+inline bool MayMap(const Ep* ep, const Region* local, const RemoteRegion& remote) {
+  if ((remote.flags & kMappable) == 0) return false;
+  return HostMapped(remote) ? local->host && !local->staged : ep->options.device_ops != nullptr;
+}
+
 }  // namespace rayaccel::plugin::ucx
 
-#endif  // RAYACCEL_PLUGINS_COMMON_UCX_DEVICE_IPC_H_
+#endif  // RAYACCEL_PLUGINS_COMMON_UCX_MAPPINGS_H_

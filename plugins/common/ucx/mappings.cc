@@ -1,7 +1,9 @@
-// Device memory mapped between two processes of one host (DeviceMemoryOps::Export/Import):
-// the reader's mappings, and the owner asking them back before a region goes.
-#include "common/ucx/device_ipc.h"
+// Memory mapped between two processes of one host: device memory (DeviceMemoryOps::Export and
+// Import) and host memory the helper allocated (SharedMemory, same_host_copy.h). The reader's
+// mappings, and the owner asking them back before a region goes.
+#include "common/ucx/mappings.h"
 
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,12 +16,40 @@
 
 namespace rayaccel::plugin::ucx {
 
+// Maps the owner's shared host memory its reply names (the memfd's descriptor in the owner and
+// its identity): the owner is the process of its welcome, on this host.
+static rayaccel_status MapHostMemory(const Conn* c, Mapping* m, std::string* why) {
+  Reader in(m->handle.data(), m->handle.size());
+  const auto fd = static_cast<int>(in.U32());
+  const uint64_t device = in.U64(), inode = in.U64();
+  if (!in.at_end() || !c->same_host) {
+    *why = "not a host memory handle of an owner on this host";
+    return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  }
+  m->host = PeerMemory::Map(c->owner_pid, fd, device, inode, m->length, why);
+  if (m->host == nullptr) return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  m->base = m->host->data();
+  return RAYACCEL_STATUS_OK;
+}
+
+void CopyHost(rayaccel_transfer_op op, char* mine, char* theirs, uint64_t length) {
+  if (op == RAYACCEL_TRANSFER_READ) {
+    std::memcpy(mine, theirs, length);
+  } else {
+    std::memcpy(theirs, mine, length);
+  }
+}
+
 void ReleaseMapping(Ep* ep, Conn* c, uint64_t region) {
   auto it = c->mappings.find(region);
   if (it == c->mappings.end()) return;
   Mapping& m = it->second;
   if (m.state == Mapping::State::kAsked || m.users > 0) return;
-  if (m.state == Mapping::State::kMapped) ep->options.device_ops->Unimport(m.base, m.device);
+  if (m.state == Mapping::State::kMapped && m.host != nullptr) {
+    m.host.reset();
+  } else if (m.state == Mapping::State::kMapped) {
+    ep->options.device_ops->Unimport(m.base, m.device);
+  }
   if (m.confirm) {
     Writer w;
     w.U64(ep->uuid).U64(c->token).U64(region);
@@ -92,14 +122,17 @@ Mapping* MappingFor(Ep* ep, Conn* c, const RemoteRegion& remote, rayaccel_status
     }
     if (m->answer != RAYACCEL_STATUS_OK) return nullptr;  // staged: the owner does not map it
     std::string refused;
-    rayaccel_status st =
-        m->length == remote.length
-            ? ep->options.device_ops->Import(m->handle, m->device, m->length, &m->base, &refused)
-            : RAYACCEL_STATUS_INVALID_ARGUMENT;
+    rayaccel_status st = RAYACCEL_STATUS_INVALID_ARGUMENT;
+    if (m->length != remote.length) {
+      refused = "the owner's region and descriptor differ";
+    } else if ((remote.flags & kHostMemory) != 0) {
+      st = MapHostMemory(c, m, &refused);
+    } else {
+      st = ep->options.device_ops->Import(m->handle, m->device, m->length, &m->base, &refused);
+    }
     if (st != RAYACCEL_STATUS_OK) {
-      if (m->length != remote.length) refused = "the owner's region and descriptor differ";
       LogTo(ep, RAYACCEL_LOG_INFO,
-            "cannot map a peer's device memory (" + refused + "); staging it instead");
+            "cannot map a peer's memory (" + refused + "); the owner serves it instead");
       // Staged from now on; the owner hears that this reader holds no mapping.
       Writer w;
       w.U64(ep->uuid).U64(c->token).U64(remote.id);
@@ -128,9 +161,14 @@ rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t 
   char* mine = static_cast<char*>(Of(a->local)->base) + a->local_offset;
   char* theirs = static_cast<char*>(m->base) + a->remote_offset;
   std::string why;
-  rayaccel_status st = a->op == RAYACCEL_TRANSFER_READ
-                           ? ep->options.device_ops->Copy(mine, theirs, a->length, m->device, &why)
-                           : ep->options.device_ops->Copy(theirs, mine, a->length, m->device, &why);
+  rayaccel_status st = RAYACCEL_STATUS_OK;
+  if (m->host != nullptr) {
+    CopyHost(a->op, mine, theirs, a->length);
+  } else {
+    st = a->op == RAYACCEL_TRANSFER_READ
+             ? ep->options.device_ops->Copy(mine, theirs, a->length, m->device, &why)
+             : ep->options.device_ops->Copy(theirs, mine, a->length, m->device, &why);
+  }
   {
     std::lock_guard<std::mutex> lock(ep->mu);
     m->users--;
@@ -141,7 +179,9 @@ rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t 
                 "device to device: " + why);
   }
   a->request = nullptr;
-  if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_DEVICE_IPC;
+  if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
+    a->path = m->host != nullptr ? RAYACCEL_PATH_SAME_HOST : RAYACCEL_PATH_DEVICE_IPC;
+  }
   return RAYACCEL_STATUS_OK;
 }
 
