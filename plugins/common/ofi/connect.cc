@@ -135,6 +135,17 @@ rayaccel_status Close(rayaccel_connection* handle, rayaccel_error* error) {
   return Guard(error, [&] {
     Endpoint* ep = c->endpoint;
     std::unique_lock<std::mutex> lock(ep->mu);
+    // What is in flight finishes first, within the peer timeout, as the UCX helper's close: a
+    // READ cut off here would leave the owner's provider sending its reply from the owner's
+    // memory after both sides let go of it (found under ASan: libfabric's tcp provider read a
+    // region freed after its reader closed mid-READ).
+    const auto finish_by = Clock::now() + PeerTimeout(ep);
+    while (c->failure == RAYACCEL_STATUS_OK && !c->transfers.empty() && Clock::now() < finish_by) {
+      ProgressAll(ep);
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
     if (c->channel != nullptr && c->state == Connection::State::kWelcomed) {
       SendOn(ep, c->channel.get(), Header(kBye, c->token));
       ProgressChannel(ep, c->channel.get());
