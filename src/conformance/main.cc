@@ -3,9 +3,11 @@
 //                                [--perf [--baseline REPORT.json] [--tolerance FACTOR]]
 //                                [--only PREFIX[,PREFIX...]]
 // rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [...]
+// rayaccel-conformance --list-checks=markdown
 //
 // --replay checks a captured plugin's answers (docs/capture.md) through the replay plugin
-// installed in ../lib/rayaccel/replay/ next to this program.
+// installed in ../lib/rayaccel/replay/ next to this program. --list-checks=markdown prints the
+// table of the checks that docs/conformance.md shows, and runs nothing.
 //
 // Runs every check of the suite as a GoogleTest test (so --junit is GoogleTest's JUnit XML),
 // prints a summary (or JSON) and the tier the plugin reaches. --perf adds tier 4's figures
@@ -52,7 +54,8 @@ constexpr char kUsage[] =
     "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n"
     "                            [--perf [--baseline REPORT.json] [--tolerance FACTOR]]\n"
     "                            [--only PREFIX[,PREFIX...]]\n"
-    "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n";
+    "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n"
+    "       rayaccel-conformance --list-checks=markdown\n";
 
 struct Result {
   const Check* check;
@@ -160,7 +163,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   CommandLine line;
-  std::string wanted, tolerance, timeout;
+  std::string wanted, tolerance, timeout, list_checks;
   std::vector<std::string> configs, only_lists, positionals;
   line.Flag("--json", &json);
   line.Flag("--expect-no-devices", &options.expect_no_devices);
@@ -174,8 +177,14 @@ int Run(int argc, char** argv) {
   line.Value("--replay", &replay, "--replay needs a capture bundle");
   line.Value("--junit", &junit, "--junit needs a file");
   line.Value("--timeout", &timeout, "--timeout needs seconds");
+  line.Value("--list-checks", &list_checks, "--list-checks is markdown");
   line.Positionals(&positionals);
   if (std::optional<std::string> problem = line.Parse(argc, argv, 1)) return Usage(*problem);
+  if (line.Given("--list-checks")) {
+    if (list_checks != "markdown") return Usage(line.Needs("--list-checks"));
+    std::fputs(ChecksMarkdown(AllChecks()).c_str(), stdout);
+    return 0;
+  }
   for (const std::string& v : configs) {
     if (v.find('=') == std::string::npos) return Usage(line.Needs("--config"));
     std::string key = v.substr(0, v.find('='));

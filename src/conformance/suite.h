@@ -1,7 +1,8 @@
 // The conformance suite: checks one plugin .so against the ABI's promises and assigns a
 // maturity tier. Every check loads the plugin in a child process of its own, so a plugin that
 // crashes, aborts, hangs or writes to stdout fails that check and nothing else.
-// The checks, their tiers and the reason for each are in docs/conformance.md.
+// The checks are listed in checks.cc, with their tiers and what each proves: docs/conformance.md's
+// table of the checks is generated from that list (--list-checks=markdown).
 #ifndef RAYACCEL_CONFORMANCE_SUITE_H_
 #define RAYACCEL_CONFORMANCE_SUITE_H_
 
@@ -45,10 +46,15 @@ struct Outcome {
 struct Check {
   std::string name;  // "discovery.ids_stable"
   int tier = 1;      // 1 discoverable, 2 schedulable, 3 transport, 4 measured
-  std::string why;   // one line: the promise it checks
+  std::string why;   // one line: the promise it checks (--json's checks[].why)
   // A skip counts as passing for the tier (a hook the plugin need not have).
   bool skip_passes = true;
   std::function<Outcome(const Options&)> run;
+  // What a pass proves, and why it matters, for the vendor who reads docs/conformance.md.
+  std::string proves;
+  // The fix a failure's message leads with ("copy the configuration in initialize"); empty
+  // where the check's failures have no single fix (the table then leaves it out: hence = "").
+  std::string fix = "";
   // When this check fails, the checks after it cannot run (the plugin does not load): they are
   // not run, and the failure is reported once.
   bool gates = false;
@@ -57,6 +63,10 @@ struct Check {
 const std::vector<Check>& AllChecks();
 
 const char* TierName(int tier);  // "discoverable", "schedulable", "transport", "measured"
+
+// The checks as a Markdown table, one row each: | check | tier | skip passes | what it proves |
+// fix it leads with |. docs/conformance.md carries it between its "checks" markers.
+std::string ChecksMarkdown(const std::vector<Check>& checks);
 
 // Whether `now` regressed past `factor` against `baseline` (a figure of the same name): the
 // reason, or empty. Times also need to be worse by 50 us, so that noise on a figure of a few

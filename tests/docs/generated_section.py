@@ -27,8 +27,8 @@ def main(argv):
     begin = [i for i, line in enumerate(lines) if line.startswith(f"<!-- {name}: begin")]
     end = [i for i, line in enumerate(lines) if line.rstrip("\n") == f"<!-- {name}: end -->"]
     if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
-        sys.exit(f"{doc}: no one section between `<!-- {name}: begin ... -->` and "
-                 f"`<!-- {name}: end -->`")
+        sys.exit(f"{doc}: {len(begin)} `<!-- {name}: begin ... -->` and {len(end)} "
+                 f"`<!-- {name}: end -->` markers, not one of each in that order")
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"{shlex.join(command)} failed (exit status {run.returncode}):\n{run.stderr}")
