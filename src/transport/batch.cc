@@ -10,11 +10,8 @@
 
 namespace rayaccel {
 
-using transport::EntryText;
 using transport::kUnreported;
 using transport::PathOf;
-using transport::StatusFor;
-using transport::ToStatus;
 
 absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
     TransferOp op, ConnectionId connection, const std::vector<TransferEntry>& entries) const {

@@ -11,7 +11,6 @@ namespace rayaccel {
 using transport::EntryText;
 using transport::kUnreported;
 using transport::Millis;
-using transport::PathOf;
 using transport::StatusFor;
 using transport::ToStatus;
 

@@ -21,8 +21,6 @@ namespace rayaccel {
 using transport::Collect;
 using transport::Millis;
 using transport::PathOf;
-using transport::StatusFor;
-using transport::ToStatus;
 
 // --- Transport
 
@@ -342,7 +340,8 @@ TransportStats Transport::Stats() const {
   {
     std::lock_guard<std::mutex> lock(impl_->counters->mu);
     const transport::Counters& c = *impl_->counters;
-    std::copy(&c.transfers[0][0], &c.transfers[0][0] + 2 * kTransferPaths, &out.transfers[0][0]);
+    std::copy(&c.transfers[0][0], &c.transfers[0][0] + size_t{2} * kTransferPaths,
+              &out.transfers[0][0]);
     out.latency[0] = c.latency[0];
     out.latency[1] = c.latency[1];
     out.connections_opened = c.connections_opened;

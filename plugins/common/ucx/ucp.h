@@ -11,29 +11,28 @@
 
 namespace rayaccel::plugin::ucx {
 
-#define RAYACCEL_UCP_FUNCTIONS(X)                                              \
-  X(ucp_config_read)                                                           \
-  X(ucp_config_modify)                                                         \
-  X(ucp_config_release)                                                        \
-  X(ucp_init_version)                                                          \
-  X(ucp_cleanup)                                                               \
-  X(ucp_context_query)                                                         \
-  X(ucp_worker_create)                                                         \
-  X(ucp_worker_destroy)                                                        \
-  X(ucp_worker_get_address)                                                    \
-  X(ucp_worker_release_address)                                                \
-  X(ucp_worker_progress)                                                       \
-  X(ucp_worker_set_am_recv_handler)                                            \
-  X(ucp_ep_create)                                                             \
-  X(ucp_ep_close_nbx)                                                          \
-  X(ucp_ep_flush_nbx)                                                          \
-  X(ucp_mem_map)                                                               \
-  X(ucp_mem_unmap)                                                             \
-  X(ucp_am_send_nbx)                                                           \
-  X(ucp_am_recv_data_nbx)                                                      \
-  X(ucp_request_check_status)                                                  \
-  X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) \
-      X(ucs_status_string)
+#define RAYACCEL_UCP_FUNCTIONS(X)   \
+  X(ucp_config_read)                \
+  X(ucp_config_modify)              \
+  X(ucp_config_release)             \
+  X(ucp_init_version)               \
+  X(ucp_cleanup)                    \
+  X(ucp_context_query)              \
+  X(ucp_worker_create)              \
+  X(ucp_worker_destroy)             \
+  X(ucp_worker_get_address)         \
+  X(ucp_worker_release_address)     \
+  X(ucp_worker_progress)            \
+  X(ucp_worker_set_am_recv_handler) \
+  X(ucp_ep_create)                  \
+  X(ucp_ep_close_nbx)               \
+  X(ucp_ep_flush_nbx)               \
+  X(ucp_mem_map)                    \
+  X(ucp_mem_unmap)                  \
+  X(ucp_am_send_nbx)                \
+  X(ucp_am_recv_data_nbx)           \
+  X(ucp_request_check_status)       \
+  X(ucp_request_free) X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_mem_query) X(ucs_status_string)
 
 struct Ucp {
 #define RAYACCEL_UCP_MEMBER(f) decltype(&::f) f = nullptr;
