@@ -184,9 +184,10 @@ rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t 
                            rayaccel_error* error) {
   char* mine = static_cast<char*>(Of(a->local)->base) + a->local_offset;
   char* theirs = static_cast<char*>(m->base) + a->remote_offset;
+  const bool host = m->host != nullptr;  // `m` may be gone once released below
   std::string why;
   rayaccel_status st = RAYACCEL_STATUS_OK;
-  if (m->host != nullptr) {
+  if (host) {
     CopyHost(a->op, mine, theirs, a->length);
   } else {
     st = a->op == RAYACCEL_TRANSFER_READ
@@ -204,7 +205,7 @@ rayaccel_status CopyMapped(Ep* ep, Conn* c, rayaccel_transfer_args* a, uint64_t 
   }
   a->request = nullptr;
   if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
-    a->path = m->host != nullptr ? RAYACCEL_PATH_SAME_HOST : RAYACCEL_PATH_DEVICE_IPC;
+    a->path = host ? RAYACCEL_PATH_SAME_HOST : RAYACCEL_PATH_DEVICE_IPC;
   }
   return RAYACCEL_STATUS_OK;
 }
