@@ -5,6 +5,9 @@ Ray's NIXL transport (its UCX backend), as ratios in one run.
 
     build/venv/bin/python bench/ray_rdt.py [--sizes 1MiB,64MiB,256MiB] [--iters 5]
 
+Ray's NIXL transport needs torch 2 and the `nixl` package, which the build's environment lacks:
+docs/performance.md ("Ray Direct Transport in Ray") has the environment that runs its column.
+
 Each figure is the median wall time of `ray.get(sink.consume.remote(source.make.remote()))`
 after one warm-up: the producer's method, the move, and a consumer that touches one byte.
 The tensor is made once per actor and returned again (no allocation in the loop)."""
