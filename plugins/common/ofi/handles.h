@@ -1,6 +1,6 @@
 // The libfabric helper's handles: operations, channels, regions, requests, connections (the
 // reader's side), peers (the owner's side) and the endpoint. Every field is guarded by the
-// endpoint's `mu`.
+// endpoint's `mu`, but for the endpoint's atomic `stop`.
 #ifndef RAYACCEL_PLUGINS_COMMON_OFI_HANDLES_H_
 #define RAYACCEL_PLUGINS_COMMON_OFI_HANDLES_H_
 
