@@ -11,7 +11,6 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -12,7 +12,6 @@
 #include "common/ucx/mappings.h"
 #include "common/ucx/memory.h"
 #include "common/ucx/messages.h"
-#include "common/ucx/progress.h"
 #include "common/ucx/requests.h"
 #include "common/ucx/transfer.h"
 

@@ -6,12 +6,10 @@
 
 #include <ucp/api/ucp.h>
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
