@@ -2,8 +2,12 @@
 # Batched transfers (`rayaccel transfer --batch N`) against `ucx_perftest` with the same message
 # size and the same number of operations in flight (-O N): ucp_get for READ, ucp_put_bw for
 # WRITE, between two processes on this machine on the same UCX_TLS (without CMA, as rayaccel).
-# Prints bandwidth and transfers per second for each size and batch, and the ratios. A batch
-# whose bytes exceed 256 MiB is left out (the server's buffer holds one batch).
+# ucx_perftest repeats one buffer, which stays in the cache; so does rayaccel with
+# --same-range, and that pair gives the ratio. A batch of N different ranges, back to back
+# (rayaccel's default), moves N times the memory: it is set against the same copies made alone
+# (rayaccel_bench_copy), its floor where the bytes are a memcpy (shared host memory on one host).
+# Prints bandwidth for each size and batch, and the two ratios. A batch whose bytes exceed
+# 256 MiB is left out (the server's buffer holds one batch).
 # Usage: bench/compare_batches.sh [BUILD_DIR] [UCX_TLS]
 set -euo pipefail
 build=${1:-build}
@@ -30,37 +34,38 @@ rm -f "$tmp/token"
 "$cli" transfer --serve --size 256MiB --token-file "$tmp/token" > /dev/null 2>&1 &
 while [ ! -f "$tmp/token" ]; do sleep 0.05; done
 
-ours() {  # op size batch iters -> bytes/s transfers/s
+ours() {  # op size batch iters [--same-range] -> bytes/s
   "$cli" transfer --token-file "$tmp/token" --op "$1" --size "$2" --batch "$3" --iters "$4" \
-    --warmup 2 --json |
-    sed -E 's/.*"bandwidth_bytes_per_s": ([0-9.]+).*/\1/' |
-    awk -v s="$2" '{ printf "%.0f %.0f\n", $1, $1 / s }'
+    --warmup 2 --json ${5:-} |
+    sed -E 's/.*"bandwidth_bytes_per_s": ([0-9.]+).*/\1/'
 }
 
-theirs() {  # test size outstanding count -> bytes/s transfers/s
+theirs() {  # test size outstanding count -> bytes/s
   local port=$((20000 + RANDOM % 20000))
   UCX_TLS="$theirs_tls" ucx_perftest -p $port > /dev/null 2>&1 &
   local server=$!
   sleep 0.5
   UCX_TLS="$theirs_tls" ucx_perftest 127.0.0.1 -p $port -t "$1" -s "$2" -n "$4" -O "$3" \
-    2> /dev/null | awk -v s="$2" '/^Final:/ { printf "%.0f %.0f\n", $7 * 1048576, $7 * 1048576 / s }'
+    2> /dev/null | awk '/^Final:/ { printf "%.0f\n", $7 * 1048576 }'
   wait $server 2> /dev/null || true
 }
 
 echo "UCX_TLS=$UCX_TLS (ucx_perftest: $theirs_tls), one run each, two processes on this machine"
-printf "%-8s %-6s %6s %12s %14s %12s %14s %8s\n" size op batch rayaccel "transfers/s" \
-  ucx_perftest "transfers/s" ratio
+printf "%-8s %-6s %6s %12s %13s %7s %13s %13s %7s\n" size op batch "same range" ucx_perftest \
+  ratio "back to back" "copies alone" ratio
 for size in 8 4096 65536 1048576; do
   for batch in 1 64 1024; do
     (( size * batch > 256 << 20 )) && continue
     n=$(iters_for $size $batch)
+    floor=$("$build/bin/rayaccel_bench_copy" $size $batch each | cut -d' ' -f1)
     for op in read write; do
       test=$([ $op = read ] && echo ucp_get || echo ucp_put_bw)
-      read -r a ar < <(ours $op $size $batch $n)
-      read -r b br < <(theirs $test $size $batch $((n * batch)))
-      awk -v s=$size -v op=$op -v B=$batch -v a="$a" -v ar="$ar" -v b="$b" -v br="$br" 'BEGIN {
-        printf "%-8d %-6s %6d %7.3f GB/s %14.0f %7.3f GB/s %14.0f %8.2f\n", s, op, B, a / 1e9, ar,
-               b / 1e9, br, a / b }'
+      same=$(ours $op $size $batch $n --same-range)
+      b=$(theirs $test $size $batch $((n * batch)))
+      a=$(ours $op $size $batch $n)
+      awk -v s=$size -v op=$op -v B=$batch -v a="$a" -v same="$same" -v b="$b" -v f="$floor" '
+        BEGIN { printf "%-8d %-6s %6d %7.3f GB/s %8.3f GB/s %7.2f %8.3f GB/s %8.3f GB/s %7.2f\n",
+                       s, op, B, same / 1e9, b / 1e9, same / b, a / 1e9, f / 1e9, a / f }'
     done
   done
 done

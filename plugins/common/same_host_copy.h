@@ -114,6 +114,10 @@ class PeerMemory {
   uint64_t length_;
 };
 
+// memcpy as a reader's copies to and from a mapped region make it: glibc's, in pieces where its
+// choice of instruction is slow on some machines (same_host_copy.cc).
+void CopyMemory(void* to, const void* from, uint64_t length);
+
 }  // namespace rayaccel::plugin
 
 #endif  // RAYACCEL_PLUGINS_COMMON_SAME_HOST_COPY_H_

@@ -51,6 +51,9 @@ Options:
   --batch N                a client's transfers per request (default 1): N entries of --size
                            each, back to back, posted as one batch (prepared once); the
                            server's --size must be at least N times the client's
+  --same-range             with --batch: every entry moves the same range, the first --size
+                           bytes of both buffers (as ucx_perftest -O N repeats one buffer),
+                           which stays in the cache: a transfer's own cost, not memory's
   --fabric ucx|libfabric   the plugin's fabric (default: RAYACCEL_TRANSPORT_FABRIC, else ucx);
                            libfabric's provider is FI_PROVIDER's (tcp, shm, efa, ...)
   --peer-timeout-ms N      a silent peer counts as lost after this (default 10000)
@@ -86,6 +89,7 @@ struct Options {
   bool write = false;
   int iters = 100, warmup = 10;
   uint32_t batch = 1;
+  bool same_range = false;
   bool json = false;
   bool own_memory = false;
   MemoryKind memory = MemoryKind::kHost;
@@ -199,6 +203,7 @@ int Parse(int argc, char** argv, Options* o) {
   o->transport.plugin = "sim";
   line.Flag("--serve", &o->serve);
   line.Flag("--json", &o->json);
+  line.Flag("--same-range", &o->same_range);
   line.Flag("--own-memory", &o->own_memory);
   line.Value("--memory", &memory, "--memory is host or device[:N]");
   line.Value("--connect", &o->token, "--connect needs a token");
@@ -264,6 +269,7 @@ int Parse(int argc, char** argv, Options* o) {
       (!absl::SimpleAtoi(batch, &o->batch) || o->batch < 1 || o->batch > 1000000)) {
     return Usage(line.Needs("--batch"));
   }
+  if (o->same_range && !line.Given("--batch")) return Usage("--same-range needs --batch N");
   if (line.Given("--iters") && (!absl::SimpleAtoi(iters, &o->iters) || o->iters < 1)) {
     return Usage(line.Needs("--iters"));
   }
@@ -440,9 +446,10 @@ int Connect(const Options& o) {
   absl::StatusOr<DescriptorInfo> remote = Transport::Inspect(read_desc);
   if (!remote.ok()) return Fail(remote.status());
   uint64_t size = std::min(o.size, remote->length);
-  // A batch moves N entries of `size` bytes, back to back in both buffers.
-  const uint64_t span = size * o.batch;
-  if (o.batch > 1 && (span / o.batch != size || span > remote->length)) {
+  // A batch moves N entries of `size` bytes, back to back in both buffers (or all the same).
+  const uint64_t per_batch = size * o.batch;
+  const uint64_t span = o.same_range ? size : per_batch;
+  if (o.batch > 1 && (per_batch / o.batch != size || span > remote->length)) {
     return Usage(absl::StrCat("--batch ", o.batch, " of ", size, " bytes needs a server buffer of ",
                               "at least their product (the server's is ", remote->length,
                               " bytes: raise its --size)"));
@@ -470,8 +477,10 @@ int Connect(const Options& o) {
   PreparedBatch batch;
   if (o.batch > 1) {
     std::vector<TransferEntry> entries;
-    for (uint64_t i = 0; i < o.batch; ++i)
-      entries.push_back({local, i * size, target, i * size, size});
+    for (uint64_t i = 0; i < o.batch; ++i) {
+      const uint64_t at = o.same_range ? 0 : i * size;
+      entries.push_back({local, at, target, at, size});
+    }
     absl::StatusOr<PreparedBatch> b =
         tr.PrepareBatch(o.write ? TransferOp::kWrite : TransferOp::kRead, *conn, entries);
     if (!b.ok()) return Fail(b.status());
@@ -525,7 +534,7 @@ int Connect(const Options& o) {
     if (absl::Status s = Pull(mirror, buf, size); !s.ok()) return Fail(s);
     mismatch = FirstMismatch(buf.data(), size, kReadSeed);
   }
-  double bandwidth = static_cast<double>(span) * o.iters / seconds;
+  double bandwidth = static_cast<double>(per_batch) * o.iters / seconds;
   double rate = static_cast<double>(o.batch) * o.iters / seconds;
   double p50 = Percentile(latencies, 0.5), p99 = Percentile(latencies, 0.99);
   bool verified = mismatch == size;

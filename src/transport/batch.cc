@@ -74,6 +74,7 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
   if (conn == impl_->connections.end()) return impl_->NoConnection(batch.connection_);
   // What may have changed since the batch was prepared: the local regions.
   std::vector<rayaccel_transfer_entry> entries(n);
+  auto region = impl_->regions.end();  // the previous entry's, most often this one's too
   for (size_t i = 0; i < n; ++i) {
     const PreparedBatch::Entry& e = batch.entries_[i];
     if (e.remote_endpoint == impl_->endpoint_id && impl_->regions.count(e.remote_region) == 0) {
@@ -81,7 +82,7 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
                                                         e.remote_region,
                                                         " was deregistered on this endpoint"));
     }
-    auto region = impl_->regions.find(e.local);
+    if (i == 0 || e.local != batch.entries_[i - 1].local) region = impl_->regions.find(e.local);
     if (region == impl_->regions.end()) {
       return absl::InvalidArgumentError(absl::StrCat("entry ", i, ": no local region ", e.local));
     }

@@ -156,9 +156,7 @@ size_t BatchRequest::failed() const {
 
 void BatchRequest::Count() {
   if (counters_ == nullptr) return;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    counters_->Transfer(op_, paths_[i], lengths_[i], entries_[i], connection_);
-  }
+  counters_->Transfers(op_, paths_, lengths_, entries_, connection_);
   counters_->Latency(op_, absl::Now() - start_);
   counters_ = nullptr;
 }

@@ -38,14 +38,13 @@ struct Counters {
   void Transfer(int op, TransferPath path, uint64_t bytes, const absl::Status& s,
                 uint64_t connection) {
     std::lock_guard<std::mutex> lock(mu);
-    TransportStats::Transfers& t = transfers[op][static_cast<int>(path)];
-    if (s.ok()) {
-      t.completed++;
-      t.bytes += bytes;
-    } else {
-      t.failed++;
-      if (IsPeerLost(s)) lost.insert(connection);
-    }
+    TransferLocked(op, path, bytes, s, connection);
+  }
+  // A batch's entries, under one lock.
+  void Transfers(int op, const std::vector<TransferPath>& paths, const std::vector<uint64_t>& bytes,
+                 const std::vector<absl::Status>& s, uint64_t connection) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < s.size(); ++i) TransferLocked(op, paths[i], bytes[i], s[i], connection);
   }
   void Latency(int op, absl::Duration d) {
     const double seconds = absl::ToDoubleSeconds(d);
@@ -56,6 +55,17 @@ struct Counters {
     l.counts[bucket]++;
     l.sum_seconds += seconds;
     l.count++;
+  }
+  void TransferLocked(int op, TransferPath path, uint64_t bytes, const absl::Status& s,
+                      uint64_t connection) {
+    TransportStats::Transfers& t = transfers[op][static_cast<int>(path)];
+    if (s.ok()) {
+      t.completed++;
+      t.bytes += bytes;
+    } else {
+      t.failed++;
+      if (IsPeerLost(s)) lost.insert(connection);
+    }
   }
   std::mutex mu;
   TransportStats::Transfers transfers[2][kTransferPaths];

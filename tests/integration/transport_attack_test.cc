@@ -287,6 +287,46 @@ TEST_P(TransportAttack, AMappedRegionReachesItselfAloneAndIsTakenBackOnDeregiste
   ASSERT_TRUE(Done(reader->Write(*conn, *mine, 0, owner_->allocated, 0, kUnit)).ok());
   EXPECT_EQ(owner_->Ask("alloc"), absl::StrCat("alloc ", Fnv(local.data(), kUnit)));
 
+  // Batches: entries of the region's one descriptor (parsed and mapped once for all of them)
+  // at different offsets, and one of B, which the owner serves. A batch of mapped entries alone
+  // needs nothing of a stopped owner.
+  const size_t q = kUnit / 4;
+  for (size_t i = 0; i < kUnit; ++i) local[i] = static_cast<unsigned char>(i * 7 % 251);
+  std::vector<unsigned char> expected(kUnit);
+  const size_t to[] = {3, 0, 2, 1};  // quarter i of `local` -> quarter to[i] of the region
+  std::vector<TransferEntry> writes;
+  for (size_t i = 0; i < 4; ++i) {
+    writes.push_back({*mine, i * q, owner_->allocated, to[i] * q, q});
+    std::copy_n(local.begin() + i * q, q, expected.begin() + to[i] * q);
+  }
+  auto wrote = reader->WriteBatch(*conn, writes);
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  ASSERT_TRUE(wrote->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(owner_->Ask("alloc"), absl::StrCat("alloc ", Fnv(expected.data(), kUnit)));
+  std::vector<TransferEntry> reads = {{*mine, kUnit, owner_->allocated, 0, kUnit},
+                                      {*mine, 2 * kUnit, owner_->b, 0, q},
+                                      {*mine, 3 * kUnit, owner_->allocated, q, q}};
+  auto got = reader->ReadBatch(*conn, reads);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), local.begin() + kUnit));
+  EXPECT_EQ(std::string(local.begin() + 2 * kUnit, local.begin() + 2 * kUnit + q),
+            std::string(q, 'B'));
+  EXPECT_TRUE(
+      std::equal(expected.begin() + q, expected.begin() + 2 * q, local.begin() + 3 * kUnit));
+  for (size_t i : {0, 2}) {
+    EXPECT_EQ(got->path(i), messages ? TransferPath::kFabric : TransferPath::kSameHost) << i;
+  }
+  if (!messages) {
+    reads.erase(reads.begin() + 1);
+    ASSERT_EQ(kill(owner_->pid, SIGSTOP), 0);
+    auto stopped = reader->ReadBatch(*conn, reads);
+    const absl::Status landed =
+        stopped.ok() ? stopped->Wait(absl::Now() + absl::Seconds(10)) : stopped.status();
+    kill(owner_->pid, SIGCONT);
+    EXPECT_TRUE(landed.ok()) << landed;
+  }
+
   // Longer than the region, in the envelope and the plugin's bytes: refused, never served from
   // a mapping of the region alone.
   const std::string longer = Forge(owner_->allocated, [](DescriptorInfo& i, Payload& p) {
@@ -317,6 +357,15 @@ TEST_P(TransportAttack, AMappedRegionReachesItselfAloneAndIsTakenBackOnDeregiste
   EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
   EXPECT_TRUE(IsStale(Done(reader->Read(*conn, *mine, 0, owner_->allocated, 0, kUnit))));
   EXPECT_TRUE(IsStale(Done(reader->Write(*conn, *mine, 0, owner_->allocated, 0, kUnit))));
+  // In a batch, its entries alone.
+  auto after = reader->ReadBatch(*conn, {{*mine, 0, owner_->allocated, 0, q},
+                                         {*mine, q, owner_->b, 0, q},
+                                         {*mine, 2 * q, owner_->allocated, q, q}});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(IsStale(after->entry(0))) << after->entry(0);
+  EXPECT_TRUE(after->entry(1).ok()) << after->entry(1);
+  EXPECT_TRUE(IsStale(after->entry(2))) << after->entry(2);
   ExpectOwnerUnharmed();
   EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
 }

@@ -570,9 +570,10 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
     // Warm-up and timed batches, 1000 entries each, and for a write the read-back.
     std::ifstream in(metrics);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find(absl::StrCat("rayaccel_transport_transfers_total{op=\"", op, "\",path=\"",
-                                     copies ? "same-host" : "fabric", "\",plugin=\"sim\"} 13000\n")),
-              std::string::npos)
+    EXPECT_NE(
+        text.find(absl::StrCat("rayaccel_transport_transfers_total{op=\"", op, "\",path=\"",
+                               copies ? "same-host" : "fabric", "\",plugin=\"sim\"} 13000\n")),
+        std::string::npos)
         << text;
     EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\"batch\": 1000"), std::string::npos) << r.out;
@@ -582,6 +583,17 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
                                "4KiB", "--batch", "2000"});
   EXPECT_EQ(too_big.exit_code, 2) << too_big.err;
   EXPECT_NE(too_big.err.find("raise its --size"), std::string::npos) << too_big.err;
+  // The same batch of one range, as ucx_perftest -O N repeats one buffer: it fits.
+  auto one_range =
+      testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--size", "4KiB",
+                    "--batch", "2000", "--same-range", "--iters", "3", "--json"});
+  EXPECT_EQ(one_range.exit_code, 0) << one_range.err;
+  EXPECT_NE(one_range.out.find("\"verified\": true"), std::string::npos) << one_range.out;
+  EXPECT_NE(one_range.out.find("\"batch\": 2000"), std::string::npos) << one_range.out;
+  auto no_batch =
+      testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--same-range"});
+  EXPECT_EQ(no_batch.exit_code, 2) << no_batch.err;
+  EXPECT_NE(no_batch.err.find("--same-range needs --batch"), std::string::npos) << no_batch.err;
   // The server verifies each write when its notification arrives: after the client is gone.
   const absl::Time patience = absl::Now() + absl::Seconds(10);
   while (Lines(server.out).size() < 4 && absl::Now() < patience) {

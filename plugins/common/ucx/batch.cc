@@ -3,6 +3,7 @@
 #include "common/ucx/batch.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -109,43 +110,107 @@ static rayaccel_transfer_args EntryAsTransfer(const rayaccel_transfer_batch_args
   return t;
 }
 
+// Whether two entries name the same descriptor: the same bytes (a prepared batch's entries of
+// one region share them), so the first parse serves both.
+static bool SameDescriptor(rayaccel_blob x, rayaccel_blob y) {
+  return x.size == y.size && (x.data == y.data || std::memcmp(x.data, y.data, x.size) == 0);
+}
+
+// Every entry checked before any starts: a malformed batch moves nothing. The error names the
+// first bad entry.
+static rayaccel_status CheckEntries(const rayaccel_transfer_batch_args& a, const Conn* c,
+                                    std::vector<RemoteRegion>* remotes, rayaccel_error* error) {
+  auto bad = [&](uint32_t i, const char* why) {
+    return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "entry " + std::to_string(i) + ": " + why);
+  };
+  for (uint32_t i = 0; i < a.count; ++i) {
+    const rayaccel_transfer_entry& e = a.entries[i];
+    RemoteRegion& remote = (*remotes)[i];
+    if (e.local == nullptr || e.length == 0) return bad(i, "no local region or no length");
+    if (i > 0 && SameDescriptor(e.remote_descriptor, a.entries[i - 1].remote_descriptor)) {
+      remote = (*remotes)[i - 1];
+    } else if (!ParseDescriptor(e.remote_descriptor, &remote)) {
+      return bad(i, "malformed UCX descriptor");
+    }
+    const Region* local = Of(e.local);
+    if (local->endpoint != c->endpoint) {
+      return bad(i, "the local region belongs to another endpoint");
+    }
+    if (remote.owner != c->peer_uuid) {
+      return bad(i, "the descriptor belongs to another peer than this connection's");
+    }
+    if (e.local_offset > local->length || e.length > local->length - e.local_offset ||
+        e.remote_offset > remote.length || e.length > remote.length - e.remote_offset) {
+      return bad(i, "the range lies outside a region");
+    }
+  }
+  return RAYACCEL_STATUS_OK;
+}
+
+namespace {
+
+// The owner's shared host memory a batch copies from or to: its entries' copies, made once the
+// endpoint's lock is let go, and the mappings they hold (each once, however many entries it
+// serves), given back after.
+struct MappedCopies {
+  struct Copy {
+    char* mine;
+    char* theirs;
+    uint64_t length;
+  };
+  std::vector<Copy> copies;
+  std::vector<std::pair<uint64_t, Mapping*>> held;  // by the owner's region id
+
+  // The mapping of `remote` this batch holds, if it holds it already.
+  Mapping* Held(const RemoteRegion& remote) const {
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      if (it->first != remote.id) continue;
+      // Revoked while the batch asked for another (STALE from MappingFor), or a descriptor of
+      // another length (the owner's to check).
+      return it->second->length == remote.length && !it->second->revoked ? it->second : nullptr;
+    }
+    return nullptr;
+  }
+  void Run(rayaccel_transfer_op op) const {
+    for (const Copy& x : copies) CopyHost(op, x.mine, x.theirs, x.length);
+  }
+  // Caller holds mu.
+  void Release(Ep* ep, Conn* c) {
+    for (auto& [region, m] : held) {
+      m->users--;
+      if (m->revoked) ReleaseMapping(ep, c, region);  // the owner waits for it
+    }
+    held.clear();
+  }
+};
+
+}  // namespace
+
 rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* error) {
   if (rayaccel_status s = CheckBatchArgs(a, error); s != RAYACCEL_STATUS_OK) return s;
   return Guard(error, [&] {
     Conn* c = Of(a->connection);
     Ep* ep = c->endpoint;
-    // Every entry is checked before any starts: a malformed batch moves nothing.
     std::vector<RemoteRegion> remotes(a->count);
-    for (uint32_t i = 0; i < a->count; ++i) {
-      const rayaccel_transfer_entry& e = a->entries[i];
-      const std::string at = "entry " + std::to_string(i) + ": ";
-      if (e.local == nullptr || e.length == 0) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "no local region or no length");
-      }
-      if (!ParseDescriptor(e.remote_descriptor, &remotes[i])) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, at + "malformed UCX descriptor");
-      }
-      if (Of(e.local)->endpoint != ep) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                    at + "the local region belongs to another endpoint");
-      }
-      if (remotes[i].owner != c->peer_uuid) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                    at + "the descriptor belongs to another peer than this connection's");
-      }
-      if (e.local_offset > Of(e.local)->length || e.length > Of(e.local)->length - e.local_offset ||
-          e.remote_offset > remotes[i].length || e.length > remotes[i].length - e.remote_offset) {
-        return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
-                    at + "the range lies outside a region");
-      }
+    if (rayaccel_status s = CheckEntries(*a, c, &remotes, error); s != RAYACCEL_STATUS_OK) {
+      return s;
     }
-    auto* batch = new Request();
-    batch->endpoint = ep;
-    batch->connection = c;
-    batch->kind = Request::Kind::kBatch;
-    batch->entry_status.assign(a->count, RAYACCEL_STATUS_OK);
-    batch->statuses_out = a->statuses;
-    batch->held = true;  // until this call has issued every entry
+    // The request for what does not end within this call, made when first needed: a batch
+    // that is all copies from mapped memory needs none. Caller holds mu.
+    Request* batch = nullptr;
+    auto tracked = [&] {
+      if (batch == nullptr) {
+        batch = new Request();
+        batch->endpoint = ep;
+        batch->connection = c;
+        batch->kind = Request::Kind::kBatch;
+        batch->entry_status.assign(a->count, RAYACCEL_STATUS_OK);
+        batch->statuses_out = a->statuses;
+        batch->held = true;  // until this call has issued every entry
+        ep->requests[batch] = true;
+      }
+      return batch;
+    };
     // Device memory on either side goes as a transfer of its own does (staged or mapped).
     auto alone = [&](uint32_t i) {
       return Of(a->entries[i].local)->staged || (remotes[i].flags & kStagedByOwner) != 0 ||
@@ -157,6 +222,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
              MayMap(ep, Of(a->entries[i].local), remotes[i]);
     };
     std::vector<uint32_t> own;
+    MappedCopies mapped_copies;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       if (c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
@@ -164,19 +230,17 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
             c->failure != RAYACCEL_STATUS_OK ? c->failure : RAYACCEL_STATUS_PEER_LOST;
         std::string why =
             c->failure != RAYACCEL_STATUS_OK ? c->failure_text : "the connection has no data path";
-        delete batch;
         return Fail(error, st, why);
       }
-      ep->requests[batch] = true;
       std::vector<ChunkItem> items, copied;
       uint64_t bytes = 0, copied_bytes = 0;
       auto send = [&] {
-        if (!items.empty()) StartChunkLocked(ep, c, batch, a->op, items, /*copied=*/false);
+        if (!items.empty()) StartChunkLocked(ep, c, tracked(), a->op, items, /*copied=*/false);
         items.clear();
         bytes = 0;
       };
       auto send_copied = [&] {
-        if (!copied.empty()) StartChunkLocked(ep, c, batch, a->op, copied, /*copied=*/true);
+        if (!copied.empty()) StartChunkLocked(ep, c, tracked(), a->op, copied, /*copied=*/true);
         copied.clear();
         copied_bytes = 0;
       };
@@ -189,21 +253,24 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         if (mapped(i) && c->failure == RAYACCEL_STATUS_OK) {
           rayaccel_status st = RAYACCEL_STATUS_OK;
           std::string why;
-          if (Mapping* m = MappingFor(ep, c, remotes[i], &st, &why)) {
-            CopyHost(a->op, static_cast<char*>(Of(e.local)->base) + e.local_offset,
-                     static_cast<char*>(m->base) + e.remote_offset, e.length);
-            m->users--;
-            if (m->revoked) ReleaseMapping(ep, c, remotes[i].id);
+          Mapping* m = mapped_copies.Held(remotes[i]);
+          if (m == nullptr && (m = MappingFor(ep, c, remotes[i], &st, &why)) != nullptr) {
+            mapped_copies.held.emplace_back(remotes[i].id, m);
+          }
+          if (m != nullptr) {
+            mapped_copies.copies.push_back({static_cast<char*>(Of(e.local)->base) + e.local_offset,
+                                            static_cast<char*>(m->base) + e.remote_offset,
+                                            e.length});
             a->paths[i] = RAYACCEL_PATH_SAME_HOST;
             continue;
           }
           if (st != RAYACCEL_STATUS_OK) {
-            SetEntry(batch, i, st, why);
+            SetEntry(tracked(), i, st, why);
             continue;
           }
         }
         if (c->failure != RAYACCEL_STATUS_OK) {  // lost while mapping
-          SetEntry(batch, i, c->failure, c->failure_text);
+          SetEntry(tracked(), i, c->failure, c->failure_text);
           continue;
         }
         // Host memory of a reader the owner copies for: a system call per chunk; an entry of
@@ -228,7 +295,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
               StartPieceLocked(ep, c, t, remotes[i], 0, e.length, nullptr, &part, {}, &err);
           if (st == RAYACCEL_STATUS_OK && Of(part)->same_host)
             a->paths[i] = RAYACCEL_PATH_SAME_HOST;
-          AttachPart(batch, i, st, text, part);
+          AttachPart(tracked(), i, st, text, part);
           continue;
         }
         if (items.size() == kChunkEntries || bytes + e.length > kChunkBytes) send();
@@ -239,6 +306,8 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       send();
       send_copied();
     }
+    // The mappings are held: the owner's memory stays until they are given back below.
+    mapped_copies.Run(a->op);
     for (uint32_t i : own) {
       rayaccel_transfer_args t = EntryAsTransfer(*a, i);
       char text[512] = {};
@@ -246,9 +315,15 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       rayaccel_status st = Transfer(&t, &err);
       a->paths[i] = t.path;
       std::lock_guard<std::mutex> lock(ep->mu);
-      AttachPart(batch, i, st, text, t.request);
+      AttachPart(tracked(), i, st, text, t.request);
     }
     std::lock_guard<std::mutex> lock(ep->mu);
+    mapped_copies.Release(ep, c);
+    if (batch == nullptr) {  // every entry was copied within the call
+      std::fill_n(a->statuses, a->count, RAYACCEL_STATUS_OK);
+      a->request = nullptr;
+      return RAYACCEL_STATUS_OK;
+    }
     batch->held = false;
     if (batch->parts_running == 0 && batch->reply == RAYACCEL_STATUS_OK) {
       // Everything landed within the call (device to device, mapped).

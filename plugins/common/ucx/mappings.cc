@@ -33,34 +33,11 @@ static rayaccel_status MapHostMemory(const Conn* c, Mapping* m, std::string* why
   return RAYACCEL_STATUS_OK;
 }
 
-// glibc (2.36) copies from about 2 KiB up with `rep movsb`, which this project's machine (AMD
-// EPYC, virtualised) runs at a fraction of its vector speed for some distances between source
-// and destination: 16 bytes apart modulo a page, 4 KiB moved at 1.5 GB/s and 64 KiB at 2.0,
-// against 60 and 47 GB/s in pieces of 2 KiB, which take glibc's vector loop; an entry's offsets
-// are the caller's, so any distance occurs. Page-aligned pairs lose nothing to the pieces (74
-// against 77 GB/s at 4 KiB, 45 against 42 at 64 KiB). From 1 MiB glibc's own path (non-temporal
-// stores) is as fast or faster, so it is left to it.
-constexpr uint64_t kCopyPiece = 2048;
-constexpr uint64_t kCopyInPiecesBelow = 1 << 20;
-
-static void CopyBytes(char* to, const char* from, uint64_t length) {
-  if (length <= kCopyPiece || length >= kCopyInPiecesBelow) {
-    std::memcpy(to, from, length);
-    return;
-  }
-  // Called through a pointer: the compiler would otherwise inline a copy of at most 2 KiB as
-  // `rep movsq`, which is as slow here.
-  static void* (*const volatile copy)(void*, const void*, size_t) = std::memcpy;
-  for (uint64_t at = 0; at < length; at += kCopyPiece) {
-    copy(to + at, from + at, std::min(kCopyPiece, length - at));
-  }
-}
-
 void CopyHost(rayaccel_transfer_op op, char* mine, char* theirs, uint64_t length) {
   if (op == RAYACCEL_TRANSFER_READ) {
-    CopyBytes(mine, theirs, length);
+    CopyMemory(mine, theirs, length);
   } else {
-    CopyBytes(theirs, mine, length);
+    CopyMemory(theirs, mine, length);
   }
 }
 
