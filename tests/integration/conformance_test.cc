@@ -5,10 +5,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -29,11 +32,12 @@ struct Report {
   std::map<std::string, std::pair<std::string, std::string>> checks;  // name -> status, message
 };
 
-Report Conform(const std::string& plugin, std::vector<std::string> extra = {}) {
+Report Conform(const std::string& plugin, std::vector<std::string> extra = {},
+               const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> args = {RAYACCEL_CONFORMANCE, "--json"};
   if (!plugin.empty()) args.push_back(plugin);
   args.insert(args.end(), extra.begin(), extra.end());
-  testing::CommandResult r = testing::Run(args);
+  testing::CommandResult r = testing::Run(args, env);
   Report report;
   report.exit_code = r.exit_code;
   json::ParseError error;
@@ -50,24 +54,48 @@ Report Conform(const std::string& plugin, std::vector<std::string> extra = {}) {
 
 TEST(Conformance, InTreePluginsReachTheirTiers) {
   std::string plugins = RAYACCEL_PLUGIN_DIR;
+  // Every run at once, each in a process of its own: most of their time is waiting.
+  auto run = [](std::string plugin, std::vector<std::string> extra,
+                std::map<std::string, std::string> env = {}) {
+    return std::async(std::launch::async, Conform, plugin, extra, env);
+  };
   // Generous timeouts: under sanitizers the leak check's 40 cycles take a while.
-  Report sim = Conform(
+  auto sim_run = run(
       plugins + "/librayaccel-sim.so",
       {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "2", "--timeout", "60"});
-  EXPECT_EQ(sim.exit_code, 0);
-  EXPECT_EQ(sim.tier, 3);  // its UCX transport passes the round trip
-  Report rocm =
-      Conform(plugins + "/librayaccel-rocm.so",
-              {"--config", "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi300-cpx/topology"),
-               "--tier", "2", "--timeout", "60"});
-  EXPECT_EQ(rocm.tier, 3);  // host memory over the same UCX helper
-  EXPECT_EQ(rocm.checks["allocation.env_names_the_set"].first, "pass");
-  Report c = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
-  EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
-  // The sim plugin's UCX transport reaches tier 3: the round trip runs between two processes.
-  Report t3 = Conform(
+  auto rocm_run =
+      run(plugins + "/librayaccel-rocm.so",
+          {"--config", "rocm.kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi300-cpx/topology"),
+           "--tier", "2", "--timeout", "60"});
+  auto c_run = run(TestPlugin("testgpu"), {"--timeout", "3"});
+  auto t3_run = run(
       plugins + "/librayaccel-sim.so",
       {"--config", "spec=" + testing::Example("dgx-h100.json"), "--tier", "3", "--timeout", "60"});
+  // The CUDA plugin's device memory on the fake NVML and the fake CUDA driver.
+  auto cuda_run =
+      run(plugins + "/librayaccel-cuda.so",
+          {"--config", std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--config",
+           std::string("cuda_library=") + RAYACCEL_FAKE_CUDA, "--tier", "3", "--timeout", "60"},
+          {{"FAKE_NVML_FIXTURE", Fixture("fake-nvml/dgx-h100.json")}});
+  // The ROCm plugin's, on a KFD capture and the fake HIP runtime.
+  auto amd_run =
+      run(plugins + "/librayaccel-rocm.so",
+          {"--config", "kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi210-xgmi-pcie"), "--config",
+           std::string("hip_library=") + RAYACCEL_FAKE_HIP, "--tier", "3", "--timeout", "60"},
+          {{"FAKE_HIP_FIXTURE", Fixture("fake-hip/mi210-xgmi-pcie.json")}});
+  // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
+  auto no_transport_run = run(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
+
+  Report sim = sim_run.get();
+  EXPECT_EQ(sim.exit_code, 0);
+  EXPECT_EQ(sim.tier, 3);  // its UCX transport passes the round trip
+  Report rocm = rocm_run.get();
+  EXPECT_EQ(rocm.tier, 3);  // host memory over the same UCX helper
+  EXPECT_EQ(rocm.checks["allocation.env_names_the_set"].first, "pass");
+  Report c = c_run.get();
+  EXPECT_EQ(c.tier, 2);  // plain C, no allocation hook: the host's default covers it
+  // The sim plugin's UCX transport reaches tier 3: the round trip runs between two processes.
+  Report t3 = t3_run.get();
   EXPECT_EQ(t3.exit_code, 0);
   EXPECT_EQ(t3.tier, 3);
   EXPECT_EQ(t3.checks["transport.round_trip"].first, "pass")
@@ -77,13 +105,7 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_NE(t3.checks["transport.device_memory"].second.find("no device memory"),
             std::string::npos);
   EXPECT_EQ(t3.checks["transport.device_two_process"].first, "skip");
-  // The CUDA plugin's device memory on the fake NVML and the fake CUDA driver.
-  const std::string nvml_fixture = Fixture("fake-nvml/dgx-h100.json");
-  testing::ScopedEnv fixture("FAKE_NVML_FIXTURE", nvml_fixture.c_str());
-  Report cuda = Conform(
-      plugins + "/librayaccel-cuda.so",
-      {"--config", std::string("nvml_library=") + RAYACCEL_FAKE_NVML, "--config",
-       std::string("cuda_library=") + RAYACCEL_FAKE_CUDA, "--tier", "3", "--timeout", "60"});
+  Report cuda = cuda_run.get();
   EXPECT_EQ(cuda.exit_code, 0);
   EXPECT_EQ(cuda.tier, 3);
   EXPECT_EQ(cuda.checks["transport.device_memory"].first, "pass")
@@ -94,20 +116,13 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_NE(between.second.find("device to device device-ipc"), std::string::npos)
       << between.second;
   EXPECT_NE(between.second.find("then STALE"), std::string::npos) << between.second;
-  // The ROCm plugin's, on a KFD capture and the fake HIP runtime.
-  const std::string hip_fixture = Fixture("fake-hip/mi210-xgmi-pcie.json");
-  testing::ScopedEnv hip("FAKE_HIP_FIXTURE", hip_fixture.c_str());
-  Report amd = Conform(
-      plugins + "/librayaccel-rocm.so",
-      {"--config", "kfd_topology_dir=" + Fixture("rocm-kfd/topo-mi210-xgmi-pcie"), "--config",
-       std::string("hip_library=") + RAYACCEL_FAKE_HIP, "--tier", "3", "--timeout", "60"});
+  Report amd = amd_run.get();
   EXPECT_EQ(amd.tier, 3);
   EXPECT_EQ(amd.checks["transport.device_memory"].first, "pass")
       << amd.checks["transport.device_memory"].second;
   EXPECT_EQ(amd.checks["transport.device_two_process"].first, "pass")
       << amd.checks["transport.device_two_process"].second;
-  // A plugin without a transport stops at tier 2, and asking for tier 3 fails.
-  Report no_transport = Conform(TestPlugin("testgpu"), {"--tier", "3", "--timeout", "3"});
+  Report no_transport = no_transport_run.get();
   EXPECT_EQ(no_transport.exit_code, 1);
 }
 
@@ -317,8 +332,25 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
   }
   std::sort(plugins.begin(), plugins.end());
   ASSERT_GT(plugins.size(), 40u);
+  // The suite's runs, four at a time: most of their time is waiting out a broken plugin's
+  // timeouts and a moment after each shutdown, not work.
+  std::vector<Report> suites(plugins.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> runners;
+  for (int t = 0; t < 4; ++t) {
+    runners.emplace_back([&] {
+      for (size_t i = next++; i < plugins.size(); i = next++) {
+        suites[i] = Conform(plugins[i], {"--tier", "2", "--timeout", "2"});
+      }
+    });
+  }
+  // What the registry makes of each, meanwhile (no assertion here: the runners must be joined).
+  struct Verdict {
+    bool refuses = false;
+    std::string state, message;
+  };
+  std::vector<Verdict> registry_says;
   for (const std::string& plugin : plugins) {
-    SCOPED_TRACE(plugin);
     RegistryOptions options;
     options.plugins = {plugin};
     options.use_environment = false;
@@ -327,19 +359,29 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
     options.plugin_host = RAYACCEL_PLUGIN_HOST;
     options.call_timeout_ms = 2000;
     auto registry = Registry::Create(options);
-    ASSERT_TRUE(registry.ok()) << registry.status();
+    if (!registry.ok()) {
+      ADD_FAILURE() << plugin << ": " << registry.status();
+      registry_says.push_back({});
+      continue;
+    }
     const PluginStatus status = (*registry)->snapshot()->plugins.at(0);
     registry->reset();
-    const bool registry_refuses = status.state != PluginStatus::State::kActive;
+    registry_says.push_back({status.state != PluginStatus::State::kActive,
+                             PluginStateName(status.state), status.message});
+  }
+  for (std::thread& t : runners) t.join();
 
-    Report suite = Conform(plugin, {"--tier", "2", "--timeout", "2"});
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    SCOPED_TRACE(plugins[i]);
+    const Report& suite = suites[i];
+    const Verdict& registry = registry_says[i];
     std::vector<std::string> failed;
     for (const auto& [name, check] : suite.checks) {
       if (check.first == "fail") failed.push_back(name + ": " + check.second);
     }
-    if (registry_refuses) {
-      EXPECT_FALSE(failed.empty()) << "the registry says " << PluginStateName(status.state) << " ("
-                                   << status.message << "), the suite passes it";
+    if (registry.refuses) {
+      EXPECT_FALSE(failed.empty()) << "the registry says " << registry.state << " ("
+                                   << registry.message << "), the suite passes it";
       continue;
     }
     for (const auto& [name, check] : suite.checks) {
