@@ -83,7 +83,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:intercept
 asan-transport: deps
 	cmake --preset asan && cmake --build build-asan -j $(JOBS) --target rayaccel_transport_tests \
 	  rayaccel_host_c_user
-	$(ASAN_ENV) build-asan/bin/rayaccel_transport_tests
+	$(ASAN_ENV) tests/sanitizers/sharded.sh $(JOBS) build-asan/bin/rayaccel_transport_tests
 	$(ASAN_ENV) build-asan/bin/rayaccel_host_c_user build-asan/lib/rayaccel/plugins \
 	  examples/dgx-h100.json $(CURDIR)/build-asan/bin/rayaccel-plugin-host
 

@@ -3,15 +3,17 @@
 # seed corpus in tests/fuzz/corpus and adding what it finds under BUILD_DIR/corpus. Prints each
 # target's executions, time and findings; a crash leaves its input in BUILD_DIR/crashes/ (copy
 # it to tests/fuzz/regressions/<target>/ once fixed) and fails the run.
+# Targets run side by side, one per core (FUZZ_JOBS to choose).
 # Usage: tests/fuzz/run.sh [BUILD_DIR] [SECONDS]
 set -uo pipefail
 build=${1:-build-fuzz}
 seconds=${2:-300}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-failed=0
+jobs=${FUZZ_JOBS:-$(nproc)}
 mkdir -p "$build/crashes"
-printf '%-16s %12s %8s %10s  %s\n' target executions seconds "exec/s" result
-for fuzzer in "$build"/bin/fuzz_*; do
+
+one() {  # fuzzer -> its line of the table in $build/crashes/<name>.line; fails on a finding
+  local fuzzer=$1 name corpus log extra rc runs time rate result
   name=$(basename "$fuzzer"); name=${name#fuzz_}
   corpus="$build/corpus/$name"
   mkdir -p "$corpus"
@@ -32,8 +34,24 @@ for fuzzer in "$build"/bin/fuzz_*; do
   result=ok
   if [ "$rc" -ne 0 ]; then
     result="FAILED (exit $rc): $(grep -m1 -E 'ERROR|SUMMARY|runtime error' "$log")"
-    failed=1
   fi
-  printf '%-16s %12s %8s %10s  %s\n' "$name" "${runs:-?}" "${time:-$seconds}" "${rate:-?}" "$result"
+  printf '%-16s %12s %8s %10s  %s\n' "$name" "${runs:-?}" "${time:-$seconds}" "${rate:-?}" \
+    "$result" > "$build/crashes/$name.line"
+}
+
+# A target per core at a time; the table in the targets' order once all have run.
+rm -f "$build"/crashes/*.line
+for fuzzer in "$build"/bin/fuzz_*; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  one "$fuzzer" &
+done
+wait
+failed=0
+printf '%-16s %12s %8s %10s  %s\n' target executions seconds "exec/s" result
+for fuzzer in "$build"/bin/fuzz_*; do
+  name=$(basename "$fuzzer"); name=${name#fuzz_}
+  line="$build/crashes/$name.line"
+  if [ -f "$line" ]; then cat "$line"; else echo "$name: did not report"; fi
+  { [ -f "$line" ] && ! grep -q FAILED "$line"; } || failed=1
 done
 exit $failed
