@@ -7,6 +7,8 @@
 # the next, and without error handling (-e off): rayaccel's data path has none either (its
 # control path detects a lost peer). Both move bytes over the same transports: rayaccel leaves
 # CMA out (docs/transport.md), so ucx_perftest runs without it too (UCX_TLS=all is ^cma).
+# UCX_TLS=tcp is the fabric between hosts: rayaccel's same-host paths are off then too
+# (bench/ucx_tls.sh).
 # Usage: bench/compare_ucx_perftest.sh [BUILD_DIR] [UCX_TLS]
 set -euo pipefail
 build=${1:-build}
@@ -29,12 +31,7 @@ ours() {  # op size iters -> bytes/s (and latency p50 in us on stderr-free secon
   kill $server; wait $server 2> /dev/null || true
 }
 
-# The transports rayaccel's UCX helper uses for a given UCX_TLS: the same, without CMA.
-case "$UCX_TLS" in
-  all | "") theirs_tls="^cma" ;;
-  ^*) theirs_tls="$UCX_TLS,cma" ;;
-  *) theirs_tls=$(echo "$UCX_TLS" | tr ',' '\n' | grep -vx cma | sed 's/^s[h]*m$/posix,sysv/' | paste -sd,) ;;
-esac
+source "$(dirname "$0")/ucx_tls.sh"
 
 theirs() {  # test size iters -> bytes/s and average latency in us
   local test=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000))
@@ -74,4 +71,4 @@ lat_put=$(UCX_TLS="$theirs_tls" ucx_perftest 127.0.0.1 -p $port -t ucp_put_lat -
   awk '/^Final:/ { print $3 }')
 wait
 awk -v a="$lat_ours" -v g="$lat_get" -v p="$lat_put" 'BEGIN {
-  printf "8-byte latency: rayaccel READ p50 %.2f us; ucx_perftest ucp_get %.3f us per operation (a load from memory the peer maps, completed in the call), ucp_put_lat p50 %.2f us (half a round trip); ratios %.1f and %.2f\n", a, g, p, a / g, a / p }'
+  printf "8-byte latency: rayaccel READ p50 %.2f us; ucx_perftest ucp_get %.3f us per operation, ucp_put_lat p50 %.2f us (half a round trip); ratios %.1f and %.2f\n", a, g, p, a / g, a / p }'

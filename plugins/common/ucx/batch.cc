@@ -244,6 +244,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         copied.clear();
         copied_bytes = 0;
       };
+      std::string why;  // a mapping's refusal
       for (uint32_t i = 0; i < a->count; ++i) {
         const rayaccel_transfer_entry& e = a->entries[i];
         if (alone(i)) {
@@ -252,12 +253,12 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         }
         if (mapped(i) && c->failure == RAYACCEL_STATUS_OK) {
           rayaccel_status st = RAYACCEL_STATUS_OK;
-          std::string why;
           Mapping* m = mapped_copies.Held(remotes[i]);
           if (m == nullptr && (m = MappingFor(ep, c, remotes[i], &st, &why)) != nullptr) {
             mapped_copies.held.emplace_back(remotes[i].id, m);
           }
           if (m != nullptr) {
+            if (mapped_copies.copies.empty()) mapped_copies.copies.reserve(a->count - i);
             mapped_copies.copies.push_back({static_cast<char*>(Of(e.local)->base) + e.local_offset,
                                             static_cast<char*>(m->base) + e.remote_offset,
                                             e.length});
