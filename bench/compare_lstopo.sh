@@ -3,7 +3,8 @@
 # hwloc's `lstopo-no-graphics --of xml` on this machine: both are "tell me what this host has"
 # commands an operator runs. Also times the floors that bound what rayaccel can reach here:
 # an empty program, an empty program linked as `rayaccel` is, and hwloc's I/O discovery
-# alone (lstopo with and without it). Prints mean wall times over N runs and the ratios.
+# alone (lstopo with and without it), and what each installed plugin that finds nothing adds.
+# Prints mean wall times over N runs and the ratios.
 # Usage: bench/compare_lstopo.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
 build=${1:-build}
@@ -24,6 +25,9 @@ mean_ms() {  # mean wall time in ms of "$@" over $runs runs, output discarded
 spec="sim.spec=$root/examples/dgx-h100.json"
 ours=$(mean_ms "$cli" discover --json --config "$spec")
 ours_nohost=$(mean_ms "$cli" discover --json --config "$spec" --no-host-topology)
+# The sim plugin alone: what every other installed plugin (none finds a device here) adds.
+ours_sim=$(mean_ms "$cli" discover --json --plugin sim --config "$spec" --no-host-topology)
+others=$(($(find "$build/lib/rayaccel/plugins" -name 'librayaccel-*.so' | wc -l) - 1))
 # The same view read back from hwloc's XML of this machine: what discovery would cost if hwloc's
 # own discovery (trapped PCI config reads on a VM) were not paid on each run.
 lstopo-no-graphics --of xml > "${TMPDIR:-/tmp}/rayaccel-compare-lstopo.xml"
@@ -44,6 +48,9 @@ echo "runs:                                              $runs"
 echo "rayaccel discover --json (dgx-h100):               $ours ms"
 echo "rayaccel discover --json --no-host-topology:       $ours_nohost ms"
 echo "rayaccel discover --json, hwloc from its XML:      $ours_xml ms"
+echo "the same, --no-host-topology, the sim plugin alone: $ours_sim ms"
+awk -v a="$ours_nohost" -v b="$ours_sim" -v n="$others" 'BEGIN {
+  printf "each other installed plugin (%d, finding nothing): %.2f ms\n", n, n > 0 ? (a - b) / n : 0 }'
 echo "lstopo-no-graphics --of xml:                       $theirs ms"
 echo "floor: lstopo without I/O (--filter io:none):      $theirs_noio ms"
 echo "floor: /bin/true (process start):                   $empty ms"
