@@ -190,6 +190,7 @@ class PreparedBatch {
     uint64_t local, local_offset;
     std::string payload;  // the plugin's part of the descriptor
     uint64_t remote_endpoint, remote_region, remote_offset, length;
+    bool same_payload = false;  // as the entry before: passed to the plugin as the same bytes
   };
   TransferOp op_ = TransferOp::kRead;
   uint64_t connection_ = 0;

@@ -41,9 +41,10 @@ absl::StatusOr<PreparedBatch> Transport::PrepareBatch(
           absl::StrCat("bytes [", e.remote_offset, ", +", e.length,
                        ") lie outside the remote region of ", remote->info.length, " bytes")));
     }
+    const bool same = i > 0 && batch.entries_.back().payload == remote->payload;
     batch.entries_.push_back({e.local, e.local_offset, std::string(remote->payload),
-                              remote->info.endpoint, remote->info.region, e.remote_offset,
-                              e.length});
+                              remote->info.endpoint, remote->info.region, e.remote_offset, e.length,
+                              same});
   }
   return batch;
 }
@@ -92,11 +93,11 @@ absl::StatusOr<BatchRequest> Transport::Post(const PreparedBatch& batch) {
           "entry ", i, ": bytes [", e.local_offset, ", +", e.length, ") lie outside local region ",
           e.local, " of ", region->second.length, " bytes"));
     }
-    entries[i] = {region->second.handle,
-                  e.local_offset,
-                  {reinterpret_cast<const uint8_t*>(e.payload.data()), e.payload.size()},
-                  e.remote_offset,
-                  e.length};
+    entries[i] = {region->second.handle, e.local_offset,
+                  e.same_payload ? entries[i - 1].remote_descriptor
+                                 : rayaccel_blob{reinterpret_cast<const uint8_t*>(e.payload.data()),
+                                                 e.payload.size()},
+                  e.remote_offset, e.length};
   }
   BatchRequest out;
   out.entries_.assign(n, absl::OkStatus());

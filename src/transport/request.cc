@@ -132,7 +132,7 @@ void BatchRequest::End(Part& part, const absl::Status& status) {
     }
     const rayaccel_status code = part.statuses[i - part.begin];
     if (code == RAYACCEL_STATUS_OK) {
-      entries_[i] = absl::OkStatus();
+      continue;  // OK since Post
     } else if (code == kUnreported) {
       entries_[i] = status.ok() ? absl::InternalError(absl::StrCat(
                                       "entry ", i, ": the plugin did not report its outcome"))

@@ -113,7 +113,8 @@ static rayaccel_transfer_args EntryAsTransfer(const rayaccel_transfer_batch_args
 // Whether two entries name the same descriptor: the same bytes (a prepared batch's entries of
 // one region share them), so the first parse serves both.
 static bool SameDescriptor(rayaccel_blob x, rayaccel_blob y) {
-  return x.size == y.size && (x.data == y.data || std::memcmp(x.data, y.data, x.size) == 0);
+  return x.data != nullptr && y.data != nullptr && x.size == y.size &&
+         (x.data == y.data || std::memcmp(x.data, y.data, x.size) == 0);
 }
 
 // Every entry checked before any starts: a malformed batch moves nothing. The error names the
