@@ -50,7 +50,7 @@ echo "rayaccel discover --json --no-host-topology:       $ours_nohost ms"
 echo "rayaccel discover --json, hwloc from its XML:      $ours_xml ms"
 echo "the same, --no-host-topology, the sim plugin alone: $ours_sim ms"
 awk -v a="$ours_nohost" -v b="$ours_sim" -v n="$others" 'BEGIN {
-  printf "each other installed plugin (%d, finding nothing): %.2f ms\n", n, n > 0 ? (a - b) / n : 0 }'
+  printf "each other installed plugin (%d, finding nothing): %.2f ms\n", n, (n > 0 ? (a - b) / n : 0) }'
 echo "lstopo-no-graphics --of xml:                       $theirs ms"
 echo "floor: lstopo without I/O (--filter io:none):      $theirs_noio ms"
 echo "floor: /bin/true (process start):                   $empty ms"
