@@ -150,6 +150,23 @@ int Usage(const std::string& problem) {
   return 2;
 }
 
+// The checks run on GoogleTest, which takes flags from the environment too: GTEST_* and what
+// Bazel sets for it (TESTBRIDGE_TEST_ONLY is a filter, XML_OUTPUT_FILE an output). A suite
+// started by a test runner that itself shards or filters (a sharded GoogleTest program, Bazel)
+// would run only some checks and report a tier from those. Which checks run is the command
+// line's alone: the sharding variables, read when the checks start, go here; the flags, read
+// before main, are overridden on GoogleTest's command line.
+void ForgetTestRunnersEnvironment() {
+  std::vector<std::string> names = {"TESTBRIDGE_TEST_ONLY",   "TESTBRIDGE_TEST_RUNNER_FAIL_FAST",
+                                    "XML_OUTPUT_FILE",        "TEST_PREMATURE_EXIT_FILE",
+                                    "TEST_SHARD_STATUS_FILE", "TEST_WARNINGS_OUTPUT_FILE"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (absl::StartsWith(entry, "GTEST_")) names.push_back(entry.substr(0, entry.find('=')));
+  }
+  for (const std::string& name : names) unsetenv(name.c_str());
+}
+
 int Run(int argc, char** argv) {
   Options options;
   int want_tier = 1;
@@ -240,8 +257,18 @@ int Run(int argc, char** argv) {
   spdlog::set_level(spdlog::level::off);  // the plugin's log lines are not the report
   SetLogSink(LogLevel::kOff, nullptr);
 
-  std::vector<std::string> gtest_args = {"rayaccel-conformance"};
-  if (!junit.empty()) gtest_args.push_back("--gtest_output=xml:" + junit);
+  ForgetTestRunnersEnvironment();
+  // GoogleTest read its flags' defaults from the environment before main: these override them.
+  std::vector<std::string> gtest_args = {"rayaccel-conformance",
+                                         "--gtest_filter=*",
+                                         "--gtest_repeat=1",
+                                         "--gtest_shuffle=0",
+                                         "--gtest_also_run_disabled_tests=0",
+                                         "--gtest_fail_fast=0",
+                                         "--gtest_break_on_failure=0",
+                                         "--gtest_throw_on_failure=0",
+                                         "--gtest_catch_exceptions=1",
+                                         "--gtest_output=" + (junit.empty() ? "" : "xml:" + junit)};
   std::vector<char*> gtest_argv;
   gtest_argv.reserve(gtest_args.size() + 1);
   for (std::string& a : gtest_args) gtest_argv.push_back(a.data());

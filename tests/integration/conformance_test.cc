@@ -126,6 +126,25 @@ TEST(Conformance, InTreePluginsReachTheirTiers) {
   EXPECT_EQ(no_transport.exit_code, 1);
 }
 
+// The suite runs on GoogleTest, but a test runner's GoogleTest environment (sharding, a filter,
+// Bazel's filter and output) is not the suite's: every check runs, whatever it inherits.
+TEST(Conformance, ATestRunnersShardingOrFilterRunsEveryCheck) {
+  Report plain = Conform(TestPlugin("testgpu"), {"--timeout", "3"});
+  ASSERT_GT(plain.checks.size(), 20u);
+  Report inherited = Conform(TestPlugin("testgpu"), {"--timeout", "3"},
+                             {{"GTEST_TOTAL_SHARDS", "2"},
+                              {"GTEST_SHARD_INDEX", "1"},
+                              {"GTEST_FILTER", "*abi*"},
+                              {"GTEST_REPEAT", "2"},
+                              {"TESTBRIDGE_TEST_ONLY", "*abi*"}});
+  EXPECT_EQ(inherited.exit_code, plain.exit_code);
+  EXPECT_EQ(inherited.tier, plain.tier);
+  std::vector<std::string> a, b;
+  for (const auto& [name, check] : plain.checks) a.push_back(name + " " + check.first);
+  for (const auto& [name, check] : inherited.checks) b.push_back(name + " " + check.first);
+  EXPECT_EQ(a, b);
+}
+
 // A captured node's plugin is checked through the replay plugin (docs/capture.md): the suite
 // finds in the replay what it finds in the live plugin, without the plugin's vendor library.
 TEST(Conformance, RunsAgainstACapturedPlugin) {
