@@ -20,6 +20,7 @@ command -v ucx_perftest > /dev/null || { echo "needs ucx_perftest (ucx-utils)" >
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$tmp"' EXIT
 
+# shellcheck source=bench/ucx_tls.sh
 source "$(dirname "$0")/ucx_tls.sh"
 
 # Iterations for a first run: about 256 MiB or 20 000 transfers, whichever is fewer.
@@ -42,7 +43,7 @@ while [ ! -f "$tmp/token" ]; do sleep 0.05; done
 
 ours() {  # op size batch iters [--same-range] -> bytes/s
   "$cli" transfer --token-file "$tmp/token" --op "$1" --size "$2" --batch "$3" --iters "$4" \
-    --warmup 2 --json ${5:-} |
+    --warmup 2 --json "${@:5}" |
     sed -E 's/.*"bandwidth_bytes_per_s": ([0-9.]+).*/\1/'
 }
 

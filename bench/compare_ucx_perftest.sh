@@ -31,6 +31,7 @@ ours() {  # op size iters -> bytes/s (and latency p50 in us on stderr-free secon
   kill $server; wait $server 2> /dev/null || true
 }
 
+# shellcheck source=bench/ucx_tls.sh
 source "$(dirname "$0")/ucx_tls.sh"
 
 theirs() {  # test size iters -> bytes/s and average latency in us

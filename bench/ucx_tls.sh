@@ -4,7 +4,8 @@
 # out (tcp alone: the fabric between hosts), rayaccel leaves its own same-host paths out too
 # (RAYACCEL_TRANSPORT_SAME_HOST=0: no copies or mappings between the two processes), unless
 # the caller chose otherwise.
-# shellcheck shell=bash
+# theirs_tls is for the script that sources this:
+# shellcheck shell=bash disable=SC2034
 case "$UCX_TLS" in
   all | "") theirs_tls="^cma" ;;
   ^*) theirs_tls="$UCX_TLS,cma" ;;
