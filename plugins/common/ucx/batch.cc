@@ -151,8 +151,8 @@ static rayaccel_status CheckEntries(const rayaccel_transfer_batch_args& a, const
 namespace {
 
 // The owner's shared host memory a batch copies from or to: its entries' copies, made once the
-// endpoint's lock is let go, and the mappings they hold (each once, however many entries it
-// serves), given back after.
+// endpoint's lock is let go, and the mappings they hold (once per run of entries of a region),
+// given back after.
 struct MappedCopies {
   struct Copy {
     char* mine;
@@ -160,17 +160,16 @@ struct MappedCopies {
     uint64_t length;
   };
   std::vector<Copy> copies;
-  std::vector<std::pair<uint64_t, Mapping*>> held;  // by the owner's region id
+  std::vector<std::pair<uint64_t, Mapping*>> held;  // by the owner's region id, once per hold
 
-  // The mapping of `remote` this batch holds, if it holds it already.
+  // The mapping of `remote` if the batch's last hold is of it (entries of one region come in
+  // runs; a region met again after another is held again, and given back as often).
   Mapping* Held(const RemoteRegion& remote) const {
-    for (auto it = held.rbegin(); it != held.rend(); ++it) {
-      if (it->first != remote.id) continue;
-      // Revoked while the batch asked for another (STALE from MappingFor), or a descriptor of
-      // another length (the owner's to check).
-      return it->second->length == remote.length && !it->second->revoked ? it->second : nullptr;
-    }
-    return nullptr;
+    if (held.empty() || held.back().first != remote.id) return nullptr;
+    Mapping* m = held.back().second;
+    // Revoked while the batch asked for another (STALE from MappingFor), or a descriptor of
+    // another length (the owner's to check).
+    return m->length == remote.length && !m->revoked ? m : nullptr;
   }
   void Run(rayaccel_transfer_op op) const {
     for (const Copy& x : copies) CopyHost(op, x.mine, x.theirs, x.length);
