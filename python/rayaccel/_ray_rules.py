@@ -193,3 +193,72 @@ def tpu_environment(ids: List[str], chips_on_node: List[int]) -> Tuple[Dict[str,
         elif host not in os.environ:
             env[host] = "1,1,1"
     return env, stale_bounds
+
+
+# Which resources Ray's raylet counts by device (gives a task instance ids): GPU, and the list
+# of its `custom_unit_instance_resources` setting (src/ray/common/ray_config_def.h), which a
+# process reads from this variable, the list replaced whole. Any other resource is one pool:
+# every task of it is told instance 0. (src/ray/unit_instances.h is the same rule in C++.)
+UNIT_INSTANCE_VARIABLE = "RAY_custom_unit_instance_resources"
+PREDEFINED_UNIT_INSTANCES = ("GPU",)
+TESTED_RAY_VERSION = "2.60.0"
+TESTED_CUSTOM_UNIT_INSTANCES = "neuron_cores,TPU,NPU,HPU,RBLN,FURIOSA,TTNPU,MBLT"
+
+
+def _entries(value: str) -> List[str]:
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def raylet_unit_instance_default(raylet_so: str) -> Optional[str]:
+    """The default list compiled into Ray's _raylet.so: the one NUL-terminated string there
+    that is a comma-separated list of names holding neuron_cores and TPU. None when the file
+    cannot be read or holds no such string, or several."""
+    import mmap
+    import re
+    name = re.compile(rb"[A-Za-z0-9_,]")
+    found = set()
+    try:
+        with open(raylet_so, "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(b"neuron_cores")
+            while at >= 0:
+                begin, end = at, at + len(b"neuron_cores")
+                while begin > 0 and name.match(data[begin - 1:begin]):
+                    begin -= 1
+                while end < len(data) and name.match(data[end:end + 1]):
+                    end += 1
+                if (begin == 0 or data[begin - 1] == 0) and end < len(data) and data[end] == 0:
+                    found.add(data[begin:end].decode())
+                at = data.find(b"neuron_cores", end)
+    except (OSError, ValueError):
+        return None
+    lists = {s for s in found if re.fullmatch(r"\w+(,\w+)*", s) and
+             {"neuron_cores", "TPU"} <= set(s.split(","))}
+    return lists.pop() if len(lists) == 1 else None
+
+
+def rays_unit_instances() -> Tuple[str, str]:
+    """What Ray started from this process would use, and where that came from: the variable
+    when set, else the default of the imported Ray's _raylet.so, else that of the Ray version
+    rayaccel is tested with."""
+    if UNIT_INSTANCE_VARIABLE in os.environ:
+        return os.environ[UNIT_INSTANCE_VARIABLE], f"this process's {UNIT_INSTANCE_VARIABLE}"
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("ray")
+        where = os.path.join(list(spec.submodule_search_locations)[0], "_raylet.so")
+    except Exception:  # no Ray here
+        where = None
+    listed = raylet_unit_instance_default(where) if where else None
+    if listed is not None:
+        return listed, f"the default in {where}"
+    return TESTED_CUSTOM_UNIT_INSTANCES, f"Ray {TESTED_RAY_VERSION}'s default"
+
+
+def unit_instance_setting(resources: List[str], rays_list: str) -> Optional[str]:
+    """rays_list with those of `resources` Ray does not count by device appended (nothing
+    dropped or reordered); None when it counts each of them already."""
+    entries = _entries(rays_list)
+    counted = set(entries) | set(PREDEFINED_UNIT_INSTANCES)
+    added = [r for r in dict.fromkeys(resources) if r and r not in counted]
+    return ",".join(entries + added) if added else None

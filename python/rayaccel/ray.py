@@ -345,6 +345,30 @@ def _environment_for(snapshot: SnapshotSource, resource: str, var: str, ids: Lis
     return env if var in env else plain
 
 
+def _count_by_device(resources: List[str]) -> Optional[str]:
+    """Makes the Ray this process starts count each of `resources` by device: Ray's raylet
+    gives a task instance ids (device 1, device 2, ...) only for GPU and the resources its
+    RAY_custom_unit_instance_resources lists; any other is one pool whose every task is told
+    device 0. Sets the variable, Ray's own list with the missing resources appended, for the
+    processes started after this one (a raylet that ray.init(), `ray start` or
+    Cluster.add_node starts). In a process a raylet started (a worker), the raylet already runs
+    with what it had: a warning naming the variable, once. Returns the value set, if any."""
+    rays_list, where = rules.rays_unit_instances()
+    setting = rules.unit_instance_setting(resources, rays_list)
+    if setting is None:
+        return None
+    missing = [r for r in resources if rules.unit_instance_setting([r], rays_list)]
+    if os.environ.get("RAY_RAYLET_PID"):
+        import logging
+        logging.getLogger("rayaccel").warning(
+            "Ray counts %s as one pool, not by device: every task of it is told device 0. "
+            "Start Ray with %s=%s (what `rayaccel ray-start-args --env` prints; Ray's list "
+            "from %s)", ", ".join(missing), rules.UNIT_INSTANCE_VARIABLE, setting, where)
+        return None
+    os.environ[rules.UNIT_INSTANCE_VARIABLE] = setting
+    return setting
+
+
 def install(source=None) -> List[type]:
     """Puts rayaccel's managers in Ray's place, in this process, for each family a loaded
     plugin of this node serves (it runs and found devices): Ray's
@@ -365,6 +389,7 @@ def install(source=None) -> List[type]:
         # too, through _rayaccel_hook; they ask the same agent, or discover as this one does.
         os.environ[MANAGERS_VARIABLE] = getattr(source, "address", None) or "1"
     snap = _source_of(source)()
+    _count_by_device(_families(snap))
     managers = [accelerator_manager(r, source) for r in _families(snap)]
     ours = {m.get_resource_name(): m for m in managers}
     lookup = accelerators.get_accelerator_manager_for_resource

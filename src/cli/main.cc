@@ -25,14 +25,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/capture_anonymize.h"
 #include "cli/capture_bundle.h"
+#include "cli/installed_ray.h"
 #include "cli/log_format.h"
 #include "cli/ray_start_env.h"
 #include "cli/transfer_command.h"
 #include "present/render.h"
+#include "ray/ray_mapping.h"
+#include "ray/unit_instances.h"
 #include "util/command_line.h"
 #include "util/log.h"
 #if RAYACCEL_CLI_RPC
@@ -179,6 +183,25 @@ struct Args {
   bool anonymize = false;            // capture --anonymize
   bool env = false;                  // ray-start-args --env
 };
+
+// Ray's unit-instance list, looked up (a Python asked) only when the node has a family other
+// than GPU, which every Ray counts by device.
+RayUnitInstances RaysUnitInstancesFor(const NodeSnapshot& snapshot) {
+  for (const CountedFamily& family : CountedFamilies(snapshot)) {
+    if (!family.device_ids.empty() && family.resource != kRayPredefinedUnitInstances) {
+      return FindRayUnitInstances();
+    }
+  }
+  return {kTestedRayCustomUnitInstances, "not looked up: the node's families are GPU"};
+}
+
+// RAYACCEL_RAY_MANAGERS set to something other than off, as _rayaccel_hook reads it.
+bool RayaccelManagersOn() {
+  const char* v = std::getenv("RAYACCEL_RAY_MANAGERS");
+  if (v == nullptr) return false;
+  std::string value = absl::AsciiStrToLower(absl::StripAsciiWhitespace(v));
+  return !(value.empty() || value == "0" || value == "false" || value == "no" || value == "off");
+}
 
 #if !RAYACCEL_CLI_RPC
 // serve, sink and --agent: `rayaccel-agent` from this program's folder, with the same
@@ -696,14 +719,33 @@ int Run(int argc, char** argv) {
 #endif
       return (*registry)->PrepareAllocation(ids, generation);
     };
-    absl::StatusOr<std::string> env = RayStartEnvironment(*snap, prepare);
+    RayUnitInstances rays = RaysUnitInstancesFor(*snap);
+    absl::StatusOr<std::string> env =
+        RayStartEnvironment(*snap, prepare, rays.list, RayaccelManagersOn());
     if (!env.ok()) {
       std::fprintf(stderr, "rayaccel: %s\n", std::string(env.status().message()).c_str());
       return kExitFailure;
     }
+    std::vector<std::string> pooled = ResourcesRayDoesNotCountByDevice(*snap, rays.list);
+    if (!pooled.empty()) {
+      std::fprintf(stderr,
+                   "rayaccel: %s: Ray counts these by device only when %s names them; "
+                   "added to %s\n",
+                   absl::StrJoin(pooled, ", ").c_str(), kRayUnitInstanceVariable,
+                   rays.source.c_str());
+    }
     out = *std::move(env);
   } else {
     out = present::RayStartArgs(snap->ray);
+    std::vector<std::string> pooled =
+        ResourcesRayDoesNotCountByDevice(*snap, RaysUnitInstancesFor(*snap).list);
+    if (!pooled.empty()) {
+      std::fprintf(stderr,
+                   "rayaccel: start Ray with what `rayaccel ray-start-args --env` prints too: "
+                   "without %s naming %s, and rayaccel's managers, Ray tells every task of it "
+                   "device 0 (docs/ray-integration.md)\n",
+                   kRayUnitInstanceVariable, absl::StrJoin(pooled, ", ").c_str());
+    }
   }
   if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
     std::fprintf(stderr, "rayaccel: cannot write output: %s\n", std::strerror(errno));

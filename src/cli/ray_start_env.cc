@@ -6,11 +6,24 @@
 #include "absl/strings/str_join.h"
 #include "present/render.h"
 #include "ray/ray_mapping.h"
+#include "ray/unit_instances.h"
 
 namespace rayaccel::cli {
 
+std::vector<std::string> ResourcesRayDoesNotCountByDevice(const NodeSnapshot& snapshot,
+                                                          absl::string_view rays_list) {
+  std::vector<std::string> pooled;
+  for (const CountedFamily& family : CountedFamilies(snapshot)) {
+    if (!family.device_ids.empty() && UnitInstanceSetting({family.resource}, rays_list)) {
+      pooled.push_back(family.resource);
+    }
+  }
+  return pooled;
+}
+
 absl::StatusOr<std::string> RayStartEnvironment(const NodeSnapshot& snapshot,
-                                                const PrepareAllocationFn& prepare) {
+                                                const PrepareAllocationFn& prepare,
+                                                absl::string_view rays_list, bool managers_on) {
   std::map<std::string, std::string> env;
   for (const CountedFamily& family : CountedFamilies(snapshot)) {
     if (family.visible_devices_env.empty()) continue;
@@ -36,6 +49,12 @@ absl::StatusOr<std::string> RayStartEnvironment(const NodeSnapshot& snapshot,
       }
       env[name] = std::move(value);
     }
+  }
+  // Ray's own settings win over anything a plugin sets.
+  std::vector<std::string> pooled = ResourcesRayDoesNotCountByDevice(snapshot, rays_list);
+  if (!pooled.empty()) {
+    env[kRayUnitInstanceVariable] = *UnitInstanceSetting(pooled, rays_list);
+    if (!managers_on) env["RAYACCEL_RAY_MANAGERS"] = "1";
   }
   std::vector<std::string> pairs;
   for (const auto& [name, value] : env) pairs.push_back(name + "=" + present::ShellQuote(value));

@@ -11,7 +11,9 @@ shows it, compared with what the command prints on stdout (stderr too where the 
   - no lines shown: the command must succeed, and its output is not compared.
 
 A block is run in one bash, in order, from the source folder, with the build's bin/ first on
-PATH (`build/bin/` in a command means the build folder being tested). A command ending in `&`
+PATH (`build/bin/` in a command means the build folder being tested). Each command runs in a
+shell of its own, except those that change the reader's shell (`. FILE`, `source`, `export`,
+`cd`, `unset`), which run in the block's, so that the commands after them see the change. A command ending in `&`
 runs in the background, its output discarded; what a block started is stopped at its end. An
 HTML comment right before a block says more, one directive per line:
 
@@ -205,6 +207,11 @@ def run_block(block, source, build, tmp, report):
         if background:
             script.append("{ " + command[:background.start()] + " ; } > /dev/null 2>&1 &")
             script.append(f"echo '{marker}-status 0'")
+        elif re.match(r"(\.|source|export|cd|unset)\s", command):
+            # What changes the reader's shell changes the block's: the commands after it see it.
+            errors = "&1" if block.stderr_shown else f'"$TMP/.stderr-{n}"'
+            script.append(f"{command} 2>{errors}")
+            script.append(f"echo \"{marker}-status $?\"")
         else:
             errors = "&1" if block.stderr_shown else f'"$TMP/.stderr-{n}"'
             script.append(f"timeout {COMMAND_TIMEOUT_S} bash -c {shlex_quote(command)} 2>{errors}")

@@ -253,3 +253,36 @@ def test_the_start_up_hook_installs_in_a_new_process_and_fails_safe(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("NvidiaGPUAcceleratorManager"), out
     assert "rayaccel's accelerator managers are not installed" in out.stderr, out.stderr
+
+
+UNIT = "RAY_custom_unit_instance_resources"
+
+
+def test_rays_unit_instance_list_is_read_from_the_installed_ray(monkeypatch):
+    from rayaccel import _ray_rules as rules
+    monkeypatch.delenv(UNIT, raising=False)
+    listed, where = rules.rays_unit_instances()
+    assert listed == rules.TESTED_CUSTOM_UNIT_INSTANCES  # requirements.txt's Ray
+    assert where.endswith("_raylet.so")
+    monkeypatch.setenv(UNIT, "TPU,FPGA")
+    assert rules.rays_unit_instances()[0] == "TPU,FPGA"
+    assert rules.unit_instance_setting(["GPU", "FPGA", "zeta_z1", "zeta_z1"], "TPU,FPGA") == \
+        "TPU,FPGA,zeta_z1"
+    assert rules.unit_instance_setting(["GPU", "TPU"], "TPU") is None
+
+
+def test_a_new_family_is_counted_by_device_in_what_this_process_starts(monkeypatch, caplog):
+    from rayaccel import _ray_rules as rules
+    monkeypatch.delenv(UNIT, raising=False)
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
+    expected = rules.TESTED_CUSTOM_UNIT_INSTANCES + ",zeta_z1"
+    assert rayaccel.ray._count_by_device(["GPU", "zeta_z1"]) == expected
+    assert os.environ[UNIT] == expected
+    assert rayaccel.ray._count_by_device(["zeta_z1", "TPU"]) is None  # already there
+    # In a worker, the raylet runs with what it had: a warning naming the variable, no change.
+    monkeypatch.setenv(UNIT, "TPU")
+    monkeypatch.setenv("RAY_RAYLET_PID", "1")
+    with caplog.at_level("WARNING", logger="rayaccel"):
+        assert rayaccel.ray._count_by_device(["zeta_z1"]) is None
+    assert f"{UNIT}=TPU,zeta_z1" in caplog.text and "device 0" in caplog.text
+    assert os.environ[UNIT] == "TPU"

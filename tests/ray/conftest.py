@@ -74,9 +74,30 @@ def add_node_options(start_args: str) -> dict:
 
 
 @contextlib.contextmanager
+def environment(variables: dict):
+    """os.environ with `variables` set (None: removed) while inside, as `env NAME=VALUE ray
+    start` gives them to the processes it starts."""
+    saved = {name: os.environ.get(name) for name in variables}
+    try:
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def cluster(nodes, **head):
-    """A head without accelerators and a raylet per (name, add_node options); yields the
-    Cluster and {name: node id}. The driver is connected."""
+    """A head without accelerators and a raylet per (name, add_node options[, environment]);
+    yields the Cluster and {name: node id}. The driver is connected. A node's environment is
+    what its raylet, and the workers it starts, are started with."""
     import ray
     from ray.cluster_utils import Cluster
     # Ray's workers import the test modules' remote classes by name.
@@ -87,8 +108,9 @@ def cluster(nodes, **head):
                 head_node_args=dict(dict(num_cpus=1, include_dashboard=False), **head))
     try:
         ids = {}
-        for name, options in nodes:
-            ids[name] = c.add_node(num_cpus=1, **options).node_id
+        for name, options, *env in nodes:
+            with environment(env[0] if env else {}):
+                ids[name] = c.add_node(num_cpus=1, **options).node_id
         ray.init(address=c.address)
         c.wait_for_nodes()
         yield c, ids
