@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -291,6 +292,9 @@ std::string DiscoverText(const NodeSnapshot& s) {
       domains.Add({d.kind, d.id, absl::StrJoin(d.devices, ",")});
     }
     out += domains.Render();
+  }
+  if (absl::StartsWith(s.host_topology, "unavailable")) {
+    out += "\nHost topology: " + s.host_topology + "\n";
   }
   out += "\nRay\n";
   out += "  resources: " + CompactJson(s.ray.resources) + "\n";

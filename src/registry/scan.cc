@@ -197,10 +197,12 @@ void Registry::Impl::LoadHostTopologyIfNeeded(const NodeSnapshot& snap) {
       host_description_ = node.host_topology;
       return;
     }
-    absl::StatusOr<std::unique_ptr<HostTopology>> host =
-        HostTopology::LoadXml(node.hwloc_xml, node.host_topology.substr(kHwloc.size()));
+    absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::LoadXml(
+        node.hwloc_xml,
+        absl::StrCat("the captured hwloc XML (", node.host_topology.substr(kHwloc.size()), ")"));
     if (!host.ok()) {
       host_description_ = "unavailable: " + std::string(host.status().message());
+      Log().warn("host topology {}", host_description_);
       return;
     }
     host_ = *std::move(host);

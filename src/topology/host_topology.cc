@@ -1,9 +1,15 @@
 #include "topology/host_topology.h"
 
+#include <fcntl.h>
 #include <hwloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -140,19 +146,172 @@ absl::Status Prepare(hwloc_topology_t* topo) {
   return absl::OkStatus();
 }
 
+constexpr size_t kMaxXmlBytes = size_t{32} << 20;
+constexpr int kChildTimeoutMs = 20000;
+
+// Loads in this library one at a time: no thread of ours is inside hwloc (holding its locks)
+// when a child is forked to read XML.
+std::mutex& LoadMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+
+absl::StatusOr<std::string> ReadXmlFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read XML topology ", path, ": ", std::strerror(errno)));
+  }
+  std::string xml;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read XML topology ", path, ": ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    xml.append(buf, static_cast<size_t>(n));
+    if (xml.size() > kMaxXmlBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("XML topology ", path, " is over ", kMaxXmlBytes >> 20, " MiB"));
+    }
+  }
+  close(fd);
+  return xml;
+}
+
+// The last line hwloc (or the C library's assert) wrote, without the program's name.
+std::string LastWords(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (size_t nl = text.rfind('\n'); nl != std::string::npos) text.erase(0, nl + 1);
+  if (size_t colon = text.find(": ");
+      colon != std::string::npos && text.find_first_of(" /", 0) >= colon) {
+    text.erase(0, colon + 2);  // "rayaccel: bitmap.c:395: ..." -> "bitmap.c:395: ..."
+  }
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
+  return text.size() > 300 ? text.substr(0, 300) + "..." : text;
+}
+
+// hwloc 2.9's XML import asserts on some malformed input instead of failing (a bitmap attribute
+// such as complete_cpuset=",x00004000": "hwloc_bitmap_sscanf: Assertion `count > 0' failed"),
+// and an assertion aborts the whole process. So XML from outside is first loaded by a forked
+// child of this process, with the same hwloc, the same settings (`prepared`) and the same bytes:
+// if hwloc aborts, crashes or hangs there, the caller gets an error naming the source and what
+// hwloc said; if it loads there, it loads here. The child says how it ended on a pipe of its
+// own, which no other waitpid() in the process (a raylet's) can take from us.
+absl::Status ReadsInAChild(hwloc_topology_t prepared, const std::string& xml,
+                           const std::string& source) {
+  int result[2], errors[2];
+  if (pipe2(result, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  if (pipe2(errors, O_CLOEXEC) != 0) {
+    int err = errno;
+    close(result[0]);
+    close(result[1]);
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(err)));
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    // The process's own crash handlers (Python's faulthandler, a raylet's stack dumper) are not
+    // for this child: it dies as hwloc makes it die, and says so through stderr alone.
+    for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);
+    dup2(errors[1], 2);  // what hwloc or assert() prints comes back to the caller
+    char verdict = hwloc_topology_set_xmlbuffer(prepared, xml.c_str(),
+                                                static_cast<int>(xml.size() + 1)) == 0 &&
+                           hwloc_topology_load(prepared) == 0
+                       ? 'O'
+                       : 'E';
+    ssize_t ignored = write(result[1], &verdict, 1);
+    (void)ignored;
+    _exit(0);
+  }
+  int fork_errno = errno;
+  close(result[1]);
+  close(errors[1]);
+  if (child < 0) {
+    close(result[0]);
+    close(errors[0]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
+  }
+  char verdict = 0;
+  std::string said;
+  bool result_open = true, errors_open = true, timed_out = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kChildTimeoutMs);
+  while (result_open || errors_open) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[2] = {{result_open ? result[0] : -1, POLLIN, 0},
+                     {errors_open ? errors[0] : -1, POLLIN, 0}};
+    int r = poll(fds, 2, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    char buf[4096];
+    if (fds[0].revents != 0) {
+      ssize_t n = read(result[0], buf, sizeof(buf));
+      if (n > 0) verdict = buf[0];
+      if (n == 0 || (n < 0 && errno != EINTR)) result_open = false;
+    }
+    if (fds[1].revents != 0) {
+      ssize_t n = read(errors[0], buf, sizeof(buf));
+      if (n > 0 && said.size() < 65536) said.append(buf, static_cast<size_t>(n));
+      if (n == 0 || (n < 0 && errno != EINTR)) errors_open = false;
+    }
+  }
+  close(result[0]);
+  close(errors[0]);
+  if (timed_out) kill(child, SIGKILL);
+  int status = 0;
+  bool reaped = false;
+  for (;;) {
+    pid_t r = waitpid(child, &status, 0);
+    if (r == child) reaped = true;
+    if (r >= 0 || errno != EINTR) break;
+  }
+  if (verdict == 'O') return absl::OkStatus();
+  std::string what = LastWords(said);
+  if (timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat("hwloc did not finish reading ", source, " in ",
+                                                    kChildTimeoutMs / 1000, " s; not used"));
+  }
+  if (verdict == 'E') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hwloc cannot read ", source, what.empty() ? "" : ": ", what));
+  }
+  std::string how = reaped && WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "it died";
+  return absl::InvalidArgumentError(absl::StrCat("hwloc aborted reading ", source, " (", how,
+                                                 what.empty() ? "" : ": ", what, "); not used"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::string& xml,
                                                                     std::string source) {
+  if (xml.size() > kMaxXmlBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " is over ", kMaxXmlBytes >> 20, " MiB"));
+  }
+  std::lock_guard<std::mutex> lock(LoadMutex());
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
+  if (absl::Status st = ReadsInAChild(impl->topo, xml, source); !st.ok()) return st;
   // hwloc takes the length with the final NUL, which c_str() provides.
-  if (xml.size() > (size_t{32} << 20) ||
-      hwloc_topology_set_xmlbuffer(impl->topo, xml.c_str(), static_cast<int>(xml.size() + 1)) !=
+  if (hwloc_topology_set_xmlbuffer(impl->topo, xml.c_str(), static_cast<int>(xml.size() + 1)) !=
           0 ||
       hwloc_topology_load(impl->topo) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hwloc cannot read the XML topology of ", source));
+    return absl::InvalidArgumentError(absl::StrCat("hwloc cannot read ", source));
   }
   return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), std::move(source)));
 }
@@ -174,34 +333,41 @@ absl::StatusOr<std::string> HostTopology::ExportXml() const {
 }
 
 absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::string& xml_path) {
+  // A file from outside (--hwloc-xml, hwloc's own HWLOC_XMLFILE): read here, then as a buffer,
+  // so that the bytes the child checked are the bytes loaded.
+  std::string file = xml_path;
+  std::string source = "XML " + xml_path;
+  if (file.empty()) {
+    if (const char* env = std::getenv("HWLOC_XMLFILE"); env != nullptr && *env != '\0') {
+      file = env;
+      source = absl::StrCat("XML ", env, " (HWLOC_XMLFILE)");
+    }
+  }
+  if (!file.empty()) {
+    absl::StatusOr<std::string> xml = ReadXmlFile(file);
+    if (!xml.ok()) return xml.status();
+    return LoadXml(*xml, std::move(source));
+  }
+  std::lock_guard<std::mutex> lock(LoadMutex());
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
-  std::string source = "this machine";
-  std::string cache;  // this machine's view, kept between processes (hwloc_cache.h)
-  if (!xml_path.empty()) {
-    if (hwloc_topology_set_xml(impl->topo, xml_path.c_str()) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hwloc cannot read XML topology ", xml_path, ": ", std::strerror(errno)));
+  source = "this machine";
+  // This machine's view, kept between processes (hwloc_cache.h). Not read in a child: only
+  // this user's own file, written whole (renamed into place) from hwloc's own export, is read.
+  std::string cache = hwloc_cache::PathForThisMachine();
+  if (std::optional<std::string> xml = cache.empty() ? std::nullopt : hwloc_cache::Read(cache)) {
+    // Read back as this system, with what it supports, so that it is the topology a live load
+    // gives.
+    auto cached = std::make_unique<Impl>();
+    if (Prepare(&cached->topo).ok() &&
+        hwloc_topology_set_flags(cached->topo, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
+                                                   HWLOC_TOPOLOGY_FLAG_IMPORT_SUPPORT) == 0 &&
+        hwloc_topology_set_xmlbuffer(cached->topo, xml->c_str(),
+                                     static_cast<int>(xml->size() + 1)) == 0 &&
+        hwloc_topology_load(cached->topo) == 0) {
+      return std::unique_ptr<HostTopology>(new HostTopology(std::move(cached), source));
     }
-    source = "XML " + xml_path;
-  } else if (const char* env = std::getenv("HWLOC_XMLFILE"); env != nullptr && *env != '\0') {
-    source = std::string("XML ") + env + " (HWLOC_XMLFILE)";
-  } else {
-    cache = hwloc_cache::PathForThisMachine();
-    if (std::optional<std::string> xml = cache.empty() ? std::nullopt : hwloc_cache::Read(cache)) {
-      // This machine's own view: read back as this system, with what it supports, so that it
-      // is the topology a live load gives.
-      auto cached = std::make_unique<Impl>();
-      if (Prepare(&cached->topo).ok() &&
-          hwloc_topology_set_flags(cached->topo, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
-                                                     HWLOC_TOPOLOGY_FLAG_IMPORT_SUPPORT) == 0 &&
-          hwloc_topology_set_xmlbuffer(cached->topo, xml->c_str(),
-                                       static_cast<int>(xml->size() + 1)) == 0 &&
-          hwloc_topology_load(cached->topo) == 0) {
-        return std::unique_ptr<HostTopology>(new HostTopology(std::move(cached), source));
-      }
-      unlink(cache.c_str());  // not hwloc's XML after all: discovered afresh, and rewritten
-    }
+    unlink(cache.c_str());  // not hwloc's XML after all: discovered afresh, and rewritten
   }
   if (hwloc_topology_load(impl->topo) != 0) {
     return absl::UnavailableError(

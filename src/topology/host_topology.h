@@ -19,9 +19,15 @@ namespace rayaccel {
 class HostTopology {
  public:
   // `xml_path` empty: hwloc's default (HWLOC_XMLFILE when set, else this machine).
+  //
+  // XML from outside (a file here, HWLOC_XMLFILE's, a capture bundle's in LoadXml) survives
+  // any bytes: hwloc 2.9 asserts, and so aborts its process, on some malformed XML, so such XML
+  // is first loaded in a forked child of this process (a few milliseconds); an abort, crash or
+  // hang there is an error here naming the source and what hwloc said. Only this machine's own
+  // cache (hwloc_cache.h) is loaded directly.
   static absl::StatusOr<std::unique_ptr<HostTopology>> Load(const std::string& xml_path = "");
-  // From an exported topology held in memory (a capture bundle's); `source` is what source()
-  // then says.
+  // From an exported topology held in memory (a capture bundle's); `source` names it in
+  // errors and is what source() then says: "XML <path>".
   static absl::StatusOr<std::unique_ptr<HostTopology>> LoadXml(const std::string& xml,
                                                                std::string source);
   // The hwloc library in use, "2.9.0".

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "util/private_folder.h"
@@ -105,6 +107,25 @@ std::string PathForThisMachine() {
   return absl::StrFormat("%s/hwloc-%016x.xml", dir, Fingerprint());
 }
 
+namespace {
+
+// The file is a line "rayaccel-hwloc-cache <FNV-1a 64 of the rest, hex>" and hwloc's XML: a
+// file cut short, damaged on disk or written by anything else is not handed to hwloc, whose
+// XML import aborts its process on some malformed input. (A file forged with the right sum
+// needs this user's rights, which can change the process anyway.)
+constexpr absl::string_view kHeader = "rayaccel-hwloc-cache ";
+
+uint64_t Fnv1a64(absl::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
 std::optional<std::string> Read(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
@@ -122,6 +143,17 @@ std::optional<std::string> Read(const std::string& path) {
     if (at == xml.size()) out = std::move(xml);
   }
   close(fd);
+  if (!out) return std::nullopt;
+  // The header and its sum, then the XML it sums.
+  size_t eol = out->find('\n');
+  uint64_t sum = 0;
+  if (eol == std::string::npos || !absl::StartsWith(*out, kHeader) ||
+      !absl::SimpleHexAtoi(absl::string_view(*out).substr(kHeader.size(), eol - kHeader.size()),
+                           &sum) ||
+      sum != Fnv1a64(absl::string_view(*out).substr(eol + 1))) {
+    return std::nullopt;
+  }
+  out->erase(0, eol + 1);
   return out;
 }
 
@@ -132,13 +164,14 @@ void Write(const std::string& path, const std::string& xml) {
   std::string tmp = dir + "/.hwloc-XXXXXX";
   int fd = mkstemp(tmp.data());  // mode 0600
   if (fd < 0) return;
+  const std::string file = absl::StrFormat("%s%016x\n%s", kHeader, Fnv1a64(xml), xml);
   size_t at = 0;
-  while (at < xml.size()) {
-    ssize_t n = write(fd, xml.data() + at, xml.size() - at);
+  while (at < file.size()) {
+    ssize_t n = write(fd, file.data() + at, file.size() - at);
     if (n <= 0) break;
     at += static_cast<size_t>(n);
   }
-  const bool whole = at == xml.size();
+  const bool whole = at == file.size();
   if (close(fd) != 0 || !whole || rename(tmp.c_str(), path.c_str()) != 0) {
     unlink(tmp.c_str());
     return;

@@ -4,6 +4,7 @@
 //   hwloc-calc --if xml --input nvidiaDGX2.xml pci=0000:34:00.0 -I pu --po         -> 0,1
 // and PCIe levels follow the trees `lstopo-no-graphics --if xml --input FILE` draws.
 #include "topology/host_topology.h"
+#include "topology/hwloc_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -229,10 +231,22 @@ TEST_F(HwlocCache, TheSecondLoadReadsTheFirstsXml) {
   ASSERT_NE(at, std::string::npos);
   const size_t end = planted.find('>', at);
   planted.insert(end + 1, "\n    <info name=\"RayaccelPlanted\" value=\"1\"/>");
+  // Written as the cache writes (its header sums the XML); the same bytes without the header,
+  // or with a sum that does not match them, are not read.
   {
     std::ofstream f(files[0], std::ios::trunc);
     f << planted;
   }
+  EXPECT_EQ(Exported().find("RayaccelPlanted"), std::string::npos);
+  hwloc_cache::Write(files[0], planted);
+  {
+    std::ifstream in(files[0]);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes[bytes.find("RayaccelPlanted")] = 'r';  // the sum no longer matches
+    std::ofstream(files[0], std::ios::trunc) << bytes;
+  }
+  EXPECT_EQ(Exported().find("RayaccelPlanted"), std::string::npos);
+  hwloc_cache::Write(files[0], planted);
   EXPECT_NE(Exported().find("RayaccelPlanted"), std::string::npos);
 
   // A file others may read is not read, and is replaced by this machine's view.
@@ -279,6 +293,93 @@ TEST_F(HwlocCache, AFolderOthersMayEnterOrTheSwitchOffKeepsNothing) {
   setenv("RAYACCEL_HWLOC_CACHE", "off", 1);
   Exported();
   EXPECT_TRUE(Files().empty()) << "written with the cache off";
+}
+
+// hwloc 2.9 asserts on this (hwloc_bitmap_sscanf: `count > 0'), aborting the process that
+// reads it: a real machine's export with one bitmap attribute malformed.
+std::string Reproducer() {
+  std::ifstream in(Fixture("32em64t-2n8c2t-pci-wholeio.xml"));
+  std::string xml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = xml.find("complete_cpuset=\"");
+  EXPECT_NE(at, std::string::npos);
+  size_t end = xml.find('"', at + 17);
+  return xml.replace(at, end + 1 - at, "complete_cpuset=\",x00004000\"");
+}
+
+TEST_F(HwlocCache, AMalformedCacheFileIsNotUsed) {
+  Exported();
+  std::vector<std::string> files = Files();
+  ASSERT_EQ(files.size(), 1u);
+  {
+    std::ofstream out(files[0], std::ios::trunc);
+    out << Reproducer();
+  }
+  chmod(files[0].c_str(), 0600);
+  EXPECT_EQ(Exported().find(",x00004000"), std::string::npos);
+}
+
+TEST(HostTopology, MalformedXmlIsAnErrorNeverAnAbort) {
+  absl::StatusOr<std::unique_ptr<HostTopology>> host =
+      HostTopology::LoadXml(Reproducer(), "XML bundle.json");
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().message().rfind("hwloc aborted reading XML bundle.json (Aborted: ", 0),
+            0u)
+      << host.status();
+  EXPECT_NE(host.status().message().find("hwloc_bitmap_sscanf: Assertion `count > 0' failed"),
+            std::string::npos)
+      << host.status();
+
+  std::string path = ::testing::TempDir() + "/malformed-topology.xml";
+  std::ofstream(path) << Reproducer();
+  host = HostTopology::Load(path);
+  ASSERT_FALSE(host.ok());
+  EXPECT_NE(host.status().message().find("XML " + path + " (Aborted"), std::string::npos)
+      << host.status();
+  setenv("HWLOC_XMLFILE", path.c_str(), 1);
+  host = HostTopology::Load();
+  unsetenv("HWLOC_XMLFILE");
+  ASSERT_FALSE(host.ok());
+  EXPECT_NE(host.status().message().find(path + " (HWLOC_XMLFILE) (Aborted"), std::string::npos)
+      << host.status();
+  unlink(path.c_str());
+
+  // What hwloc refuses without aborting is refused as before, and a good file still loads.
+  host = HostTopology::LoadXml("<topology>", "XML short.xml");
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().message().rfind("hwloc cannot read XML short.xml", 0), 0u)
+      << host.status();
+  EXPECT_TRUE(
+      HostTopology::LoadXml(
+          std::string(Reproducer()).replace(Reproducer().find(",x00004000"), 10, "0xffffffff"),
+          "XML fixed.xml")
+          .ok());
+}
+
+TEST(HostTopology, TruncatedAndBitFlippedXmlNeverAbort) {
+  const std::string good = Reproducer().replace(Reproducer().find(",x00004000"), 10, "0xffffffff");
+  std::mt19937 random(60);
+  int loaded = 0, refused = 0;
+  for (int i = 0; i < 120; ++i) {
+    std::string xml = good;
+    if (i % 2 == 0) {
+      xml.resize(random() % good.size());
+    } else {
+      for (int flips = 1 + random() % 8; flips > 0; --flips) {
+        xml[random() % xml.size()] ^= static_cast<char>(1 << (random() % 8));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::LoadXml(xml, "XML x");
+    if (host.ok()) {
+      ++loaded;
+      (void)(*host)->Locate("0000:02:00.0");  // what a loaded topology is asked
+      (void)(*host)->PathBetween("0000:02:00.0", "0000:03:00.0");
+    } else {
+      ++refused;
+      EXPECT_NE(host.status().message().find("XML x"), std::string::npos) << host.status();
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(loaded, 0);
 }
 
 }  // namespace
