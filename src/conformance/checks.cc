@@ -249,6 +249,49 @@ const std::vector<Check>& AllChecks() {
        true, PerfTransport,
        "With `--perf`: against the round-trip peer, the transport's latency and bandwidth "
        "figures, batches included; skipped without a transport"},
+      {"ray.start_accepted", 5,
+       "Ray accepts what `rayaccel ray-start-args` prints: its nodes show exactly those "
+       "resources and labels",
+       false, RayStartAccepted,
+       "With `--tier 5`: the suite starts a Ray of its own (a head without accelerators and two "
+       "raylets, each started with what `rayaccel ray-start-args` and `--env` print for the "
+       "plugin and rayaccel's managers in Ray's processes) in a folder of its own, and stops it "
+       "after. `ray.nodes()` must show each raylet with exactly the printed resources and "
+       "labels (`ray.io/accelerator-type` included). The checks after this one need it",
+       "", /*gates=*/true},
+      {"ray.one_device_per_task", 5,
+       "as many tasks as the node has devices, at once, each given one device that the worker's "
+       "visible-devices variable names",
+       false, RayOneDevicePerTask,
+       "As many tasks as the node has devices, each asking one of the plugin's resource, run at "
+       "once (they wait for each other): each is given one device, the worker's visible-devices "
+       "variable (set by Ray's manager of the family, or rayaccel's) names exactly the device Ray "
+       "assigned, and together they saw each of the node's devices once, an unhealthy one never",
+       "make prepare_allocation name the devices it is given"},
+      {"ray.distributed_workload", 5,
+       "a ring of actors on two raylets passes arrays over RDT with the plugin's transport, "
+       "every hop's bytes verified",
+       true, RayDistributedWorkload,
+       "A ring of actors (one per device, 2 to 8) on the two raylets passes arrays around, "
+       "three rounds (4 KiB, 1 MiB, 8 MiB a hop), over Ray Direct Transport with "
+       "`tensor_transport=\"RAYACCEL_NUMPY\"` (the plugin's transport, host memory); each hop's "
+       "bytes are compared with what was sent, and a hop not done within six times the check "
+       "timeout fails. Skipped without a transport"},
+      {"ray.recovery", 5,
+       "a source killed mid-read fails its reader with an error; the source Ray restarts serves "
+       "the next read",
+       true, RayRecovery,
+       "A ring actor holding a 64 MiB array is killed (SIGKILL) before its reader takes it: the "
+       "read must fail (within six times the check timeout), not hang or return other bytes. "
+       "Ray restarts the actor (`max_restarts=1`); the restarted process must serve the next "
+       "read over the same transport. Skipped without a transport"},
+      {"ray.perf", 5,
+       "a hop's throughput at 1 MiB and 64 MiB and its p50 inside Ray: measured, and within the "
+       "baseline's tolerance",
+       false, RayPerf,
+       "With `--perf`: a hop between two actors on two raylets, 1 MiB (20 times) and 64 MiB (5 "
+       "times), median time and throughput as figures, compared with `--baseline` as tier 4's "
+       "are"},
   };
   return kChecks;
 }

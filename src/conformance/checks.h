@@ -61,6 +61,13 @@ Outcome PerfDiscovery(const Options& o);
 Outcome PerfAllocation(const Options& o);
 Outcome PerfTransport(const Options& o);
 
+// checks_ray.cc: tier 5, the plugin inside a real Ray (one run of rayaccel._certify for all).
+Outcome RayStartAccepted(const Options& o);
+Outcome RayOneDevicePerTask(const Options& o);
+Outcome RayDistributedWorkload(const Options& o);
+Outcome RayRecovery(const Options& o);
+Outcome RayPerf(const Options& o);
+
 }  // namespace rayaccel::conformance
 
 #endif  // RAYACCEL_CONFORMANCE_CHECKS_H_

@@ -39,6 +39,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "conformance/report.h"
 #include "conformance/suite.h"
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
@@ -53,14 +54,11 @@ constexpr char kUsage[] =
     "usage: rayaccel-conformance PLUGIN.so [--config KEY=VALUE ...] [--tier N] [--junit FILE]\n"
     "                            [--json] [--timeout SECONDS] [--expect-no-devices]\n"
     "                            [--perf [--baseline REPORT.json] [--tolerance FACTOR]]\n"
-    "                            [--only PREFIX[,PREFIX...]]\n"
+    "                            [--only PREFIX[,PREFIX...]] [--ray-python PATH] [--report DIR]\n"
     "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n"
     "       rayaccel-conformance --list-checks=markdown\n";
 
-struct Result {
-  const Check* check;
-  Outcome outcome;
-};
+using Result = CheckResult;
 
 // Collects each check's outcome as GoogleTest runs it.
 std::vector<Result>* g_results = nullptr;
@@ -180,13 +178,15 @@ int Run(int argc, char** argv) {
     return 0;
   }
   CommandLine line;
-  std::string wanted, tolerance, timeout, list_checks;
+  std::string wanted, tolerance, timeout, list_checks, report_dir;
   std::vector<std::string> configs, only_lists, positionals;
   line.Flag("--json", &json);
   line.Flag("--expect-no-devices", &options.expect_no_devices);
   line.Flag("--perf", &options.perf);
   line.Values("--config", &configs, "--config needs KEY=VALUE");
-  line.Value("--tier", &wanted, "--tier is 1, 2, 3 or 4 (4 needs --perf)");
+  line.Value("--tier", &wanted, "--tier is 1, 2, 3, 4 or 5 (4 and 5 need --perf)");
+  line.Value("--ray-python", &options.ray_python, "--ray-python needs a Python with Ray");
+  line.Value("--report", &report_dir, "--report needs a folder");
   line.Values("--only", &only_lists, "--only needs check name prefixes");
   line.Value("--baseline", &baseline, "--baseline needs a report");
   line.Value("--tolerance", &tolerance,
@@ -210,11 +210,15 @@ int Run(int argc, char** argv) {
     options.config[key] = v.substr(v.find('=') + 1);
   }
   if (line.Given("--tier")) {
-    if (wanted.size() != 1 || wanted[0] < '1' || wanted[0] > '4') {
+    if (wanted.size() != 1 || wanted[0] < '1' || wanted[0] > '0' + kTopTier) {
       return Usage(line.Needs("--tier"));
     }
     want_tier = wanted[0] - '0';
   }
+  // Tier 5's checks start a Ray: asked for by --tier 5, --ray-python or --only ray.
+  options.ray = want_tier == kTopTier || line.Given("--ray-python") ||
+                std::any_of(only_lists.begin(), only_lists.end(),
+                            [](const std::string& v) { return absl::StartsWith(v, "ray"); });
   for (const std::string& v : only_lists) {
     if (v.empty()) return Usage(line.Needs("--only"));
     for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) only.emplace_back(p);
@@ -301,7 +305,7 @@ int Run(int argc, char** argv) {
 
   // The tier: every check of that tier and below passed (a skip counts where allowed).
   int tier = 0;
-  for (int t = 1; t <= 4; ++t) {
+  for (int t = 1; t <= kTopTier; ++t) {
     bool all = true;
     for (const Result& r : results) {
       if (r.check->tier != t) continue;
@@ -326,7 +330,9 @@ int Run(int argc, char** argv) {
     note = absl::StrCat(results.size(), " checks run (--only ", absl::StrJoin(only, ","),
                         "): no tier is judged");
   } else if (g_gate_failed != nullptr) {
-    note = std::to_string(g_not_run) + " further checks not run: the plugin does not load (" +
+    note = std::to_string(g_not_run) + " further checks not run: " +
+           (g_gate_failed->tier == kTopTier ? "Ray did not take the node ("
+                                            : "the plugin does not load (") +
            g_gate_failed->name + ")";
   } else if (devices == 0 && options.expect_no_devices) {
     note =
@@ -343,6 +349,13 @@ int Run(int argc, char** argv) {
            : s == Outcome::Status::kWarn ? "warn"
                                          : "fail";
   };
+  const RayVersions ray = RayRunVersions();
+  if (!report_dir.empty()) {
+    if (absl::Status st = WriteReport(report_dir, options, tier, results, note); !st.ok()) {
+      std::fprintf(stderr, "rayaccel-conformance: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
+  }
   if (json) {
     json::Writer w;
     w.BeginObject();
@@ -352,6 +365,7 @@ int Run(int argc, char** argv) {
     w.Key("devices").Int(devices);
     w.Key("not_run").Int(g_not_run);
     w.Key("note").String(note);
+    if (!ray.ray.empty()) w.Key("ray_version").String(ray.ray);
     w.Key("checks").BeginArray();
     for (const Result& r : results) {
       w.BeginObject();
@@ -383,6 +397,11 @@ int Run(int argc, char** argv) {
                   r.check->name.c_str(), r.outcome.message.c_str());
     }
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
+    if (!ray.ray.empty()) {
+      std::printf("\nRay %s, Python %s (%s)\n", ray.ray.c_str(), ray.python.c_str(),
+                  ray.python_path.c_str());
+    }
+    if (!report_dir.empty()) std::printf("Report: %s/report.json, report.md\n", report_dir.c_str());
     if (only.empty()) {
       std::printf("\nTier reached: %d (%s)%s\n", tier, TierName(tier),
                   junit.empty() ? "" : ("; JUnit report: " + junit).c_str());

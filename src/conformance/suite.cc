@@ -16,6 +16,8 @@ const char* TierName(int tier) {
       return "transport";
     case 4:
       return "measured";
+    case 5:
+      return "certified in Ray";
     default:
       return "none";
   }

@@ -22,6 +22,10 @@ struct Options {
   bool expect_no_devices = false;
   // Run the performance checks (tier 4): they measure rather than judge, and take seconds.
   bool perf = false;
+  // Tier 5: run the Ray checks (a real Ray on this host, started and stopped by the suite).
+  bool ray = false;
+  std::string ray_python;  // the Python with Ray (--ray-python, RAYACCEL_RAY_PYTHON, ...)
+  std::string rayaccel;    // the rayaccel command, whose ray-start-args Ray is started with
 };
 
 // A measured figure (the performance checks): "discovery.rescan_us", 41.3.
@@ -45,7 +49,7 @@ struct Outcome {
 
 struct Check {
   std::string name;  // "discovery.ids_stable"
-  int tier = 1;      // 1 discoverable, 2 schedulable, 3 transport, 4 measured
+  int tier = 1;      // 1 discoverable, 2 schedulable, 3 transport, 4 measured, 5 in Ray
   std::string why;   // one line: the promise it checks (--json's checks[].why)
   // A skip counts as passing for the tier (a hook the plugin need not have).
   bool skip_passes = true;
@@ -62,7 +66,18 @@ struct Check {
 
 const std::vector<Check>& AllChecks();
 
-const char* TierName(int tier);  // "discoverable", "schedulable", "transport", "measured"
+// "discoverable", "schedulable", "transport", "measured", "certified in Ray"
+const char* TierName(int tier);
+constexpr int kTopTier = 5;
+
+// What the Ray checks' run said of the versions that decide its result ("" when it did not run):
+// the Ray and Python it ran with.
+struct RayVersions {
+  std::string ray;
+  std::string python;
+  std::string python_path;
+};
+RayVersions RayRunVersions();
 
 // The checks as a Markdown table, one row each: | check | tier | skip passes | what it proves |
 // fix it leads with |. docs/conformance.md carries it between its "checks" markers.

@@ -5,8 +5,16 @@
 //                      gate's test: a baseline recorded from the sim plugin must fail it);
 //   SHIM_MINOR_ZERO    negotiates ABI 1.0 whatever the host speaks, with a table built for
 //                      today's (a vendor's slip: the host then does not use its transport).
+// and, for tier 5 (a plugin that tells Ray one thing and does another):
+//   SHIM_WRONG_DEVICE  prepare_allocation names the device after each one it is given (GPU 0
+//                      is told CUDA_VISIBLE_DEVICES=1), the last one's next being the first;
+//   SHIM_STALLS_BIG    a transfer of 4 MiB or more never returns (what the suite's own
+//                      transport checks move is smaller: only Ray's ring meets it).
 #include <dlfcn.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <string>
 
 #include "rayaccel/plugin.h"
 
@@ -32,13 +40,39 @@ rayaccel_status Discover(rayaccel_plugin_instance* instance, const rayaccel_sink
 
 rayaccel_status Transfer(rayaccel_transfer_args* args, rayaccel_error* error) {
   Pause();
+#ifdef SHIM_STALLS_BIG
+  while (args->length >= (uint64_t{4} << 20)) pause();
+#endif
   return g_sim->transport->transfer(args, error);
 }
 
 rayaccel_status TransferBatch(rayaccel_transfer_batch_args* args, rayaccel_error* error) {
   Pause();
+#ifdef SHIM_STALLS_BIG
+  for (uint32_t i = 0; i < args->count; ++i) {
+    while (args->entries[i].length >= (uint64_t{4} << 20)) pause();
+  }
+#endif
   return g_sim->transport->transfer_batch(args, error);
 }
+
+#ifdef SHIM_WRONG_DEVICE
+rayaccel_status PrepareAllocation(rayaccel_plugin_instance* instance,
+                                  rayaccel_allocation_args* args, rayaccel_error* error) {
+  (void)instance;
+  // The sim plugin's devices are 0..7 in its specs here: the next one, wrapping at 8.
+  std::string value;
+  for (size_t i = 0; i < args->device_count; ++i) {
+    if (args->device_indices[i] >= 8) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no such device");
+    }
+    value += (i ? "," : "") + std::to_string((args->device_indices[i] + 1) % 8);
+  }
+  static const char kName[] = "CUDA_VISIBLE_DEVICES";
+  return args->sink->set_env(args->sink->host_context, {kName, sizeof(kName) - 1},
+                             {value.data(), value.size()});
+}
+#endif
 
 // The sim plugin's table, negotiated at this header's version; null when it does not load.
 const rayaccel_plugin_api* LoadSim(rayaccel_error* error) {
@@ -78,6 +112,9 @@ rayaccel_plugin_entry(rayaccel_negotiation* negotiation, rayaccel_error* error) 
     g_transport.transfer = Transfer;
     g_transport.transfer_batch = TransferBatch;
     g_api.transport = &g_transport;
+#ifdef SHIM_WRONG_DEVICE
+    g_api.prepare_allocation = PrepareAllocation;
+#endif
   }
   negotiation->chosen_abi_major = RAYACCEL_ABI_VERSION_MAJOR;
 #ifdef SHIM_MINOR_ZERO
