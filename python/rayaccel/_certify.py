@@ -93,7 +93,8 @@ class Certifier:
             os.symlink(self.plugin, link)
         name = self.info["name"].upper().replace("-", "_")
         env.update({"RAYACCEL_RAY_MANAGERS": "1", "RAYACCEL_PLUGIN_PATH": folder,
-                    "RAYACCEL_TRANSPORT_PLUGIN": self.plugin})
+                    "RAYACCEL_TRANSPORT_PLUGIN": self.plugin,
+                    "RAYACCEL_TRANSPORT_CONFIG": json.dumps(self.config)})
         for key, value in self.config.items():
             env[f"RAYACCEL_{name}_{key.upper()}"] = value
         return env

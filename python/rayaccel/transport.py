@@ -23,6 +23,7 @@ CUDA.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -162,7 +163,8 @@ def _new_device_tensor(shape, dtype):
 class TensorTransport(TensorTransportManager):
     """Ray's TensorTransportManager over rayaccel's transport (one per process, as Ray makes
     it). plugin: whose transport to use (default: $RAYACCEL_TRANSPORT_PLUGIN, else "sim",
-    host memory over UCX like every in-tree plugin); config: its configuration; peer_timeout:
+    host memory over UCX like every in-tree plugin); config: its configuration (default: the
+    JSON object $RAYACCEL_TRANSPORT_CONFIG holds, e.g. {"transport_fabric": "libfabric"}); peer_timeout:
     seconds a silent peer may take before its reads fail; key (bytes) or key_file: the secret
     both ends prove before any tensor is named (default: the file $RAYACCEL_TRANSPORT_KEY_FILE
     names, else, in a process of a Ray cluster, the cluster's key, which every node's actors
@@ -173,7 +175,9 @@ class TensorTransport(TensorTransportManager):
                  search_path: Tuple[str, ...] = (), peer_timeout: float = 10.0,
                  key: Optional[bytes] = None, key_file: Optional[str] = None):
         self._plugin = plugin or os.environ.get("RAYACCEL_TRANSPORT_PLUGIN", "sim")
-        self._config = dict(config or {})
+        if config is None and os.environ.get("RAYACCEL_TRANSPORT_CONFIG"):
+            config = json.loads(os.environ["RAYACCEL_TRANSPORT_CONFIG"])
+        self._config = {str(k): str(v) for k, v in (config or {}).items()}
         self._search_path = list(search_path)
         self._peer_timeout = peer_timeout
         self._key = bytes(key or b"")

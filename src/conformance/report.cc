@@ -1,12 +1,12 @@
 #include "conformance/report.h"
 
-#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -67,9 +67,9 @@ PluginFacts ReadPluginFacts(const Options& options) {
 
 absl::Status WriteReport(const std::string& dir, const Options& options, int tier,
                          const std::vector<CheckResult>& results, const std::string& note) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", std::strerror(errno)));
-  }
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", made.message()));
   PluginFacts plugin = ReadPluginFacts(options);
   RayVersions ray = RayRunVersions();
   utsname un{};
