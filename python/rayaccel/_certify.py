@@ -7,9 +7,10 @@ its figures. Nothing here judges a tier; the suite does.
 
 Ray runs as this module starts it and is stopped at the end: a head without accelerators and
 two raylets started from what `rayaccel ray-start-args` (and `--env`) prints for the plugin,
-rayaccel's managers in Ray's processes (RAYACCEL_RAY_MANAGERS), all under a folder of its own
-(Ray's temp dir, HOME), with authentication off, so that nothing is left in ~/.ray or /tmp/ray
-for another Ray to pick up.
+rayaccel's managers in Ray's processes (RAYACCEL_RAY_MANAGERS), all under the folder --root
+names (Ray's temp dir, HOME), with authentication off, so that nothing is left in ~/.ray or
+/tmp/ray for another Ray to pick up. The suite runs this in a process group of its own, kills
+what is left of the group and removes the folder after.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from typing import Dict, List, Optional
@@ -54,7 +53,7 @@ class Certifier:
         self.args = args
         self.plugin = os.path.abspath(args.plugin)
         self.config = dict(c.split("=", 1) for c in args.config)
-        self.root = tempfile.mkdtemp(prefix="rayaccel-certify-")
+        self.root = args.root
         self.cluster = None
         self.nodes: List[str] = []
         self.printed: Dict[str, str] = {}
@@ -141,7 +140,6 @@ class Certifier:
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 self.cluster.shutdown()
-        shutil.rmtree(self.root, ignore_errors=True)
 
     # The checks.
 
@@ -399,7 +397,15 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--perf", action="store_true")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--root", required=True,
+                        help="a folder of this run's own (Ray's temp dir, HOME); the caller "
+                             "removes it")
     args = parser.parse_args(argv)
+    # Ray's processes, and anything Ray writes for its user, stay in the run's folder.
+    home = os.path.join(args.root, "home")
+    os.makedirs(home, exist_ok=True)
+    os.environ.update({"HOME": home, "RAY_AUTH_MODE": "disabled",
+                       "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": args.root})
     def save(out):
         with open(args.out + ".tmp", "w") as f:
             json.dump(out, f)
@@ -414,11 +420,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # Ray's processes, and anything Ray writes for its user, stay in this run's folder.
-    home = tempfile.mkdtemp(prefix="rayaccel-certify-home-")
-    os.environ.update({"HOME": home, "RAY_AUTH_MODE": "disabled",
-                       "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": home})
-    try:
-        sys.exit(main())
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    sys.exit(main())

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -143,6 +144,14 @@ RayRun Start(const Options& o) {
   }
   const std::string dir = dir_template;
   const std::string log = dir + "/certify.log";
+  // The run's folder goes, whatever happens: Ray's sessions, its HOME, the log.
+  struct RemoveAfter {
+    std::string dir;
+    ~RemoveAfter() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_after{dir};
   // Ray and rayaccel's package in that Python?
   int has_ray = RunLogged({python, "-c", "import ray, rayaccel; print(ray.__version__)"}, log,
                           std::chrono::seconds(60));
@@ -162,7 +171,9 @@ RayRun Start(const Options& o) {
                                    "--timeout",
                                    std::to_string(o.timeout_seconds),
                                    "--out",
-                                   dir + "/certify.json"};
+                                   dir + "/certify.json",
+                                   "--root",
+                                   dir + "/run"};
   for (const auto& [key, value] : o.config) {
     argv.push_back("--config");
     argv.push_back(key + "=" + value);
@@ -192,9 +203,6 @@ RayRun Start(const Options& o) {
       run.versions.python = v->string();
     }
   }
-  unlink(log.c_str());
-  unlink((dir + "/certify.json").c_str());
-  rmdir(dir.c_str());
   return run;
 }
 

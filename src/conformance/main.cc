@@ -215,10 +215,8 @@ int Run(int argc, char** argv) {
     }
     want_tier = wanted[0] - '0';
   }
-  // Tier 5's checks start a Ray: asked for by --tier 5, --ray-python or --only ray.
-  options.ray = want_tier == kTopTier || line.Given("--ray-python") ||
-                std::any_of(only_lists.begin(), only_lists.end(),
-                            [](const std::string& v) { return absl::StartsWith(v, "ray"); });
+  // Tier 5's checks start a Ray: only when asked for, by --tier 5 or --ray-python.
+  options.ray = want_tier == kTopTier || line.Given("--ray-python");
   for (const std::string& v : only_lists) {
     if (v.empty()) return Usage(line.Needs("--only"));
     for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) only.emplace_back(p);
