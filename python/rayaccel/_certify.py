@@ -135,6 +135,9 @@ class Certifier:
 
     def stop(self):
         import ray
+        if getattr(self, "registry", None) is not None:
+            with contextlib.suppress(Exception):
+                self.registry.close()
         with contextlib.suppress(Exception):
             ray.shutdown()
         if self.cluster is not None:
@@ -220,8 +223,59 @@ class Certifier:
         if sorted(seen) != sorted(node_ids):
             return result("fail", f"{count} tasks at once were given {sorted(seen)}, not each of "
                                   f"the node's devices {node_ids} once")
+        # What the plugin's prepare_allocation gives each device is what the worker has.
+        expected = self.prepared(variable)
+        for ids, visible in got:
+            want = expected.get(ids[0])
+            if want is not None and visible != want:
+                return result("fail", f"the worker given {resource} {ids[0]} has "
+                                      f"{variable}={visible}; the plugin's prepare_allocation "
+                                      f"gives {variable}={want} for that device")
+        # A fraction, where the family takes one (Ray's rule and the plugin's validate_quantity,
+        # as rayaccel's managers apply them): two halves at once, each given one device.
+        fraction = ""
+        from .ray import _validate
+        registry = self._registry()
+        if _validate(registry.snapshot, resource, 0.5, registry)[0]:
+            halves = os.path.join(self.root, "halves")
+            os.makedirs(halves)
+            half = {"num_gpus": 0.5} if resource == "GPU" else {"resources": {resource: 0.5}}
+            got = ray.get([held.options(scheduling_strategy=strategy, **half).remote(
+                halves, 2, resource, variable) for _ in range(2)], timeout=self.args.timeout * 6)
+            for ids, visible in got:
+                if len(ids) != 1 or visible is None or visible.split(",") != ids:
+                    return result("fail", f"a task asking half a {resource} was given {ids} and "
+                                          f"{variable}={visible}")
+            fraction = "; two halves at once, each one device"
         return result("pass", f"{count} tasks at once, each given one {resource} that its "
-                              f"{variable} names", **{"ray.tasks": float(count)})
+                              f"{variable} names, as prepare_allocation says{fraction}",
+                      **{"ray.tasks": float(count)})
+
+    def _registry(self):
+        """The plugin, loaded here (in a child of its own) with its configuration."""
+        if getattr(self, "registry", None) is None:
+            from .registry import Registry
+            name = self.info["name"]
+            self.registry = Registry(plugins=[self.plugin], host_topology=False,
+                                     use_environment=False,
+                                     config={f"{name}.{k}": v for k, v in self.config.items()})
+        return self.registry
+
+    def prepared(self, variable) -> Dict[str, str]:
+        """Ray's id of each device (its index) -> what prepare_allocation sets `variable` to."""
+        registry = self._registry()
+        snap = registry.snapshot()
+        out = {}
+        for d in snap.devices:
+            if d.plugin != self.info["name"]:
+                continue
+            try:
+                env = registry.prepare_allocation([d.id], snap.generation)
+            except Exception:
+                continue
+            if variable in env:
+                out[str(d.index)] = env[variable]
+        return out
 
     def transport_ready(self):
         if "transport" not in self.info.get("capabilities", []):

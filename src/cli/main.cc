@@ -126,6 +126,8 @@ Options:
                               (serve) or the cluster's (sink), their data under /api, and
                               /metrics (Prometheus); the TLS files, --token-file and
                               --allow-insecure-tcp apply as to --listen
+  --conformance-reports DIR   serve --http: the node's page shows each plugin's newest
+                              conformance report in DIR (rayaccel-conformance --report)
   --socket-mode MODE          the Unix socket's mode, octal (default 0660; 0666: any user)
   --socket-group GROUP        give the Unix socket to this group (the Ray user's), so that
                               an agent run as root serves a Ray run as another user
@@ -165,6 +167,7 @@ struct Args {
   bool dot = false;
   bool svg = false;
   std::string http;     // serve --http, sink --http
+  std::string conformance_reports;  // serve --conformance-reports
   long long size = -1;  // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
@@ -280,6 +283,8 @@ int Parse(int argc, char** argv, Args* args) {
   line.Value("--rescan-interval", &rescan, "--rescan-interval needs a whole number of seconds");
   line.Value("--listen", &args->server.listen, "--listen needs an address");
   line.Value("--http", &args->http, "--http needs tcp://HOST:PORT");
+  line.Value("--conformance-reports", &args->conformance_reports,
+             "--conformance-reports needs a folder");
   line.Value("--socket-mode", &socket_mode,
              "--socket-mode needs an octal mode of at most 0777 with 0600 in it (0660)");
   line.Value("--socket-group", &args->server.socket_group,
@@ -368,6 +373,7 @@ int Parse(int argc, char** argv, Args* args) {
       {"--raylet", &args->raylet}, {"--listen", &args->server.listen},
       {"--http", &args->http},     {"--socket-group", &args->server.socket_group},
       {"--agent", &args->agent},   {"--replay", &args->replay},
+      {"--conformance-reports", &args->conformance_reports},
   };
   for (const auto& [name, value] : not_empty) {
     if (line.Given(name) && value->empty()) return Usage(line.Needs(name));
@@ -524,6 +530,9 @@ int Run(int argc, char** argv) {
   if (!args.http.empty() && cmd != "serve" && cmd != "sink") {
     return Usage("--http is serve's and sink's");
   }
+  if (!args.conformance_reports.empty() && (cmd != "serve" || args.http.empty())) {
+    return Usage("--conformance-reports goes with serve --http");
+  }
   if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty()) {
     return Usage("serve: --node-id names the node to --raylet; give both");
   }
@@ -534,7 +543,8 @@ int Run(int argc, char** argv) {
     // take every plugin's devices down with the agent.
     if (!args.isolation_given) args.options.isolation = RegistryOptions::Isolation::kChildProcess;
     return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
-                     args.raylet_tls_ca_file, args.rescan_interval_s, args.http});
+                     args.raylet_tls_ca_file, args.rescan_interval_s, args.http,
+                     args.conformance_reports});
   }
 #else
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);

@@ -36,6 +36,7 @@ struct ServeArgs {
   std::string raylet_tls_ca_file;    // connect to the sink with TLS, trusting this CA
   long long rescan_interval_s = 60;  // 0: only on SIGHUP and health changes
   std::string http;                  // tcp://HOST:PORT for the HTTP view; empty: none
+  std::string conformance_reports;   // the folder of conformance reports the page shows
 };
 
 // Runs until SIGINT or SIGTERM; returns the process exit code.

@@ -197,11 +197,13 @@ void Registry::Impl::LoadHostTopologyIfNeeded(const NodeSnapshot& snap) {
       host_description_ = node.host_topology;
       return;
     }
-    absl::StatusOr<std::unique_ptr<HostTopology>> host = HostTopology::LoadXml(
-        node.hwloc_xml,
-        absl::StrCat("the captured hwloc XML (", node.host_topology.substr(kHwloc.size()), ")"));
+    // Described as the capture described it (what the node printed, byte for byte).
+    const std::string described = node.host_topology.substr(kHwloc.size());
+    absl::StatusOr<std::unique_ptr<HostTopology>> host =
+        HostTopology::LoadXml(node.hwloc_xml, described);
     if (!host.ok()) {
-      host_description_ = "unavailable: " + std::string(host.status().message());
+      host_description_ = absl::StrCat("unavailable: the captured hwloc XML (", described,
+                                       "): ", host.status().message());
       Log().warn("host topology {}", host_description_);
       return;
     }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "present/render.h"
 #include "web/assets.h"
+#include "web/conformance_reports.h"
 
 namespace rayaccel::web {
 namespace {
@@ -64,8 +65,12 @@ void AddAssets(Routes* routes) {
   };
 }
 
-Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts) {
+Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
+                   std::string conformance_reports) {
   Routes routes;
+  routes.pages["/api/conformance"] = [dir = std::move(conformance_reports)](const Request&) {
+    return Response{"application/json", ConformanceReportsJson(dir)};
+  };
   AddAssets(&routes);
   AddNodeView(&routes, "/", "/api", [registry](const Request&) {
     NodeFeed feed;

@@ -36,8 +36,10 @@ void AddNodeView(Routes* routes, const std::string& page, const std::string& api
 void AddAssets(Routes* routes);
 
 // The agent's whole view: its node at "/", the assets, and /metrics (`counts`: what the agent
-// adds to the registry's own numbers).
-Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts);
+// adds to the registry's own numbers); /api/conformance, the newest conformance report of each
+// plugin in `conformance_reports` (conformance_reports.h; "": none), read on each request.
+Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
+                   std::string conformance_reports = "");
 
 }  // namespace rayaccel::web
 

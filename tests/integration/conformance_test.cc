@@ -581,8 +581,11 @@ TEST(Conformance, UsageErrors) {
   EXPECT_NE(r.err.find("/no/such/plugin.so: No such file or directory"), std::string::npos)
       << r.err;
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"x.so", "--tier=7"}, "--tier is 1, 2, 3 or 4"},
-      {{"x.so", "--tier"}, "--tier is 1, 2, 3 or 4"},
+      {{"x.so", "--tier=7"}, "--tier is 1, 2, 3, 4 or 5"},
+      {{"x.so", "--tier=0"}, "--tier is 1, 2, 3, 4 or 5"},
+      {{"x.so", "--tier"}, "--tier is 1, 2, 3, 4 or 5"},
+      {{"x.so", "--report"}, "--report needs a folder"},
+      {{"x.so", "--ray-python"}, "--ray-python needs a Python with Ray"},
       {{"x.so", "--timeout", "soon"}, "--timeout needs seconds"},
       {{"x.so", "--config", "noequals"}, "--config needs KEY=VALUE"},
       {{"x.so", "--only="}, "--only needs check name prefixes"},

@@ -63,12 +63,14 @@ def wait_for_log(err, pattern, proc):
     raise AssertionError(f"no {pattern!r} in {open(err).read()}")
 
 
-def agent(tmp, name, spec, node_id, sink_socket, http=False, token_file=None):
+def agent(tmp, name, spec, node_id, sink_socket, http=False, token_file=None, reports=None):
     args = ["serve", "--listen", f"unix:{tmp}/{name}.sock", "--plugin-path", PLUGINS,
             "--plugin", "sim", "--config", f"sim.spec={spec}", "--no-host-topology",
             "--raylet", f"unix:{sink_socket}", "--node-id", node_id]
     if http:
         args += ["--http", "tcp://127.0.0.1:0"]
+    if reports:
+        args += ["--conformance-reports", reports]
     if token_file:
         args += ["--token-file", token_file]
     p, err = start(args, name, tmp)
@@ -296,8 +298,15 @@ def main():
                            "--http", "tcp://127.0.0.1:0"], "sink", tmp)
         sink_url = wait_for_log(err, r"web view on (http://[0-9.:]+)/", sink).group(1)
         node_ids = {"h100": "a" * 56, "tpu": "b" * 56, "v100": "c" * 56}
+        # The sim plugin's conformance report, as `rayaccel-conformance --report` leaves it.
+        reports = os.path.join(tmp, "reports", "sim")
+        os.makedirs(reports)
+        with open(os.path.join(reports, "report.json"), "w") as f:
+            json.dump({"plugin": {"name": "sim", "file": "librayaccel-sim.so"}, "tier": 5,
+                       "tier_name": "certified in Ray", "date": "2026-12-06T01:00:00Z",
+                       "versions": {"ray": "2.60.0", "rayaccel": "0.2.0"}, "checks": []}, f)
         agent_url = agent(tmp, "h100", spec, node_ids["h100"], f"{tmp}/sink.sock", http=True,
-                          token_file=token_file)
+                          token_file=token_file, reports=os.path.dirname(reports))
         agent(tmp, "tpu", os.path.join(SOURCE, "examples", "tpu-v4-host.json"), node_ids["tpu"],
               f"{tmp}/sink.sock")
         agent(tmp, "v100", os.path.join(SOURCE, "examples", "dgx1-v100.json"), node_ids["v100"],
@@ -309,6 +318,9 @@ def main():
             "token" in driver.page_source, driver.page_source[:500]
         check_node_page(driver, agent_url + "/?token=browser-test-token-0123456789", tmp, spec)
         assert "token=" not in driver.current_url, driver.current_url  # the cookie holds it
+        # The plugin's newest conformance report, in its row.
+        until(driver, lambda d: "5 certified in Ray (2026-12-06, Ray 2.60.0)" in
+              table(d, "plugins")[0]["cells"], "the sim plugin's conformance tier")
         check_cluster_page(driver, sink_url, node_ids)
 
         # An NVL72 rack, on a sink of its own (the cluster above stays three nodes).

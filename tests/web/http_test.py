@@ -14,7 +14,8 @@
 - under 1000 idle connections, 100 clients sending a header a byte a second and 32 event
   streams (bench/web_load.py, small), the agent's and the sink's /metrics and pages are all
   answered, the agent's gRPC service too, and every connection is closed once the load stops;
-- an agent stopped with event streams open stops at once.
+- an agent stopped with event streams open stops at once;
+- the agent's /api/conformance: each plugin's newest conformance report in its folder.
 """
 
 import http.client
@@ -286,9 +287,51 @@ def check_front_under_load(tmp):
     print("agent and sink: answered under idle, slow and streaming clients; recovered")
 
 
+def report(name, tier, date, failed=()):
+    """A report as `rayaccel-conformance --report` writes it (the fields the page reads)."""
+    return json.dumps({
+        "plugin": {"name": name, "file": f"librayaccel-{name}.so", "abi_version": "1.5"},
+        "tier": tier, "tier_name": {4: "measured", 5: "certified in Ray"}[tier],
+        "versions": {"rayaccel": "0.2.0", "ray": "2.60.0"}, "date": date,
+        "checks": [{"name": c, "tier": 5, "status": "fail"} for c in failed]})
+
+
+def check_conformance_reports(tmp):
+    """The agent's /api/conformance: the newest report of each plugin in the folder it was
+    given; files that are not reports, links and a flood of folders are left out."""
+    reports = os.path.join(tmp, "reports")
+    for folder, text in (("sim-old", report("sim", 4, "2026-11-01T00:00:00Z",
+                                            ["ray.recovery"])),
+                         ("sim-new", report("sim", 5, "2026-12-06T01:00:00Z")),
+                         ("broken", "{not json"), ("wrong", json.dumps({"plugin": 3})),
+                         ("cuda", report("cuda", 4, "2026-12-01T00:00:00Z", ["ray.perf"]))):
+        os.makedirs(os.path.join(reports, folder))
+        with open(os.path.join(reports, folder, "report.json"), "w") as f:
+            f.write(text)
+    os.makedirs(os.path.join(reports, "linked"))
+    os.symlink(os.path.join(reports, "sim-new", "report.json"),
+               os.path.join(reports, "linked", "report.json"))
+    err = os.path.join(tmp, "reports-agent.err")
+    agent = start(["serve", "--listen", f"unix:{tmp}/reports.sock", "--plugin", SIM,
+                   "--no-host-topology", "--http", "tcp://127.0.0.1:0", "--conformance-reports",
+                   reports], err)
+    base = "http://" + web_address(agent, err)
+    status, _, body = get(base + "/api/conformance")
+    assert status == 200, body
+    got = {r["plugin"]: r for r in json.loads(body)["reports"]}
+    assert set(got) == {"sim", "cuda"}, got
+    assert got["sim"]["tier"] == 5 and got["sim"]["ray"] == "2.60.0" and got["sim"]["failed"] == []
+    assert got["cuda"]["failed"] == ["ray.perf"]
+    r = subprocess.run([RAYACCEL, "serve", "--conformance-reports", reports],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--conformance-reports goes with serve --http" in r.stderr
+    print("agent: /api/conformance shows each plugin's newest report")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="rayaccel-http-")
     try:
+        check_conformance_reports(tmp)
         check_sink(tmp)
         check_agent_tls_and_token(tmp)
         check_stream_limit(tmp)

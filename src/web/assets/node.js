@@ -140,10 +140,20 @@
       d.kind, el("td", {class: "mono"}, d.id), d.devices.map((p) => labels[p]).join(" ")],
       null, "none");
     const hooks = (p) => (p.capabilities || []).map((c) => el("span", {class: "chip"}, c));
+    // The newest conformance report of each plugin the agent was given (serve
+    // --conformance-reports): its tier, date and Ray, and the checks it failed.
+    const tier = (p) => {
+      const r = reports[p.name];
+      if (!r) return "-";
+      const failed = r.failed.length ? "; failed: " + r.failed.join(", ") : "";
+      return el("td", {class: "tier", title: (r.file || "") + failed},
+                `${r.tier} ${r.tier_name} (${r.date.slice(0, 10)}` +
+                (r.ray ? `, Ray ${r.ray})` : ")"));
+    };
     view.fillTable($("plugins"), snap.plugins, (p) => [
       p.name, el("td", {class: "state " + p.status}, p.status),
       el("td", {class: "num"}, p.device_count), p.resource || "-", p.vendor || "-",
-      p.version || "-", p.abi_version || "-", el("td", {}, hooks(p)), p.message],
+      p.version || "-", p.abi_version || "-", el("td", {}, hooks(p)), tier(p), p.message],
       null, "no plugins");
     view.fillTable($("resources"), Object.entries(snap.ray.resources), ([k, v]) =>
       [el("td", {class: "mono"}, k), el("td", {class: "num"}, v)], null, "none");
@@ -153,10 +163,23 @@
 
   let shown = "";  // the snapshot drawn, as text: a redraw only when something changed
   let pictures = 0;
+  // Plugin name -> its newest conformance report: the agent's (a sink's node pages have none).
+  let reports = {};
+  const loadReports = async () => {
+    if (api !== "/api") return "";
+    try {
+      const got = await view.json("/api/conformance");
+      reports = Object.fromEntries(got.reports.map((r) => [r.plugin, r]));
+    } catch (e) {
+      reports = {};
+    }
+    return JSON.stringify(reports);
+  };
   const refresh = view.coalesced(async () => {
-    const [snap, topo] = await Promise.all([view.json(api + "/snapshot"),
-                                            view.json(api + "/topology")]);
-    const key = JSON.stringify(snap);
+    const [snap, topo, reportsKey] = await Promise.all([view.json(api + "/snapshot"),
+                                                        view.json(api + "/topology"),
+                                                        loadReports()]);
+    const key = JSON.stringify(snap) + reportsKey;
     if (key === shown) return;
     const labels = topo.devices.map((d) => d.label);
     drawDevices(snap, labels);
