@@ -30,6 +30,33 @@ CHECKS = ["ray.start_accepted", "ray.one_device_per_task", "ray.distributed_work
           "ray.recovery", "ray.perf"]
 
 
+def _bus(text: str) -> str:
+    """A PCI address as dddd:bb:dd.f, lower case ("00000000:1B:00.0" -> "0000:1b:00.0")."""
+    try:
+        domain, bus, rest = text.strip().split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}." \
+               f"{int(function, 16):x}"
+    except ValueError:
+        return text
+
+
+def _first_device_bus(kind: str, library: str) -> str:
+    """In a worker: the PCI address of device 0 as the vendor's runtime there sees it (the
+    runtime honours the visible-devices variable Ray set)."""
+    import ctypes
+    lib = ctypes.CDLL(library)
+    out = ctypes.create_string_buffer(64)
+    if kind == "cuda":
+        device = ctypes.c_int()
+        if lib.cuInit(0) != 0 or lib.cuDeviceGet(ctypes.byref(device), 0) != 0:
+            return "none (the runtime opens no device)"
+        rc = lib.cuDeviceGetPCIBusId(out, 64, device)
+    else:
+        rc = lib.hipDeviceGetPCIBusId(out, 64, 0)
+    return _bus(out.value.decode()) if rc == 0 else f"none (error {rc})"
+
+
 def _cause(error: BaseException) -> str:
     """The innermost error's own words: Ray wraps an actor's exception in a RayTaskError whose
     text starts with the actor's call and colour codes."""
@@ -191,18 +218,23 @@ class Certifier:
         os.makedirs(barrier)
 
         @ray.remote(num_cpus=0)
-        def held(folder, parties, resource, variable):
+        def held(folder, parties, resource, variable, runtime=None):
             open(os.path.join(folder, str(os.getpid())), "w").close()
             deadline = time.time() + 60
             while len(os.listdir(folder)) < parties and time.time() < deadline:
                 time.sleep(0.02)
             ids = ray.get_runtime_context().get_accelerator_ids().get(resource, [])
-            return sorted(str(i) for i in ids), os.environ.get(variable)
+            return sorted(str(i) for i in ids), os.environ.get(variable), \
+                _first_device_bus(*runtime) if runtime else None
 
         request = {"num_gpus": 1} if resource == "GPU" else {"resources": {resource: 1}}
         strategy = NodeAffinitySchedulingStrategy(self.nodes[0], soft=False)
+        # Where the plugin's devices have a runtime that honours the variable (CUDA's driver,
+        # HIP's), the device a worker opens through it must be the one Ray assigned.
+        runtime = ("cuda", self.config["cuda_library"]) if "cuda_library" in self.config else \
+            ("hip", self.config["hip_library"]) if "hip_library" in self.config else None
         got = ray.get([held.options(scheduling_strategy=strategy, **request).remote(
-            barrier, count, resource, variable) for _ in range(count)],
+            barrier, count, resource, variable, runtime) for _ in range(count)],
             timeout=self.args.timeout * 6)
         # The node's device ids are the visible-devices variable `--env` printed (Ray reads them
         # at start), else 0..N-1; the worker's variable must name the device Ray assigned.
@@ -210,7 +242,16 @@ class Certifier:
         node_ids = env[variable].split(",") if env.get(variable) else \
             [str(i) for i in range(count)]
         seen = []
-        for ids, visible in got:
+        buses = {str(d.index): _bus(d.pci_bus_id) for d in self._registry().snapshot().devices
+                 if d.plugin == self.info["name"]}
+        opened = 0
+        for ids, visible, bus in got:
+            if runtime and bus != buses.get(ids[0] if ids else ""):
+                return result("fail", f"Ray assigned {resource} {ids}, and the device the "
+                                      f"worker opens through {runtime[0]} is at PCI {bus}, not "
+                                      f"{buses.get(ids[0] if ids else '')}")
+            opened += bool(runtime)
+        for ids, visible, _ in got:
             if len(ids) != 1:
                 return result("fail", f"a task asking one {resource} was given {ids}")
             if visible is None:
@@ -225,7 +266,7 @@ class Certifier:
                                   f"the node's devices {node_ids} once")
         # What the plugin's prepare_allocation gives each device is what the worker has.
         expected = self.prepared(variable)
-        for ids, visible in got:
+        for ids, visible, _ in got:
             want = expected.get(ids[0])
             if want is not None and visible != want:
                 return result("fail", f"the worker given {resource} {ids[0]} has "
@@ -242,13 +283,14 @@ class Certifier:
             half = {"num_gpus": 0.5} if resource == "GPU" else {"resources": {resource: 0.5}}
             got = ray.get([held.options(scheduling_strategy=strategy, **half).remote(
                 halves, 2, resource, variable) for _ in range(2)], timeout=self.args.timeout * 6)
-            for ids, visible in got:
+            for ids, visible, _ in got:
                 if len(ids) != 1 or visible is None or visible.split(",") != ids:
                     return result("fail", f"a task asking half a {resource} was given {ids} and "
                                           f"{variable}={visible}")
             fraction = "; two halves at once, each one device"
+        through = f"; each opened it through {runtime[0]}" if opened else ""
         return result("pass", f"{count} tasks at once, each given one {resource} that its "
-                              f"{variable} names, as prepare_allocation says{fraction}",
+                              f"{variable} names, as prepare_allocation says{through}{fraction}",
                       **{"ray.tasks": float(count)})
 
     def _registry(self):

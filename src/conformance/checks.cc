@@ -264,9 +264,14 @@ const std::vector<Check>& AllChecks() {
        "visible-devices variable names",
        false, RayOneDevicePerTask,
        "As many tasks as the node has devices, each asking one of the plugin's resource, run at "
-       "once (they wait for each other): each is given one device, the worker's visible-devices "
+       "once (they wait for each other): each is given one device; the worker's visible-devices "
        "variable (set by Ray's manager of the family, or rayaccel's) names exactly the device Ray "
-       "assigned, and together they saw each of the node's devices once, an unhealthy one never",
+       "assigned and is what the plugin's `prepare_allocation` gives for it; where the plugin's "
+       "devices have a runtime that honours the variable (`cuda_library`, `hip_library` in its "
+       "configuration), the device the worker opens through it is that device (by PCI address); "
+       "together the tasks saw each of the node's devices once, an unhealthy one never. Where "
+       "the family takes fractions (Ray's rule, then `validate_quantity`), two half-device tasks "
+       "run at once, each given one device",
        "make prepare_allocation name the devices it is given"},
       {"ray.distributed_workload", 5,
        "a ring of actors on two raylets passes arrays over RDT with the plugin's transport, "
