@@ -74,6 +74,9 @@ class RayaccelTransportMetadata(TensorTransportMetadata):
     # Who holds the memory, for the reader's errors: "actor <id> (pid <n>, node <id>)" in a
     # Ray actor, else "pid <n> on <host>".
     source: str = ""
+    # Per tensor, the framework it came from ("torch", "numpy", "jax"; "" as numpy): the reader's
+    # tensors are made in it.
+    frameworks: List[str] = field(default_factory=list)
 
 
 def _printable(text, limit: int = 200) -> str:
@@ -111,6 +114,61 @@ def _device_memory_of(tensor) -> Optional[Tuple[DeviceArray, Tuple[Any, Any], An
     return None if array is None else (array, (array.shape, array.dtype), tensor)
 
 
+# DLPack's device types (dlpack.h, DLDeviceType): the ones whose memory this transport reaches.
+_DLPACK_HOST = {1: "cpu", 3: "cuda_host"}
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
+                   9: "vpi", 10: "rocm", 11: "rocm_host", 13: "cuda_managed", 14: "oneapi",
+                   15: "webgpu", 16: "hexagon", 17: "maia"}
+
+
+def _framework(tensor) -> str:
+    """The framework an array comes from, by its type's module: "torch", "numpy", "jax", or ""
+    for another (its bytes are read through NumPy, and it arrives as a NumPy array)."""
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        return "torch"
+    if isinstance(tensor, np.ndarray):
+        return "numpy"
+    module = type(tensor).__module__.split(".")[0]
+    return "jax" if module in ("jax", "jaxlib") else ""
+
+
+def _host_array(tensor) -> np.ndarray:
+    """A NumPy view (or, where the framework cannot give one, a copy) of an array in host
+    memory: NumPy's own, a JAX array, or any object that speaks DLPack. Refuses, naming the
+    type and the device, an object that is not an array or lies in memory of a device this
+    transport does not reach."""
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if isinstance(tensor, (bytes, bytearray, memoryview)):
+        return np.frombuffer(tensor, dtype=np.uint8)  # raw bytes, not a 0-d string array
+    where = getattr(tensor, "__dlpack_device__", None)
+    if where is not None:
+        kind, index = where()
+        if int(kind) not in _DLPACK_HOST:
+            name = _DLPACK_DEVICES.get(int(kind), f"DLPack device type {int(kind)}")
+            raise InvalidArgumentError(
+                f"a {type(tensor).__module__}.{type(tensor).__name__} in {name} memory "
+                f"(device {index}): this transport moves host and CUDA memory")
+        if _framework(tensor) != "jax" and hasattr(np, "from_dlpack"):
+            try:
+                return np.from_dlpack(tensor)
+            except (RuntimeError, TypeError, BufferError):
+                pass  # a dtype NumPy's DLPack does not take (bfloat16, bool): the array protocol
+    array = np.asarray(tensor)
+    if array.dtype == object:
+        raise InvalidArgumentError(f"{type(tensor).__module__}.{type(tensor).__name__} is not an "
+                                   "array, a buffer or a DLPack object")
+    return array
+
+
+def _as_framework(array, framework: str):
+    """A received NumPy array as the source's framework made it (JAX: a JAX array)."""
+    if framework == "jax":
+        import jax.numpy as jnp
+        return jnp.asarray(array)
+    return array
+
+
 def _bytes_of(tensor) -> Tuple[np.ndarray, Tuple[Any, Any], Any]:
     """(a flat uint8 view of the tensor's memory, (shape, dtype), what keeps it alive)."""
     if torch is not None and isinstance(tensor, torch.Tensor):
@@ -119,13 +177,13 @@ def _bytes_of(tensor) -> Tuple[np.ndarray, Tuple[Any, Any], Any]:
                 f"a {tensor.device.type} tensor: this transport moves host and CUDA memory")
         t = tensor.detach().contiguous()
         return t.reshape(-1).view(torch.uint8).numpy(), (t.shape, t.dtype), t
-    if isinstance(tensor, (bytes, bytearray, memoryview)):
-        array = np.frombuffer(tensor, dtype=np.uint8)  # raw bytes, not a 0-d string array
-    else:
-        array = np.asarray(tensor)
+    array = _host_array(tensor)
     if array.dtype == object:
         raise InvalidArgumentError(f"{type(tensor).__name__} is not an array or buffer")
-    array = np.ascontiguousarray(array)  # a copy only when it was not contiguous
+    # A copy only when it was not contiguous (a strided view): the reader gets it contiguous.
+    # (Not np.ascontiguousarray: it makes a 0-d array 1-d.)
+    if not array.flags["C_CONTIGUOUS"]:
+        array = array.copy(order="C")
     return array.reshape(-1).view(np.uint8), (array.shape, array.dtype), array
 
 
@@ -254,29 +312,34 @@ class TensorTransport(TensorTransportManager):
     def extract_tensor_transport_metadata(self, obj_id: str,
                                           rdt_object: List[Any]) -> RayaccelTransportMetadata:
         transport = self._transport()
-        meta, descriptors, sizes, held = [], [], [], []
+        meta, descriptors, sizes, held, frameworks = [], [], [], [], []
         devices = set()
+        # Every tensor is read (and refused, naming its type and device) before any is
+        # registered.
+        memory = []
+        for tensor in rdt_object:
+            on_device = _device_memory_of(tensor)
+            if on_device is not None:
+                array, shape_dtype, keep = on_device
+                memory.append((True, array, shape_dtype, keep, array.nbytes))
+                devices.add("cuda")
+            else:
+                view, shape_dtype, keep = _bytes_of(tensor)
+                memory.append((False, view, shape_dtype, keep, view.nbytes))
+                devices.add("cpu")
+            frameworks.append(_framework(tensor))
+        if len(devices) > 1:
+            raise InvalidArgumentError("one object's tensors are all host or all device "
+                                       "memory (Ray's metadata names one device)")
         try:
-            for tensor in rdt_object:
-                on_device = _device_memory_of(tensor)
-                if on_device is not None:
-                    array, shape_dtype, keep = on_device
-                    nbytes = array.nbytes
-                    devices.add("cuda")
-                else:
-                    view, shape_dtype, keep = _bytes_of(tensor)
-                    nbytes = view.nbytes
-                    devices.add("cpu")
-                if len(devices) > 1:
-                    raise InvalidArgumentError("one object's tensors are all host or all device "
-                                               "memory (Ray's metadata names one device)")
+            for on_device, array, shape_dtype, keep, nbytes in memory:
                 meta.append(shape_dtype)
                 sizes.append(nbytes)
                 if nbytes == 0:
                     descriptors.append(b"")
                     continue
-                region = self._register_device(array, False) if on_device is not None else \
-                    transport.register(view, False)
+                region = self._register_device(array, False) if on_device else \
+                    transport.register(array, False)
                 held.append((region, keep))
                 descriptors.append(transport.describe(region))
         except BaseException:
@@ -288,7 +351,8 @@ class TensorTransport(TensorTransportManager):
         device = "cuda" if "cuda" in devices else "cpu"
         return RayaccelTransportMetadata(tensor_meta=meta, tensor_device=device,
                                          address=transport.address, descriptors=descriptors,
-                                         nbytes=sizes, source=_this_process())
+                                         nbytes=sizes, source=_this_process(),
+                                         frameworks=frameworks)
 
     def recv_multiple_tensors(self, obj_id: str, tensor_transport_metadata,
                               communicator_metadata=None,
@@ -383,6 +447,10 @@ class TensorTransport(TensorTransportManager):
                     pass
             with self._lock:
                 self._inflight.pop(obj_id, None)
+        if target_buffers is None:
+            kinds = list(getattr(meta, "frameworks", None) or [])
+            outputs = [_as_framework(out, kinds[i] if i < len(kinds) else "")
+                       for i, out in enumerate(outputs)]
         return outputs
 
     def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
