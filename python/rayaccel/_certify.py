@@ -233,9 +233,11 @@ class Certifier:
         # HIP's), the device a worker opens through it must be the one Ray assigned.
         runtime = ("cuda", self.config["cuda_library"]) if "cuda_library" in self.config else \
             ("hip", self.config["hip_library"]) if "hip_library" in self.config else None
+        # Ray starts the workers one at a time on a one-CPU raylet (a few seconds each here).
+        starting = self.args.timeout * 6 + 10 * count
         got = ray.get([held.options(scheduling_strategy=strategy, **request).remote(
             barrier, count, resource, variable, runtime) for _ in range(count)],
-            timeout=self.args.timeout * 6)
+            timeout=starting)
         # The node's device ids are the visible-devices variable `--env` printed (Ray reads them
         # at start), else 0..N-1; the worker's variable must name the device Ray assigned.
         env = dict(pair.split("=", 1) for pair in shlex.split(self.printed["env"]))
@@ -282,7 +284,8 @@ class Certifier:
             os.makedirs(halves)
             half = {"num_gpus": 0.5} if resource == "GPU" else {"resources": {resource: 0.5}}
             got = ray.get([held.options(scheduling_strategy=strategy, **half).remote(
-                halves, 2, resource, variable) for _ in range(2)], timeout=self.args.timeout * 6)
+                halves, 2, resource, variable) for _ in range(2)],
+                timeout=self.args.timeout * 6 + 20)
             for ids, visible, _ in got:
                 if len(ids) != 1 or visible is None or visible.split(",") != ids:
                     return result("fail", f"a task asking half a {resource} was given {ids} and "
@@ -372,12 +375,13 @@ class Certifier:
             refs = [actors[i].make.remote(nbytes, r * 100 + i) for i in range(len(actors))]
             checks = [actors[(i + 1) % len(actors)].take.remote(refs[i], r * 100 + i)
                       for i in range(len(actors))]
-            ready, _ = ray.wait(checks, num_returns=len(checks),
-                                timeout=self.args.timeout * 6)
+            # The first round also starts the ring's actors (one at a time, seconds each).
+            bound = self.args.timeout * 6 + (10 * len(actors) if r == 0 else 0)
+            ready, _ = ray.wait(checks, num_returns=len(checks), timeout=bound)
             for i, check in enumerate(checks):
                 hop = f"round {r} ({nbytes} bytes), hop {i} -> {(i + 1) % len(actors)}"
                 if check not in ready:
-                    self.stuck = f"{hop} was not done within {self.args.timeout * 6} s"
+                    self.stuck = f"{hop} was not done within {bound:g} s"
                     return result("fail", self.stuck)
                 try:
                     same, size = ray.get(check)

@@ -180,7 +180,7 @@ RayRun Start(const Options& o) {
   }
   if (o.perf) argv.push_back("--perf");
   // Ray's start and five checks, each bounded by its own timeouts; the whole run too.
-  const auto limit = std::chrono::seconds(60 + 40 * o.timeout_seconds);
+  const auto limit = std::chrono::seconds(300 + 40 * o.timeout_seconds);
   int rc = RunLogged(argv, log, limit);
   std::ifstream in(dir + "/certify.json");
   std::stringstream text;
