@@ -166,9 +166,9 @@ struct Args {
   bool json = false;
   bool dot = false;
   bool svg = false;
-  std::string http;     // serve --http, sink --http
+  std::string http;                 // serve --http, sink --http
   std::string conformance_reports;  // serve --conformance-reports
-  long long size = -1;  // allocate --size
+  long long size = -1;              // allocate --size
   std::vector<std::string> available;
   std::vector<std::pair<std::string, double>> required;  // --require RESOURCE=N
   std::vector<size_t> available_positions;               // allocate --available-positions
@@ -370,9 +370,12 @@ int Parse(int argc, char** argv, Args* args) {
   }
   // Options whose value must not be empty.
   const std::pair<const char*, const std::string*> not_empty[] = {
-      {"--raylet", &args->raylet}, {"--listen", &args->server.listen},
-      {"--http", &args->http},     {"--socket-group", &args->server.socket_group},
-      {"--agent", &args->agent},   {"--replay", &args->replay},
+      {"--raylet", &args->raylet},
+      {"--listen", &args->server.listen},
+      {"--http", &args->http},
+      {"--socket-group", &args->server.socket_group},
+      {"--agent", &args->agent},
+      {"--replay", &args->replay},
       {"--conformance-reports", &args->conformance_reports},
   };
   for (const auto& [name, value] : not_empty) {

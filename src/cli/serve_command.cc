@@ -172,9 +172,8 @@ int RunServe(ServeArgs args) {
     };
     const web::HttpOptions options = HttpOptionsFor(args.http, args.server, token.get());
     web::RaiseOpenFilesLimitFor(options);
-    absl::StatusOr<std::unique_ptr<web::HttpServer>> started =
-        web::HttpServer::Start(options, web::AgentRoutes(registry->get(), counts,
-                                                         args.conformance_reports));
+    absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
+        options, web::AgentRoutes(registry->get(), counts, args.conformance_reports));
     if (!started.ok()) {
       return Fail("", started.status(),
                   started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);

@@ -87,8 +87,7 @@ std::string ConformanceReportsJson(const std::string& dir) {
     files.push_back(dir + "/report.json");
     std::error_code ec;
     size_t folders = 0;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       if (++folders > kMaxFolders) break;
       if (it->is_directory(ec) && !it->is_symlink(ec)) {
         files.push_back(it->path().string() + "/report.json");

@@ -4,7 +4,6 @@
 //   hwloc-calc --if xml --input nvidiaDGX2.xml pci=0000:34:00.0 -I pu --po         -> 0,1
 // and PCIe levels follow the trees `lstopo-no-graphics --if xml --input FILE` draws.
 #include "topology/host_topology.h"
-#include "topology/hwloc_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "topology/hwloc_cache.h"
 
 namespace rayaccel {
 namespace {

@@ -14,9 +14,9 @@ namespace {
 TEST(UnitInstanceSetting, AppendsOnlyWhatRayDoesNotCountByDevice) {
   EXPECT_EQ(UnitInstanceSetting({"zeta_z1"}, kTestedRayCustomUnitInstances),
             "neuron_cores,TPU,NPU,HPU,RBLN,FURIOSA,TTNPU,MBLT,zeta_z1");
-  EXPECT_EQ(UnitInstanceSetting({"GPU", "TPU", "HPU", "neuron_cores"},
-                                kTestedRayCustomUnitInstances),
-            std::nullopt);
+  EXPECT_EQ(
+      UnitInstanceSetting({"GPU", "TPU", "HPU", "neuron_cores"}, kTestedRayCustomUnitInstances),
+      std::nullopt);
   // The user's own list is kept whole and in order, spaces and empty entries aside.
   EXPECT_EQ(UnitInstanceSetting({"b", "TPU", "a", "b"}, " TPU ,,FPGA"), "TPU,FPGA,b,a");
   EXPECT_EQ(UnitInstanceSetting({"x"}, ""), "x");
@@ -42,7 +42,10 @@ absl::StatusOr<std::string> ReadFrom(const std::string& bytes) {
 
 TEST(ReadRayletUnitInstanceDefault, FindsTheOneListLiteral) {
   using namespace std::string_literals;
-  std::string elf = "\x7f" "ELF"s + std::string(100, '\0');
+  std::string elf =
+      "\x7f"
+      "ELF"s +
+      std::string(100, '\0');
   EXPECT_EQ(*ReadFrom(elf + "custom_unit_instance_resources\0neuron_cores,TPU,NPU,ZZ\0tail"s),
             "neuron_cores,TPU,NPU,ZZ");
   // Ray 2.7's list, at the very start of a file and twice (the same literal twice is one).
