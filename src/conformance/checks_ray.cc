@@ -85,6 +85,7 @@ int RunLogged(const std::vector<std::string>& argv, const std::string& log,
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: Ray's processes too
   posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;

@@ -99,8 +99,9 @@ std::string ConformanceReportsJson(const std::string& dir) {
     if (!text) continue;
     std::optional<Report> r = Parse(*text);
     if (!r) continue;
-    auto it = newest.find(r->plugin);
-    if (it == newest.end() || it->second.date < r->date) newest[r->plugin] = *std::move(r);
+    const std::string name = r->plugin;
+    auto it = newest.find(name);
+    if (it == newest.end() || it->second.date < r->date) newest[name] = *std::move(r);
   }
   json::Writer w;
   w.BeginObject();
