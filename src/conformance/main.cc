@@ -341,12 +341,6 @@ int Run(int argc, char** argv) {
         "the plugin found no devices here: without its hardware tier 1 is the most it can "
         "reach (--expect-no-devices makes that the expectation)";
   }
-  auto status_name = [](Outcome::Status s) {
-    return s == Outcome::Status::kPass   ? "pass"
-           : s == Outcome::Status::kSkip ? "skip"
-           : s == Outcome::Status::kWarn ? "warn"
-                                         : "fail";
-  };
   const RayVersions ray = RayRunVersions();
   if (!report_dir.empty()) {
     if (absl::Status st = WriteReport(report_dir, options, tier, results, note); !st.ok()) {
@@ -365,20 +359,7 @@ int Run(int argc, char** argv) {
     w.Key("note").String(note);
     if (!ray.ray.empty()) w.Key("ray_version").String(ray.ray);
     w.Key("checks").BeginArray();
-    for (const Result& r : results) {
-      w.BeginObject();
-      w.Key("name").String(r.check->name);
-      w.Key("tier").Int(r.check->tier);
-      w.Key("status").String(status_name(r.outcome.status));
-      w.Key("message").String(r.outcome.message);
-      w.Key("why").String(r.check->why);
-      if (!r.outcome.figures.empty()) {
-        w.Key("figures").BeginObject();
-        for (const Figure& f : r.outcome.figures) w.Key(f.name).Double(f.value);
-        w.EndObject();
-      }
-      w.EndObject();
-    }
+    for (const Result& r : results) WriteCheck(w, r);
     w.EndArray();
     w.EndObject();
     std::string out = w.Finish();
@@ -391,7 +372,7 @@ int Run(int argc, char** argv) {
                   options.plugin_path.c_str());
     }
     for (const Result& r : results) {
-      std::printf("  %-4s  tier %d  %-34s %s\n", status_name(r.outcome.status), r.check->tier,
+      std::printf("  %-4s  tier %d  %-34s %s\n", StatusName(r.outcome.status), r.check->tier,
                   r.check->name.c_str(), r.outcome.message.c_str());
     }
     if (!note.empty()) std::printf("\n%s\n", note.c_str());

@@ -20,6 +20,12 @@
 namespace rayaccel::conformance {
 namespace {
 
+std::string Cell(const std::string& text) {
+  return absl::StrReplaceAll(text, {{"|", "\\|"}, {"\n", " "}});
+}
+
+}  // namespace
+
 const char* StatusName(Outcome::Status s) {
   return s == Outcome::Status::kPass   ? "pass"
          : s == Outcome::Status::kSkip ? "skip"
@@ -27,11 +33,20 @@ const char* StatusName(Outcome::Status s) {
                                        : "fail";
 }
 
-std::string Cell(const std::string& text) {
-  return absl::StrReplaceAll(text, {{"|", "\\|"}, {"\n", " "}});
+void WriteCheck(json::Writer& w, const CheckResult& r) {
+  w.BeginObject();
+  w.Key("name").String(r.check->name);
+  w.Key("tier").Int(r.check->tier);
+  w.Key("status").String(StatusName(r.outcome.status));
+  w.Key("message").String(r.outcome.message);
+  w.Key("why").String(r.check->why);
+  if (!r.outcome.figures.empty()) {
+    w.Key("figures").BeginObject();
+    for (const Figure& f : r.outcome.figures) w.Key(f.name).Double(f.value);
+    w.EndObject();
+  }
+  w.EndObject();
 }
-
-}  // namespace
 
 PluginFacts ReadPluginFacts(const Options& options) {
   PluginFacts facts;
@@ -107,19 +122,7 @@ absl::Status WriteReport(const std::string& dir, const Options& options, int tie
   w.Key("date").String(date);
   w.Key("host").String(host);
   w.Key("checks").BeginArray();
-  for (const CheckResult& r : results) {
-    w.BeginObject();
-    w.Key("name").String(r.check->name);
-    w.Key("tier").Int(r.check->tier);
-    w.Key("status").String(StatusName(r.outcome.status));
-    w.Key("message").String(r.outcome.message);
-    if (!r.outcome.figures.empty()) {
-      w.Key("figures").BeginObject();
-      for (const Figure& f : r.outcome.figures) w.Key(f.name).Double(f.value);
-      w.EndObject();
-    }
-    w.EndObject();
-  }
+  for (const CheckResult& r : results) WriteCheck(w, r);
   w.EndArray();
   w.EndObject();
 

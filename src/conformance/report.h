@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "conformance/suite.h"
+#include "util/json.h"
 
 namespace rayaccel::conformance {
 
@@ -16,6 +17,13 @@ struct CheckResult {
   const Check* check;
   Outcome outcome;
 };
+
+// "pass", "fail", "skip", "warn".
+const char* StatusName(Outcome::Status status);
+
+// One check's entry of `--json` and of report.json: name, tier, status, message, why,
+// figures.
+void WriteCheck(json::Writer& w, const CheckResult& result);
 
 // What the plugin says of itself, read in a child (a plugin that crashes costs nothing here):
 // name, ABI version, vendor, version, and the driver and version attributes of its devices.
