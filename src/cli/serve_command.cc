@@ -144,6 +144,8 @@ int RunServe(ServeArgs args) {
   if (!server.ok()) return Fail("", server.status(), 1);
   spdlog::info("serve: serving generation {} on {}", (*registry)->snapshot()->generation,
                (*server)->target());
+  // Where it listens, whatever the log level: one line per listener.
+  std::fprintf(stderr, "rayaccel serve: AcceleratorRegistry on %s\n", (*server)->target().c_str());
 
   std::unique_ptr<rpc::Publisher> publisher;
   if (!args.raylet.empty()) {
@@ -181,6 +183,8 @@ int RunServe(ServeArgs args) {
     http = *std::move(started);
     spdlog::info("serve: web view on {}://{}/ (metrics at /metrics)", http->scheme(),
                  http->address());
+    std::fprintf(stderr, "rayaccel serve: web view on %s://%s/ (metrics at /metrics)\n",
+                 std::string(http->scheme()).c_str(), std::string(http->address()).c_str());
   }
 
   // Ready: systemd (Type=notify) learns it now, with what is served; a watchdog it asks for is

@@ -372,6 +372,11 @@ int Serve(const Options& o) {
       return Fail(absl::InternalError("cannot write " + o.token_file));
     }
   }
+  // The token alone on stdout (for `$(...)`), labelled on stderr for whoever reads the screen.
+  const std::string label = absl::StrCat(
+      "rayaccel transfer: serving ", o.size, " bytes; the token for `rayaccel transfer --connect ",
+      "TOKEN` on the reader", o.token_file.empty() ? "" : " (also in " + o.token_file + ")", ":\n");
+  std::fputs(label.c_str(), stderr);
   std::printf("%s\n", token.c_str());
   std::fflush(stdout);
   signal(SIGINT, OnSignal);

@@ -58,6 +58,37 @@ constexpr char kUsage[] =
     "       rayaccel-conformance --replay BUNDLE [--config plugin=NAME] [options]\n"
     "       rayaccel-conformance --list-checks=markdown\n";
 
+// What --help adds to the usage: every option, and the tiers.
+constexpr char kHelp[] = R"(
+Checks one plugin .so against the ABI's promises, each check in a child process of its own,
+and says which maturity tier it reaches (docs/conformance.md):
+  1 discoverable   2 schedulable   3 transport   4 measured (--perf)
+  5 certified in Ray (--tier 5: the suite starts a real Ray of its own on this host)
+
+Options:
+  --config KEY=VALUE   passed to the plugin's initialize (repeatable; PLUGIN.KEY=VALUE too)
+  --tier N             the tier the exit code asks for: 0 when reached, 1 when not (default 1)
+  --perf               run tier 4's performance checks and record their figures
+  --baseline FILE      with --perf: an earlier --json report; a figure worse than --tolerance
+                       times its baseline fails its check
+  --tolerance FACTOR   how much worse a figure may be than the baseline's (default 3)
+  --only PREFIX,...    run only the checks whose names start so; no tier is judged
+  --timeout SECONDS    per check (default 10); a plugin that hangs longer fails that check
+  --expect-no-devices  this machine has none of the plugin's devices: finding none passes
+  --json               the report as JSON on stdout instead of the summary
+  --junit FILE         a JUnit XML report (each check a test case, figures as properties)
+  --report DIR         the maturity report: DIR/report.json and DIR/report.md (the plugin,
+                       the tier, every check, and the rayaccel, Ray, Python, kernel and driver
+                       versions that decided it)
+  --ray-python PATH    tier 5's Python with Ray and rayaccel's package (else
+                       $RAYACCEL_RAY_PYTHON, the build tree's venv, python3 on PATH); runs the
+                       Ray checks as --tier 5 does
+  --replay BUNDLE      check a captured plugin's answers (rayaccel capture) without its hardware
+  --list-checks=markdown  print the table of the checks and run none
+Exit code: 0 when the plugin reaches --tier (or, with --only, when those checks passed), 1
+when not, 2 for a usage error.
+)";
+
 using Result = CheckResult;
 
 // Collects each check's outcome as GoogleTest runs it.
@@ -175,6 +206,7 @@ int Run(int argc, char** argv) {
   std::vector<std::string> only;
   if (CommandLine::AsksForHelp(argc, argv, 1)) {
     std::fputs(kUsage, stdout);
+    std::fputs(kHelp, stdout);
     return 0;
   }
   CommandLine line;

@@ -15,10 +15,16 @@ agent_pids() { pgrep -f "serve --listen unix:$work/" || true; }
 trap 'kill $(agent_pids) 2>/dev/null; rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 
-python3 - "$src/deploy/kuberay/raycluster.yaml" "$work/probe.sh" > "$work/worker.sh" <<'PY'
-import sys, yaml
+python3 - "$src/deploy/kuberay/raycluster.yaml" "$work/probe.sh" "$src/requirements.txt" \
+  > "$work/worker.sh" <<'PY'
+import re, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 cluster = next(d for d in docs if d["kind"] == "RayCluster")
+# The Ray the project is built and tested with (requirements.txt), in rayVersion and every image.
+tested = re.search(r"^ray==(\S+)$", open(sys.argv[3]).read(), re.M).group(1)
+assert cluster["spec"]["rayVersion"] == tested, (cluster["spec"]["rayVersion"], tested)
+images = re.findall(r"image: \S+:(\S+)", open(sys.argv[1]).read())
+assert images and all(tag == tested for tag in images), (images, tested)
 assert cluster["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
 assert any(d["kind"] == "ConfigMap" for d in docs)
 worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -602,6 +603,17 @@ TEST(Conformance, UsageErrors) {
   testing::CommandResult help = testing::Run({RAYACCEL_CONFORMANCE, "--tier", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_EQ(help.out.rfind("usage: rayaccel-conformance", 0), 0u) << help.out;
+  // Every option the usage names is explained on a line of its own.
+  const std::string usage = help.out.substr(0, help.out.find("\n\n"));
+  std::regex option("--[a-z-]+");
+  int explained = 0;
+  for (auto it = std::sregex_iterator(usage.begin(), usage.end(), option);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_NE(help.out.find("\n  " + it->str()), std::string::npos)
+        << it->str() << " is not explained in --help";
+    ++explained;
+  }
+  EXPECT_GE(explained, 14);
 }
 
 // A plugin that does not load is reported once, with its reason, and nothing else runs.
