@@ -5,6 +5,8 @@ rayaccel's transport with tensor_transport="RAYACCEL".
     python label_and_move.py      # with a cluster running (ray start), in its environment
 """
 
+import sys
+
 import ray
 import torch
 
@@ -32,11 +34,21 @@ class Trainer:
 
 
 ray.init(address="auto", logging_level="ERROR")
+# Both nodes must be there: a missing one is said at once, not waited for.
+types = {n["Labels"].get("ray.io/accelerator-type") for n in ray.nodes() if n["Alive"]}
+for wanted in ("H100", "GB200"):
+    if wanted not in types:
+        sys.exit(f"no node with ray.io/accelerator-type={wanted} in the cluster (it has "
+                 f"{sorted(t for t in types if t)}): did its `ray start` fail?")
 # One actor on the DGX H100, one on a GB200 tray, chosen by the labels rayaccel printed.
 h100 = Trainer.options(label_selector={"ray.io/accelerator-type": "H100"}).remote()
 gb200 = Trainer.options(label_selector={"ray.io/accelerator-type": "GB200"}).remote()
 for name, actor in (("h100", h100), ("gb200", gb200)):
-    labels = ray.get(actor.node.remote())
+    try:
+        labels = ray.get(actor.node.remote(), timeout=60)
+    except ray.exceptions.GetTimeoutError:
+        sys.exit(f"Ray could not place the {name} actor within 60 s (no free CPU or no node "
+                 "with its label?): see `ray status`")
     print(name, "on a node with", labels["rayaccel.io/gpu-count"], "x",
           labels["ray.io/accelerator-type"], "domain", labels.get("ray.io/gpu-domain", "-"))
 total, moved = ray.get(gb200.receive.remote(h100.weights.remote()))
