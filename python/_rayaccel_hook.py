@@ -62,8 +62,14 @@ def _register_rdt_names(util) -> None:
     ray.experimental.rdt.util module, just loaded)."""
     import threading
 
-    ensure = util._ensure_default_transports_registered
-    register = util.register_tensor_transport
+    ensure = getattr(util, "_ensure_default_transports_registered", None)
+    register = getattr(util, "register_tensor_transport", None)
+    if ensure is None or register is None or not hasattr(util, "transport_manager_info"):
+        import logging
+        logging.getLogger("rayaccel").warning(
+            "this Ray's ray.experimental.rdt.util is not Ray 2.60's: rayaccel's RDT transports "
+            "are registered only where register_tensor_transport runs (not after a restart)")
+        return
     implicit = set()  # the names registered here, not by the user
     lock = threading.Lock()
     done = []

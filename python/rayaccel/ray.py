@@ -353,6 +353,9 @@ def _count_by_device(resources: List[str]) -> Optional[str]:
     processes started after this one (a raylet that ray.init(), `ray start` or
     Cluster.add_node starts). In a process a raylet started (a worker), the raylet already runs
     with what it had: a warning naming the variable, once. Returns the value set, if any."""
+    if rules.UNIT_INSTANCE_VARIABLE not in os.environ and \
+            rules.unit_instance_setting(resources, rules.TESTED_CUSTOM_UNIT_INSTANCES) is None:
+        return None  # families every Ray since 2.7 counts by device: no need to read Ray's list
     rays_list, where = rules.rays_unit_instances()
     setting = rules.unit_instance_setting(resources, rays_list)
     if setting is None:

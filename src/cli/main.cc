@@ -187,15 +187,21 @@ struct Args {
   bool env = false;                  // ray-start-args --env
 };
 
-// Ray's unit-instance list, looked up (a Python asked) only when the node has a family other
-// than GPU, which every Ray counts by device.
+// Ray's unit-instance list, looked up (a Python asked) only when the environment sets it or
+// the node has a family outside Ray 2.60's list, the families every Ray since 2.7 counts by
+// device anyway.
 RayUnitInstances RaysUnitInstancesFor(const NodeSnapshot& snapshot) {
+  bool all_known = std::getenv(kRayUnitInstanceVariable) == nullptr;
   for (const CountedFamily& family : CountedFamilies(snapshot)) {
-    if (!family.device_ids.empty() && family.resource != kRayPredefinedUnitInstances) {
-      return FindRayUnitInstances();
+    if (!family.device_ids.empty() &&
+        UnitInstanceSetting({family.resource}, kTestedRayCustomUnitInstances)) {
+      all_known = false;
     }
   }
-  return {kTestedRayCustomUnitInstances, "not looked up: the node's families are GPU"};
+  if (all_known) {
+    return {kTestedRayCustomUnitInstances, "not looked up: the node's families are Ray's own"};
+  }
+  return FindRayUnitInstances();
 }
 
 // RAYACCEL_RAY_MANAGERS set to something other than off, as _rayaccel_hook reads it.
