@@ -161,6 +161,18 @@ def _host_array(tensor) -> np.ndarray:
     return array
 
 
+def _config_from_environment(text: str) -> Dict[str, str]:
+    """RAYACCEL_TRANSPORT_CONFIG: a JSON object of configuration keys and values."""
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise InvalidArgumentError(f"RAYACCEL_TRANSPORT_CONFIG is not JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise InvalidArgumentError("RAYACCEL_TRANSPORT_CONFIG must be a JSON object of keys and "
+                                   f"values, not {type(config).__name__}")
+    return config
+
+
 def _as_framework(array, framework: str):
     """A received NumPy array as the source's framework made it (JAX: a JAX array)."""
     if framework == "jax":
@@ -234,7 +246,7 @@ class TensorTransport(TensorTransportManager):
                  key: Optional[bytes] = None, key_file: Optional[str] = None):
         self._plugin = plugin or os.environ.get("RAYACCEL_TRANSPORT_PLUGIN", "sim")
         if config is None and os.environ.get("RAYACCEL_TRANSPORT_CONFIG"):
-            config = json.loads(os.environ["RAYACCEL_TRANSPORT_CONFIG"])
+            config = _config_from_environment(os.environ["RAYACCEL_TRANSPORT_CONFIG"])
         self._config = {str(k): str(v) for k, v in (config or {}).items()}
         self._search_path = list(search_path)
         self._peer_timeout = peer_timeout

@@ -21,14 +21,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "conformance/checks.h"
+#include "ray/unit_instances.h"
 #include "util/json.h"
 
 extern char** environ;
 
 namespace rayaccel::conformance {
 namespace {
-
-constexpr char kRayVersion[] = "2.60.0";  // requirements.txt's
 
 struct RayRun {
   // Set when the run could not happen or failed as a whole: every check gets it.
@@ -130,7 +129,7 @@ RayRun Start(const Options& o) {
     return run;
   }
   const std::string install = absl::StrCat(
-      "install Ray and rayaccel's package in it (python3 -m pip install ray==", kRayVersion,
+      "install Ray and rayaccel's package in it (python3 -m pip install ray==", kTestedRayVersion,
       " and `pip install ./python` of rayaccel), or name one with --ray-python");
   std::string python = FindPython(o);
   run.versions.python_path = python;

@@ -29,8 +29,9 @@ def suite(plugin, *args, env=None):
 
 def leftovers():
     """Ray processes or folders of the suite's runs still there."""
-    procs = subprocess.run(["pgrep", "-af", "rayaccel-certify"], capture_output=True,
-                           text=True).stdout.strip()
+    # A run's Ray processes name its folder (their session dirs) or the runner's module.
+    procs = subprocess.run(["pgrep", "-af", r"rayaccel-tier5-|rayaccel\._certify"],
+                           capture_output=True, text=True).stdout.strip()
     return procs, glob.glob("/tmp/rayaccel-tier5-*")
 
 

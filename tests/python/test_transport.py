@@ -263,3 +263,16 @@ def test_a_stopped_peer_is_lost_within_the_timeout(destination):
     finally:
         os.kill(peer.proc.pid, signal.SIGCONT)
         peer.close()
+
+
+def test_the_configuration_in_the_environment_is_a_json_object(monkeypatch):
+    """RAYACCEL_TRANSPORT_CONFIG is what reaches Ray's actors: read as a JSON object, anything
+    else refused with the variable's name."""
+    from rayaccel.errors import InvalidArgumentError
+    monkeypatch.setenv("RAYACCEL_TRANSPORT_CONFIG", '{"transport_fabric": "libfabric", "n": 2}')
+    assert TensorTransport()._config == {"transport_fabric": "libfabric", "n": "2"}
+    for bad in ('{"unterminated', '["a", "b"]', '"text"'):
+        monkeypatch.setenv("RAYACCEL_TRANSPORT_CONFIG", bad)
+        with pytest.raises(InvalidArgumentError, match="RAYACCEL_TRANSPORT_CONFIG"):
+            TensorTransport()
+    assert TensorTransport(config={"k": "v"})._config == {"k": "v"}  # the argument wins
