@@ -7,17 +7,22 @@
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
 #include "isolation/report_codec.h"
 #include "isolation/wire.h"
 #include "loader/plugin_loader.h"
@@ -280,8 +285,21 @@ void WatchFatalSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // rayaccel-plugin-host [--data-limit=BYTES] PLUGIN.so: the limit is set here, before the
+  // plugin is loaded (the registry starts this program with posix_spawn, which cannot).
+  constexpr absl::string_view kLimit = "--data-limit=";
+  uint64_t limit = 0;
+  if (argc == 3 && absl::StartsWith(argv[1], kLimit) &&
+      absl::SimpleAtoi(absl::string_view(argv[1]).substr(kLimit.size()), &limit) && limit > 0) {
+    // RLIMIT_DATA, not RLIMIT_AS: GPU runtimes reserve huge address ranges they never touch.
+    rlimit bound{limit, limit};
+    setrlimit(RLIMIT_DATA, &bound);
+    argv[1] = argv[2];
+    argc = 2;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: rayaccel-plugin-host PLUGIN.so (protocol on fd 3)\n");
+    std::fprintf(stderr,
+                 "usage: rayaccel-plugin-host [--data-limit=BYTES] PLUGIN.so (protocol on fd 3)\n");
     return 2;
   }
   dup2(2, 1);  // whatever the plugin prints lands on stderr, never in a protocol

@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -105,7 +105,9 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
                                                                  const RemoteOptions& options) {
   ReapLeftovers();
   if (options.host_binary.empty() || options.host_binary[0] != '/') {
-    return absl::NotFoundError("rayaccel-plugin-host not found (give its absolute path)");
+    return absl::NotFoundError(
+        "rayaccel-plugin-host not found next to this program or in the bin/ beside "
+        "librayaccel's folder (RegistryOptions::plugin_host names it, as an absolute path)");
   }
   // Requests and replies on one socket, health events on another (the host's fds 3 and 4).
   int sv[2], hv[2];
@@ -128,42 +130,60 @@ absl::StatusOr<std::unique_ptr<RemotePlugin>> RemotePlugin::Open(const std::stri
   }
   // The child: a process group of its own (a plugin that signals "its" group, or spawns
   // helpers, reaches only this one), the protocol on fds 3 and 4 and the crash note on 5,
-  // nothing else inherited, stdin from /dev/null, bounded memory, then exec. Only
-  // async-signal-safe calls: another thread of this process may hold any lock. It ends with
-  // the registry by watching fd 3 for the registry's end closing (plugin_host_main.cc), not
-  // with PR_SET_PDEATHSIG, which follows the thread that created it: a raylet creates
-  // registries on threads that come and go.
+  // nothing else inherited, stdin from /dev/null, no signal blocked, then the host, which
+  // bounds its own memory before it loads the plugin. posix_spawn, never fork: the registry
+  // runs in raylets and Python processes full of threads, and fork() runs every library's
+  // pthread_atfork handlers (gRPC's join its threads and may abort the whole process), while
+  // glibc's posix_spawn runs none. The host ends with the registry by watching fd 3 for the
+  // registry's end closing (plugin_host_main.cc), not with PR_SET_PDEATHSIG, which follows the
+  // thread that created it: a raylet creates registries on threads that come and go.
   auto spawn = [&]() -> pid_t {
-    pid_t child = fork();
-    if (child != 0) return child;
-    setpgid(0, 0);
-    // Out of the way first (fcntl F_DUPFD: the lowest free fd >= 6), then into place; dup2
-    // clears close-on-exec on the copies.
-    int request = fcntl(sv[1], F_DUPFD, 6);
-    int health = fcntl(hv[1], F_DUPFD, 6);
-    int crash = fcntl(cv[1], F_DUPFD, 6);
-    dup2(request, 3);
-    dup2(health, 4);
-    dup2(crash, 5);
-    close_range(6, ~0U, 0);
-    int null = open("/dev/null", O_RDONLY);
-    if (null >= 0 && null != 0) dup2(null, 0);
-    if (options.memory_limit_bytes > 0 && !kSanitizedBuild) {  // 0: no limit
-      // RLIMIT_DATA, not RLIMIT_AS: GPU runtimes reserve huge address ranges they never touch.
-      rlimit limit{options.memory_limit_bytes, options.memory_limit_bytes};
-      setrlimit(RLIMIT_DATA, &limit);
+    // Out of the way first (>= 6, close-on-exec), so that no dup2 below lands on a source.
+    int request = fcntl(sv[1], F_DUPFD_CLOEXEC, 6);
+    int health = fcntl(hv[1], F_DUPFD_CLOEXEC, 6);
+    int crash = fcntl(cv[1], F_DUPFD_CLOEXEC, 6);
+    int err = request < 0 || health < 0 || crash < 0 ? errno : 0;
+    std::string limit = absl::StrCat("--data-limit=", options.memory_limit_bytes);
+    std::vector<char*> argv = {const_cast<char*>(options.host_binary.c_str())};
+    if (options.memory_limit_bytes > 0 && !kSanitizedBuild) argv.push_back(limit.data());
+    argv.push_back(const_cast<char*>(path.c_str()));
+    argv.push_back(nullptr);
+    pid_t child = -1;
+    if (err == 0) {
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawn_file_actions_adddup2(&actions, request, 3);  // dup2 clears close-on-exec
+      posix_spawn_file_actions_adddup2(&actions, health, 4);
+      posix_spawn_file_actions_adddup2(&actions, crash, 5);
+      posix_spawn_file_actions_addclosefrom_np(&actions, 6);
+      posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+      posix_spawnattr_t attr;
+      posix_spawnattr_init(&attr);
+      sigset_t none;
+      sigemptyset(&none);
+      posix_spawnattr_setsigmask(&attr, &none);
+      posix_spawnattr_setpgroup(&attr, 0);
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+      err = posix_spawn(&child, options.host_binary.c_str(), &actions, &attr, argv.data(), environ);
+      posix_spawnattr_destroy(&attr);
+      posix_spawn_file_actions_destroy(&actions);
     }
-    execl(options.host_binary.c_str(), options.host_binary.c_str(), path.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
+    for (int fd : {request, health, crash}) {
+      if (fd >= 0) close(fd);
+    }
+    if (err != 0) {
+      errno = err;
+      return -1;
+    }
+    return child;
   };
   pid_t pid = options.spawn_child ? options.spawn_child(spawn) : spawn();
   if (pid <= 0) {
     int err = errno;
     for (int fd : {sv[0], sv[1], hv[0], hv[1], cv[0], cv[1]}) close(fd);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
+    return absl::InternalError(
+        absl::StrCat("cannot run ", options.host_binary, ": ", std::strerror(err)));
   }
-  setpgid(pid, pid);  // as the child does: whichever runs first, the group exists
   close(sv[1]);
   close(hv[1]);
   close(cv[1]);

@@ -22,6 +22,7 @@
 #include "loader/transport_table.h"
 #include "model/validate.h"
 #include "spdlog/spdlog.h"
+#include "util/installed_program.h"
 #include "util/log.h"
 
 namespace rayaccel {
@@ -85,25 +86,7 @@ std::vector<std::string> DefaultSearchPath() {
   return unique;
 }
 
-std::string DefaultPluginHost() {
-  constexpr char kHost[] = "/rayaccel-plugin-host";
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    std::string candidate = Dirname(exe) + kHost;
-    if (IsFile(candidate)) return candidate;
-  }
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&DefaultPluginHost), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    char real[PATH_MAX];
-    if (realpath(info.dli_fname, real) != nullptr) {
-      return Dirname(Dirname(real)) + "/bin" + kHost;
-    }
-  }
-  return "";  // not found: isolation reports it
-}
+std::string DefaultPluginHost() { return InstalledProgram("rayaccel-plugin-host"); }
 
 std::vector<PluginFile> FindPluginFiles(const std::vector<std::string>& search_path,
                                         const std::vector<std::string>& requested) {

@@ -4,6 +4,8 @@
 #include <hwloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/validate.h"
 #include "topology/hwloc_cache.h"
+#include "util/installed_program.h"
 
 namespace rayaccel {
 namespace {
@@ -149,13 +152,6 @@ absl::Status Prepare(hwloc_topology_t* topo) {
 constexpr size_t kMaxXmlBytes = size_t{32} << 20;
 constexpr int kChildTimeoutMs = 20000;
 
-// Loads in this library one at a time: no thread of ours is inside hwloc (holding its locks)
-// when a child is forked to read XML.
-std::mutex& LoadMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-
 absl::StatusOr<std::string> ReadXmlFile(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -201,46 +197,84 @@ std::string LastWords(std::string text) {
 
 // hwloc 2.9's XML import asserts on some malformed input instead of failing (a bitmap attribute
 // such as complete_cpuset=",x00004000": "hwloc_bitmap_sscanf: Assertion `count > 0' failed"),
-// and an assertion aborts the whole process. So XML from outside is first loaded by a forked
-// child of this process, with the same hwloc, the same settings (`prepared`) and the same bytes:
-// if hwloc aborts, crashes or hangs there, the caller gets an error naming the source and what
-// hwloc said; if it loads there, it loads here. The child says how it ended on a pipe of its
-// own, which no other waitpid() in the process (a raylet's) can take from us.
-absl::Status ReadsInAChild(hwloc_topology_t prepared, const std::string& xml,
-                           const std::string& source) {
-  int result[2], errors[2];
-  if (pipe2(result, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+// and an assertion aborts the whole process. So XML from outside is first loaded by
+// rayaccel-hwloc-check (hwloc_check_main.cc), with the same hwloc, the same settings (Prepare)
+// and the same bytes: if hwloc aborts, crashes or hangs there, the caller gets an error naming
+// the source and what hwloc said; if it loads there, it loads here. That program is started
+// with posix_spawn, never fork: this library runs in raylets and Python processes full of
+// threads, and fork() runs every library's pthread_atfork handlers (gRPC's join its threads and
+// may abort the whole process), while glibc's posix_spawn runs none. It says how it ended on
+// a pipe of its own (its fd 3), which no other waitpid() in the process (a raylet's) can take
+// from us.
+absl::Status ReadsInAChild(const std::string& xml, const std::string& source) {
+  const std::string checker = InstalledProgram("rayaccel-hwloc-check");
+  if (checker.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source,
+                     " not used: rayaccel-hwloc-check, which reads XML from outside before this "
+                     "process does, is neither next to this program nor in the bin/ beside "
+                     "librayaccel's folder"));
   }
-  if (pipe2(errors, O_CLOEXEC) != 0) {
-    int err = errno;
-    close(result[0]);
-    close(result[1]);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(err)));
+  // Every descriptor the child gets is first moved to >= 10 (close-on-exec), so that no dup2
+  // into 0..3 lands on another's source.
+  auto high = [](int fd) {
+    if (fd < 0) return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    return moved;
+  };
+  int result[2] = {-1, -1}, errors[2] = {-1, -1};
+  int input = high(memfd_create("rayaccel-hwloc-xml", MFD_CLOEXEC));
+  int failed_errno = input < 0 ? errno : 0;
+  if (failed_errno == 0) {
+    for (size_t done = 0; done < xml.size();) {
+      ssize_t n = pwrite(input, xml.data() + done, xml.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        failed_errno = n < 0 ? errno : EIO;
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
   }
-  pid_t child = fork();
-  if (child == 0) {
-    // The process's own crash handlers (Python's faulthandler, a raylet's stack dumper) are not
-    // for this child: it dies as hwloc makes it die, and says so through stderr alone.
-    for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);
-    dup2(errors[1], 2);  // what hwloc or assert() prints comes back to the caller
-    char verdict = hwloc_topology_set_xmlbuffer(prepared, xml.c_str(),
-                                                static_cast<int>(xml.size() + 1)) == 0 &&
-                           hwloc_topology_load(prepared) == 0
-                       ? 'O'
-                       : 'E';
-    ssize_t ignored = write(result[1], &verdict, 1);
-    (void)ignored;
-    _exit(0);
+  if (failed_errno == 0 && (pipe2(result, O_CLOEXEC) != 0 || pipe2(errors, O_CLOEXEC) != 0)) {
+    failed_errno = errno;
   }
-  int fork_errno = errno;
+  for (int* fd : {&result[0], &result[1], &errors[0], &errors[1]}) *fd = high(*fd);
+  auto close_all = [&] {
+    for (int fd : {input, result[0], result[1], errors[0], errors[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  if (failed_errno == 0 && (result[1] < 0 || errors[1] < 0)) failed_errno = errno;
+  pid_t child = -1;
+  if (failed_errno == 0) {
+    char* argv[] = {const_cast<char*>(checker.c_str()), nullptr};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, input, 0);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_adddup2(&actions, errors[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, errors[1], 2);
+    posix_spawn_file_actions_adddup2(&actions, result[1], 3);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    failed_errno = posix_spawn(&child, checker.c_str(), &actions, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  if (failed_errno != 0) {
+    close_all();
+    return absl::InternalError(
+        absl::StrCat("cannot check ", source, " in ", checker, ": ", std::strerror(failed_errno)));
+  }
+  close(input);
   close(result[1]);
   close(errors[1]);
-  if (child < 0) {
-    close(result[0]);
-    close(errors[0]);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
-  }
   char verdict = 0;
   std::string said;
   bool result_open = true, errors_open = true, timed_out = false;
@@ -290,6 +324,10 @@ absl::Status ReadsInAChild(hwloc_topology_t prepared, const std::string& xml,
     return absl::InvalidArgumentError(
         absl::StrCat("hwloc cannot read ", source, what.empty() ? "" : ": ", what));
   }
+  if (reaped && WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return absl::InternalError(
+        absl::StrCat("cannot run ", checker, " to check ", source, what.empty() ? "" : ": ", what));
+  }
   std::string how = reaped && WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "it died";
   return absl::InvalidArgumentError(absl::StrCat("hwloc aborted reading ", source, " (", how,
                                                  what.empty() ? "" : ": ", what, "); not used"));
@@ -303,10 +341,9 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::s
     return absl::InvalidArgumentError(
         absl::StrCat(source, " is over ", kMaxXmlBytes >> 20, " MiB"));
   }
-  std::lock_guard<std::mutex> lock(LoadMutex());
+  if (absl::Status st = ReadsInAChild(xml, source); !st.ok()) return st;
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
-  if (absl::Status st = ReadsInAChild(impl->topo, xml, source); !st.ok()) return st;
   // hwloc takes the length with the final NUL, which c_str() provides.
   if (hwloc_topology_set_xmlbuffer(impl->topo, xml.c_str(), static_cast<int>(xml.size() + 1)) !=
           0 ||
@@ -315,6 +352,20 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::LoadXml(const std::s
   }
   return std::unique_ptr<HostTopology>(new HostTopology(std::move(impl), std::move(source)));
 }
+
+namespace host_topology_internal {
+
+absl::Status LoadXmlHere(const std::string& xml) {
+  hwloc_topology_t topo = nullptr;
+  if (absl::Status st = Prepare(&topo); !st.ok()) return st;
+  bool loaded =
+      hwloc_topology_set_xmlbuffer(topo, xml.c_str(), static_cast<int>(xml.size() + 1)) == 0 &&
+      hwloc_topology_load(topo) == 0;
+  hwloc_topology_destroy(topo);
+  return loaded ? absl::OkStatus() : absl::InvalidArgumentError("hwloc cannot read the XML");
+}
+
+}  // namespace host_topology_internal
 
 std::string HostTopology::LibraryVersion() {
   const unsigned v = hwloc_get_api_version();
@@ -348,7 +399,6 @@ absl::StatusOr<std::unique_ptr<HostTopology>> HostTopology::Load(const std::stri
     if (!xml.ok()) return xml.status();
     return LoadXml(*xml, std::move(source));
   }
-  std::lock_guard<std::mutex> lock(LoadMutex());
   auto impl = std::make_unique<Impl>();
   if (absl::Status st = Prepare(&impl->topo); !st.ok()) return st;
   source = "this machine";

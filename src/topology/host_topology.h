@@ -22,9 +22,10 @@ class HostTopology {
   //
   // XML from outside (a file here, HWLOC_XMLFILE's, a capture bundle's in LoadXml) survives
   // any bytes: hwloc 2.9 asserts, and so aborts its process, on some malformed XML, so such XML
-  // is first loaded in a forked child of this process (a few milliseconds); an abort, crash or
-  // hang there is an error here naming the source and what hwloc said. Only this machine's own
-  // cache (hwloc_cache.h) is loaded directly.
+  // is first loaded by the rayaccel-hwloc-check program (installed with this library: next to
+  // the running program or in the bin/ beside the library's folder; a few milliseconds); an
+  // abort, crash or hang there is an error here naming the source and what hwloc said, and so
+  // is that program missing. Only this machine's own cache (hwloc_cache.h) is loaded directly.
   static absl::StatusOr<std::unique_ptr<HostTopology>> Load(const std::string& xml_path = "");
   // From an exported topology held in memory (a capture bundle's); `source` names it in
   // errors and is what source() then says: "XML <path>".
@@ -74,6 +75,14 @@ class HostTopology {
   std::unique_ptr<Impl> impl_;
   std::string source_;
 };
+
+namespace host_topology_internal {
+
+// rayaccel-hwloc-check's whole work (hwloc_check_main.cc): `xml` loaded in this process, with
+// the settings of every load here, unguarded.
+absl::Status LoadXmlHere(const std::string& xml);
+
+}  // namespace host_topology_internal
 
 }  // namespace rayaccel
 

@@ -2,11 +2,14 @@
 // would take an in-process host down cost only the faulty plugin, with the cause, and a
 // crashed plugin comes back after its backoff.
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -498,6 +501,28 @@ TEST(Isolation, MissingHostBinaryIsAPluginError) {
   EXPECT_EQ(p.state, PluginStatus::State::kRefused);
   EXPECT_NE(p.message.find("cannot run /nonexistent/rayaccel-plugin-host"), std::string::npos)
       << p.message;
+}
+
+// The registry starts its children (plugin hosts, the hwloc XML check) with posix_spawn, which
+// runs no pthread_atfork handlers: in a raylet or a Python process full of threads, fork()
+// runs every library's, and gRPC's may abort the whole process. Here a handler that aborts
+// stands for them.
+TEST(Isolation, StartingChildrenRunsNoForkHandlers) {
+  EXPECT_EXIT(
+      {
+        pthread_atfork(
+            +[] { std::abort(); }, nullptr, nullptr);
+        RegistryOptions options = Isolated({SimPlugin()});
+        options.config["sim"]["spec"] = Example("dgx-h100.json");
+        options.host_topology = true;
+        options.hwloc_xml = testing::Fixture("hwloc/nvidiaDGX2.xml");
+        auto registry = Registry::Create(options);
+        if (!registry.ok()) std::_Exit(2);
+        std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+        std::fprintf(stderr, "%s\n", snap->host_topology.c_str());
+        std::_Exit(StatusOf(*snap, "sim").state == PluginStatus::State::kActive ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "hwloc, XML .*nvidiaDGX2.xml");
 }
 
 TEST(Isolation, CliFlag) {
