@@ -40,8 +40,13 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const std::string& co
 // `std::string transport_fabric` member, the fabric it names.
 template <ucx::DeviceMemory kMemory, typename Instance = rayaccel_plugin_instance>
 rayaccel_status OpenEndpointFor(rayaccel_endpoint_args* args, rayaccel_error* error) {
-  Instance* self = args != nullptr ? static_cast<Instance*>(args->instance) : nullptr;
-  ucx::EndpointOptions options{kMemory, self != nullptr ? self->host : nullptr, nullptr, {}};
+  // The handle is opaque: a plugin whose instance is a type of its own (not a definition of
+  // rayaccel_plugin_instance) hands the host its pointer cast to the handle's type.
+  Instance* self = args != nullptr ? reinterpret_cast<Instance*>(args->instance) : nullptr;
+  ucx::EndpointOptions options{kMemory, nullptr, nullptr, {}};
+  if constexpr (ucx::HasHost<Instance>::value) {
+    if (self != nullptr) options.host = self->host;
+  }
   if constexpr (ucx::HasDeviceOps<Instance>::value) {
     if (self != nullptr) options.device_ops = self->device_ops();
   }

@@ -104,6 +104,10 @@ struct HasUcxLibrary : std::false_type {};
 template <typename T>
 struct HasUcxLibrary<T, std::void_t<decltype(std::declval<T&>().ucx_library)>> : std::true_type {};
 template <typename T, typename = void>
+struct HasHost : std::false_type {};
+template <typename T>
+struct HasHost<T, std::void_t<decltype(std::declval<T&>().host)>> : std::true_type {};
+template <typename T, typename = void>
 struct HasDeviceOps : std::false_type {};
 template <typename T>
 struct HasDeviceOps<T, std::void_t<decltype(std::declval<T&>().device_ops())>> : std::true_type {};
@@ -114,13 +118,19 @@ inline constexpr uint32_t kDefaultPeerTimeoutMs = 10000;
 rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions& options,
                              rayaccel_error* error);
 
-// open_endpoint for a plugin whose instance type has a `host` member (the in-tree plugins);
-// with a `device_ops()` member too, its devices' memory is staged where UCX cannot reach it;
-// with a `std::string ucx_library` member, that UCX is loaded.
+// open_endpoint for a plugin whose instance is `Instance` (by default the plugin's definition of
+// rayaccel_plugin_instance): with a `host` member, the helper has the host's API; with a
+// `device_ops()` member, its devices' memory is staged where UCX cannot reach it; with a
+// `std::string ucx_library` member, that UCX is loaded.
 template <DeviceMemory kMemory, typename Instance = rayaccel_plugin_instance>
 rayaccel_status OpenEndpointFor(rayaccel_endpoint_args* args, rayaccel_error* error) {
-  Instance* self = args != nullptr ? static_cast<Instance*>(args->instance) : nullptr;
-  EndpointOptions options{kMemory, self != nullptr ? self->host : nullptr, nullptr, {}};
+  // The handle is opaque: a plugin whose instance is a type of its own (not a definition of
+  // rayaccel_plugin_instance) hands the host its pointer cast to the handle's type.
+  Instance* self = args != nullptr ? reinterpret_cast<Instance*>(args->instance) : nullptr;
+  EndpointOptions options{kMemory, nullptr, nullptr, {}};
+  if constexpr (HasHost<Instance>::value) {
+    if (self != nullptr) options.host = self->host;
+  }
   if constexpr (HasDeviceOps<Instance>::value) {
     if (self != nullptr) options.device_ops = self->device_ops();
   }
