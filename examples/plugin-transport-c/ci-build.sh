@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds this example as a C vendor would: install rayaccel's SDK from the build tree into a
-# scratch prefix, build the plugin against the installed helpers' C interface, then run the
-# installed conformance suite to tier 3 (transport) on it, over UCX and over libfabric.
+# Builds this example as a C vendor would: install rayaccel's sdk component from the build tree
+# into a scratch prefix, build the plugin against the installed helpers' C interface, then
+# install the runtime and tools and run the conformance suite to tier 3 (transport) on it, over
+# UCX and over libfabric.
 # Usage: examples/plugin-transport-c/ci-build.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
@@ -10,7 +11,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 
-cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+# The sdk component alone builds it (headers, CMake package, pkg-config, the helpers).
+cmake --install "$build" --prefix "$work/prefix" --component sdk > "$work/install.log"
 no_deps=(-DCMAKE_DISABLE_FIND_PACKAGE_absl=ON -DCMAKE_DISABLE_FIND_PACKAGE_spdlog=ON
   -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON -DCMAKE_DISABLE_FIND_PACKAGE_gRPC=ON)
 cmake -S "$here" -B "$work/build" -G Ninja --no-warn-unused-cli \
@@ -24,6 +26,10 @@ if [ "$exported" != "rayaccel_plugin_entry " ]; then
   echo "plugin-transport-c: exports '$exported', expected only rayaccel_plugin_entry" >&2
   exit 1
 fi
+# The suite, to run it: the runtime and tools components.
+for component in runtime tools; do
+  cmake --install "$build" --prefix "$work/prefix" --component "$component" >> "$work/install.log"
+done
 suite="$work/prefix/bin/rayaccel-conformance"
 "$suite" "$plugin" --tier 3 > "$work/ucx.txt" || { cat "$work/ucx.txt" >&2; exit 1; }
 grep -q "Tier reached: 3 (transport)" "$work/ucx.txt" || { cat "$work/ucx.txt" >&2; exit 1; }
