@@ -52,7 +52,7 @@ extern "C" {
 /* The ABI version this header describes. A host and a plugin work together when their major
  * versions are equal; they then use the smaller of their two minor versions. */
 #define RAYACCEL_ABI_VERSION_MAJOR 1
-#define RAYACCEL_ABI_VERSION_MINOR 5
+#define RAYACCEL_ABI_VERSION_MINOR 6
 
 /* The name of the one symbol a plugin exports. */
 #define RAYACCEL_PLUGIN_ENTRY_SYMBOL "rayaccel_plugin_entry"
@@ -322,6 +322,14 @@ typedef struct rayaccel_sink {
    * sink. A sink large enough to hold this field always sets it: check
    * RAYACCEL_HAS_FIELD(sink, rayaccel_sink, last_refusal) and nothing else. Since 1.2. */
   rayaccel_string (*last_refusal)(void *host_context);
+  /* discover: why this scan found no device, in one line ("cannot load libnvidia-ml.so.1:
+   * ...", "no /dev/accel* node", "every device excluded by ACME_DEVICES"): what the host shows
+   * as the plugin's message while it reports none. Ignored in a scan that adds a device; the
+   * last call of a scan wins; control characters are escaped and text past 1024 bytes cut.
+   * Returns OK. A plugin checks RAYACCEL_HAS_FIELD(sink, rayaccel_sink, explain_no_devices):
+   * an older host has only the log line that starts with "0 devices:", which it still reads.
+   * Since 1.6. */
+  rayaccel_status (*explain_no_devices)(void *host_context, rayaccel_string reason);
 } rayaccel_sink;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -718,7 +726,7 @@ static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason) ==
               "rayaccel_device_info: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, transport) == sizeof(rayaccel_plugin_api),
               "rayaccel_plugin_api: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, last_refusal) == sizeof(rayaccel_sink),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, explain_no_devices) == sizeof(rayaccel_sink),
               "rayaccel_sink: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, type_name) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");

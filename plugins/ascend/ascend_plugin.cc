@@ -57,7 +57,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     std::lock_guard<std::mutex> lock(self->mu);
     self->scan = FindNpus(self->dev_root, self->sysfs_root);
     if (self->scan.npus.empty()) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + self->scan.why_none);
+      plugin::ExplainNoDevices(self->host, sink, self->scan.why_none);
       return RAYACCEL_STATUS_OK;
     }
     for (const Npu& npu : self->scan.npus) {

@@ -132,6 +132,17 @@ inline void Log(const rayaccel_host_api* host, rayaccel_log_level level, std::st
   }
 }
 
+// Says why discover found no device: through the sink where the host has explain_no_devices
+// (1.6), and as the "0 devices: <why>" log line every host reads (older hosts only that).
+inline void ExplainNoDevices(const rayaccel_host_api* host, const rayaccel_sink* sink,
+                             std::string_view why) {
+  if (sink != nullptr && RAYACCEL_HAS_FIELD(sink, rayaccel_sink, explain_no_devices) &&
+      sink->explain_no_devices != nullptr) {
+    sink->explain_no_devices(sink->host_context, Str(why));
+  }
+  Log(host, RAYACCEL_LOG_INFO, std::string("0 devices: ").append(why));
+}
+
 // Unloads a vendor library the plugin loaded, unless RAYACCEL_NO_DLCLOSE is set (as the host
 // then keeps plugins loaded too): a library with thread-local storage unloaded before exit
 // leaves LeakSanitizer's scan of the threads' TLS a dangling entry to crash on, and profilers

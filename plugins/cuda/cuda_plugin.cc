@@ -328,13 +328,12 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
   return plugin::Guard(error, [&] {
     std::lock_guard<std::mutex> lock(self->mu);
     if (!self->ready) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + self->why_not);
+      plugin::ExplainNoDevices(self->host, sink, self->why_not);
       return RAYACCEL_STATUS_OK;
     }
     Scan(self);
     self->memory->SetDevices(CopiedGpus(self));
-    if (self->gpus.empty())
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: NVML sees no GPU");
+    if (self->gpus.empty()) plugin::ExplainNoDevices(self->host, sink, "NVML sees no GPU");
     for (const Gpu& g : self->gpus) {
       const uint32_t i = g.index;
       rayaccel_device_info info{};

@@ -24,12 +24,13 @@ namespace rayaccel::gaudi {
 // libhlml.so, loaded at the first discovery. Optional: without it, health is the driver's
 // status file alone.
 struct Hlml {
-#define RAYACCEL_HLML_FUNCTIONS(X)                                                        \
-  X(hlml_init)                                                                            \
-  X(hlml_shutdown)                                                                        \
-  X(hlml_device_get_count) X(hlml_device_get_handle_by_index) X(hlml_device_get_pci_info) \
-      X(hlml_device_get_serial) X(hlml_event_set_create) X(hlml_event_set_free)           \
-          X(hlml_device_register_events) X(hlml_event_set_wait)
+#define RAYACCEL_HLML_FUNCTIONS(X)                                                         \
+  X(hlml_init)                                                                             \
+  X(hlml_shutdown)                                                                         \
+  X(hlml_device_get_count)                                                                 \
+  X(hlml_device_get_handle_by_index) X(hlml_device_get_pci_info) X(hlml_device_get_serial) \
+      X(hlml_event_set_create) X(hlml_event_set_free) X(hlml_device_register_events)       \
+          X(hlml_event_set_wait)
 #define RAYACCEL_HLML_MEMBER(f) decltype(&::f) f = nullptr;
   RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_MEMBER)
 #undef RAYACCEL_HLML_MEMBER
@@ -183,7 +184,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     if (!scan.accelerators.empty()) LoadHlml(self);
     for (const std::string& p : scan.problems) plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
     if (scan.accelerators.empty()) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + scan.why_none);
+      plugin::ExplainNoDevices(self->host, sink, scan.why_none);
     }
     for (const Accelerator& a : scan.accelerators) {
       const GenerationFacts* facts = Facts(GenerationOf(a.pci.device, a.device_type));

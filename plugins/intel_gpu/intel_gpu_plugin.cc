@@ -117,7 +117,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
       plugin::Log(self->host, RAYACCEL_LOG_WARN, p);
     }
     if (self->devices.empty()) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + self->scan.why_none);
+      plugin::ExplainNoDevices(self->host, sink, self->scan.why_none);
       return RAYACCEL_STATUS_OK;
     }
     for (const RootDevice& d : self->devices) {

@@ -32,7 +32,7 @@ struct rayaccel_plugin_instance {
   std::unique_ptr<rayaccel::plugin::GpuMemory> memory;
   rayaccel::plugin::ucx::DeviceMemoryOps* device_ops() { return memory.get(); }
   std::string ucx_library;  // config ucx_library: a UCX built with ROCm support, say
-  std::mutex mu;  // guards `topo`
+  std::mutex mu;            // guards `topo`
   rayaccel::rocm::AmdTopology topo;
 };
 
@@ -145,13 +145,13 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     std::vector<std::string> problems;
     AmdTopology topo;
     if (!ReadKfdNodes(self->topology_dir, &nodes, &problems)) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + problems.front());
+      plugin::ExplainNoDevices(self->host, sink, problems.front());
     } else {
       topo = BuildTopology(nodes, &problems);
       LogProblems(self, problems);
       if (topo.devices.empty()) {
-        plugin::Log(self->host, RAYACCEL_LOG_INFO,
-                    "0 devices: no GPU node in the KFD topology at " + self->topology_dir);
+        plugin::ExplainNoDevices(self->host, sink,
+                                 "no GPU node in the KFD topology at " + self->topology_dir);
       }
     }
     for (AmdDevice& d : topo.devices) {

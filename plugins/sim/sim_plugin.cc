@@ -77,6 +77,8 @@ rayaccel_status Reload(rayaccel_plugin_instance* self, rayaccel_error* error) {
   return RAYACCEL_STATUS_OK;
 }
 
+constexpr char kNoSpec[] = "no spec configured (set sim.spec or RAYACCEL_SIM_SPEC)";
+
 rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error) {
   return plugin::Guard(error, [&] {
     if (args == nullptr ||
@@ -89,8 +91,7 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->ucx_library = plugin::ConfigValue(args, "ucx_library");
     self->transport_fabric = plugin::ConfigValue(args, "transport_fabric");
     if (self->spec_path.empty()) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO,
-                  "0 devices: no spec configured (set sim.spec or RAYACCEL_SIM_SPEC)");
+      plugin::Log(self->host, RAYACCEL_LOG_INFO, std::string("0 devices: ") + kNoSpec);
     }
     if (rayaccel_status rc = Reload(self.get(), error); rc != RAYACCEL_STATUS_OK) return rc;
     args->instance = self.release();
@@ -127,6 +128,8 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
     }
     std::lock_guard<std::mutex> lock(self->mu);
     if (rayaccel_status rc = Reload(self, error); rc != RAYACCEL_STATUS_OK) return rc;
+    // Said on each scan to the sink; logged once, at initialize.
+    if (self->spec_path.empty()) plugin::ExplainNoDevices(nullptr, sink, kNoSpec);
     const SimSpec& s = self->spec;
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const SimDevice& d = s.devices[i];

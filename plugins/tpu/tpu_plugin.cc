@@ -150,7 +150,7 @@ rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* si
               [](const Chip& a, const Chip& b) { return a.index < b.index; });
     self->chips = scan.chips;
     if (self->chips.empty()) {
-      plugin::Log(self->host, RAYACCEL_LOG_INFO, "0 devices: " + scan.why_none);
+      plugin::ExplainNoDevices(self->host, sink, scan.why_none);
       self->slice = SliceIdentity();
       return RAYACCEL_STATUS_OK;
     }

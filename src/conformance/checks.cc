@@ -79,6 +79,13 @@ const std::vector<Check>& AllChecks() {
        AnswersValid,
        "Every device passes the host's validation (id, name, UTF-8, bounds, health values; "
        "docs/abi.md lists them); a refused device would be missing in Ray"},
+      {"discovery.none_explained", 1,
+       "a plugin that finds no device says why (explain_no_devices, or a \"0 devices:\" log line)",
+       true, NoneExplained,
+       "A plugin that finds no device says why, through the sink's `explain_no_devices` (1.6) or "
+       "a log line starting `0 devices:`: it is what `rayaccel discover`, `plugins`, the web page "
+       "and this suite show an operator whose node has no accelerators in Ray. Skipped where "
+       "the plugin finds devices"},
       {"discovery.ids_stable", 1, "ids and indices do not change between discoveries", false,
        IdsStable,
        "Ids and indices do not change between discoveries: Ray's bookkeeping and the raylet's "

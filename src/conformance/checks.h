@@ -24,6 +24,7 @@ Outcome FailuresExplained(const Options& o);
 
 // checks_discovery.cc: what discover, labels, topology and health answer.
 Outcome AnswersValid(const Options& o);
+Outcome NoneExplained(const Options& o);
 Outcome IdsStable(const Options& o);
 Outcome PciNormalised(const Options& o);
 Outcome AcceleratorTypes(const Options& o);

@@ -27,6 +27,27 @@ Outcome AnswersValid(const Options& o) {
   });
 }
 
+Outcome NoneExplained(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    if (!d.report.devices.empty()) {
+      return Outcome::Skip(absl::StrCat(d.report.devices.size(),
+                                        " devices found: run where there are none "
+                                        "(--expect-no-devices) to check the reason"));
+    }
+    if (!d.report.no_devices_reason.empty()) {
+      return Outcome::Pass("explain_no_devices: " + d.report.no_devices_reason);
+    }
+    if (std::string line = p.zero_devices_reason(); !line.empty()) {
+      return Outcome::Pass("log line: " + line);
+    }
+    return Outcome::Fail(
+        "no device, and no word why: call the sink's explain_no_devices (1.6), or log a line "
+        "starting \"0 devices:\" for older hosts");
+  });
+}
+
 Outcome IdsStable(const Options& o) {
   return RunIn(o, [](const LoadedPlugin& p) {
     Discovery a = Discover(p, false, false, false);

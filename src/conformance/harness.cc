@@ -50,6 +50,10 @@ class Recorder {
       auto* self = static_cast<Recorder*>(ctx);
       return self->inner_.last_refusal(self->inner_.host_context);
     };
+    sink.explain_no_devices = [](void* ctx, rayaccel_string why) {
+      auto* self = static_cast<Recorder*>(ctx);
+      return self->inner_.explain_no_devices(self->inner_.host_context, why);
+    };
   }
   rayaccel_sink sink{};
   std::vector<std::string> pci_bus_ids;               // one per add_device call

@@ -74,6 +74,15 @@ Collector::Collector(PluginReport* report) : report_(report) {
   sink_.set_health = &Safe<&SetHealth, uint32_t, rayaccel_health, rayaccel_string>;
   sink_.set_env = &Safe<&SetEnv, rayaccel_string, rayaccel_string>;
   sink_.last_refusal = &LastRefusal;
+  sink_.explain_no_devices = &Safe<&ExplainNoDevices, rayaccel_string>;
+}
+
+rayaccel_status Collector::ExplainNoDevices(void* ctx, rayaccel_string reason) {
+  absl::string_view text(reason.data != nullptr ? reason.data : "",
+                         reason.data != nullptr ? std::min(reason.size, kMaxStringBytes) : 0);
+  static_cast<Collector*>(ctx)->report_->no_devices_reason =
+      IsValidUtf8(text) ? EscapeControl(text) : std::string("<non-UTF-8 reason>");
+  return RAYACCEL_STATUS_OK;
 }
 
 rayaccel_string Collector::LastRefusal(void* ctx) noexcept {

@@ -45,6 +45,7 @@ struct PluginReport {
   std::vector<std::string> problems;       // items refused, in order
   std::vector<std::string> hook_failures;  // optional hooks that failed ("get_labels failed: ...")
   bool over_limit = false;                 // the plugin sent absurd amounts; distrust it
+  std::string no_devices_reason;           // sink.explain_no_devices, escaped; empty: none
 };
 
 class Collector {
@@ -78,6 +79,7 @@ class Collector {
                                    rayaccel_string reason);
   static rayaccel_status SetEnv(void* ctx, rayaccel_string name, rayaccel_string value);
   static rayaccel_string LastRefusal(void* ctx) noexcept;
+  static rayaccel_status ExplainNoDevices(void* ctx, rayaccel_string reason);
 
   rayaccel_status Refuse(std::string problem);
   rayaccel_status OverLimit(const std::string& what, size_t limit);

@@ -50,7 +50,8 @@ class PluginHandle {
   // OK when the plugin has no validate_quantity hook.
   virtual absl::Status ValidateQuantity(uint32_t quantity) const = 0;
   virtual absl::StatusOr<EnvList> PrepareAllocation(const std::vector<uint32_t>& indices) const = 0;
-  // The plugin's latest "0 devices: <reason>" log line, or empty.
+  // Why the plugin found no device, as "0 devices: <reason>": its latest sink.explain_no_devices
+  // (1.6), else its latest log line starting so; empty when it said neither.
   virtual std::string zero_devices_reason() const = 0;
   // Blocks up to `timeout_ms` for health changes (wait_health_events), reporting them into
   // `report->health`. OK with changes, DeadlineExceeded without, Unimplemented when the

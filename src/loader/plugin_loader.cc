@@ -450,6 +450,11 @@ absl::Status LoadedPlugin::Query(PluginReport* report) {
   if (rc != RAYACCEL_STATUS_OK && !report->over_limit && !passed_back) {
     return FromPluginStatus(rc, err.text, "discover failed");
   }
+  if (!report->no_devices_reason.empty()) {
+    // The sink's answer (1.6) stands where the log line's would, as the log line reads.
+    std::lock_guard<std::mutex> lock(log_mu_);
+    zero_devices_reason_ = "0 devices: " + report->no_devices_reason;
+  }
   using Hook =
       rayaccel_status (*)(rayaccel_plugin_instance*, const rayaccel_sink*, rayaccel_error*);
   const std::pair<Hook, const char*> optional[] = {{api_.get_labels, "get_labels"},

@@ -329,6 +329,7 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
       {"process.nothing_left_behind", "after shutdown; the host kills what it can find"},
       {"process.group_unsignalled", "the isolated host has a group of its own and survives"},
       {"lifecycle.failures_explained", "a request, not a scan"},
+      {"discovery.none_explained", "a silent plugin's empty message is the registry's answer"},
       {"discovery.ids_stable", "needs two scans"},
       {"process.quiet_stdout", "isolation keeps stdout away from the host"},
       {"process.clean_text", "the registry escapes what it shows"},
@@ -452,6 +453,25 @@ TEST(Conformance, AFolderTheLoaderSearchesThatAnyoneCanWriteFails) {
 
 // A plugin built with today's header and a transport that negotiates ABI 1.0: the fix is its
 // negotiation, and the suite names it (not "rebuild it").
+// A plugin with no device says why (the sink's explain_no_devices, a "0 devices:" log line for
+// older hosts), and one that finds some is not judged on it.
+TEST(Conformance, NoDeviceNeedsAReason) {
+  Report told = Conform(TestPlugin("finds-nothing"), {"--tier", "1"});
+  EXPECT_EQ(told.checks["discovery.none_explained"].first, "pass");
+  EXPECT_NE(
+      told.checks["discovery.none_explained"].second.find("explain_no_devices: no /dev/acme* node"),
+      std::string::npos);
+  Report silent = Conform(TestPlugin("finds-nothing-silently"), {"--tier", "1"});
+  EXPECT_EQ(silent.exit_code, 1);
+  EXPECT_EQ(silent.checks["discovery.none_explained"].first, "fail");
+  EXPECT_NE(silent.checks["discovery.none_explained"].second.find("explain_no_devices"),
+            std::string::npos);
+  Report sim = Conform(testing::SimPlugin(), {"--tier", "1"});
+  EXPECT_EQ(sim.checks["discovery.none_explained"].first, "pass");  // no spec: none, and why
+  EXPECT_NE(sim.checks["discovery.none_explained"].second.find("no spec configured"),
+            std::string::npos);
+}
+
 TEST(Conformance, ATransportBehindATooLowNegotiationNamesTheNegotiation) {
   Report r = Conform(RAYACCEL_MINOR_ZERO_SIM_PLUGIN, {"--tier", "3", "--timeout", "20"});
   EXPECT_EQ(r.exit_code, 1);

@@ -63,7 +63,7 @@ TEST(Isolation, SameAnswersAsInProcess) {
   std::unique_ptr<Registry> b = Make(local);
   std::shared_ptr<const NodeSnapshot> sa = a->snapshot(), sb = b->snapshot();
   EXPECT_EQ(StatusOf(*sa, "sim").state, PluginStatus::State::kActive);
-  EXPECT_EQ(StatusOf(*sa, "sim").abi_version, "1.5");
+  EXPECT_EQ(StatusOf(*sa, "sim").abi_version, "1.6");
   ASSERT_EQ(sa->devices.size(), sb->devices.size());
   for (size_t i = 0; i < sa->devices.size(); ++i) {
     EXPECT_EQ(sa->devices[i].id, sb->devices[i].id);
@@ -376,7 +376,7 @@ TEST(Isolation, APluginSignallingItsGroupCostsOnlyItself) {
     return at == std::string::npos ? std::string()
                                    : r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
   };
-  EXPECT_NE(line_of("sim").find("active  1.5  8"), std::string::npos) << r.out;
+  EXPECT_NE(line_of("sim").find("active  1.6  8"), std::string::npos) << r.out;
   EXPECT_NE(line_of("kills-group").find("crashed with signal 15 (Terminated) during discover"),
             std::string::npos)
       << r.out;

@@ -40,7 +40,7 @@ TEST(Loader, CorrectCPluginLoads) {
   std::shared_ptr<const NodeSnapshot> snap = Load({TestPlugin("testgpu")});
   const PluginStatus& p = StatusOf(*snap, "testgpu");
   EXPECT_EQ(p.state, PluginStatus::State::kActive) << p.message;
-  EXPECT_EQ(p.abi_version, "1.5");
+  EXPECT_EQ(p.abi_version, "1.6");
   EXPECT_EQ(p.vendor, "nvidia");
   EXPECT_EQ(p.resource_name, "GPU");
   ASSERT_EQ(snap->devices.size(), 2u);
@@ -303,10 +303,10 @@ TEST(Loader, OldAndNewStructSizesWork) {
   EXPECT_EQ(snap->devices[0].numa_node, 1);
   EXPECT_EQ(snap->devices[0].accelerator_type, "H200");
 
-  // A plugin built for ABI 1.7 steps down to the host's 1.5.
+  // A plugin built for ABI 1.7 steps down to the host's 1.6.
   snap = Load({TestPlugin("newer-minor")});
   EXPECT_EQ(StatusOf(*snap, "newer-minor").state, PluginStatus::State::kActive);
-  EXPECT_EQ(StatusOf(*snap, "newer-minor").abi_version, "1.5");
+  EXPECT_EQ(StatusOf(*snap, "newer-minor").abi_version, "1.6");
 }
 
 TEST(Loader, EveryBadPluginTogetherLeavesTheGoodOneIntact) {

@@ -359,6 +359,29 @@ TEST(Registry, NoSpecMeansZeroDevicesNotAnError) {
   EXPECT_TRUE(registry->snapshot()->ray.resources.empty());
 }
 
+// Why a plugin found nothing, through the sink (1.6) and not a log line: its message, in
+// process and isolated alike, escaped as the log is.
+TEST(Registry, APluginSaysWhyItFoundNothingThroughTheSink) {
+  for (auto isolation :
+       {RegistryOptions::Isolation::kInProcess, RegistryOptions::Isolation::kChildProcess}) {
+    RegistryOptions options;
+    options.plugins = {TestPlugin("finds-nothing"), TestPlugin("finds-nothing-silently")};
+    options.use_environment = false;
+    options.host_topology = false;
+    options.isolation = isolation;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+    const PluginStatus& told = StatusOf(*snap, "finds-nothing");
+    EXPECT_EQ(told.state, PluginStatus::State::kActive);
+    EXPECT_EQ(told.message, "0 devices: no /dev/acme* node \\x1b[2J(driver not loaded)");
+    EXPECT_EQ(StatusOf(*snap, "finds-nothing-silently").message, "");
+    // A rescan keeps it (and adds nothing else).
+    EXPECT_EQ(StatusOf(*(*registry)->Rescan(), "finds-nothing").message, told.message);
+  }
+}
+
 TEST(Registry, PluginsCannotClaimRaysOwnResourcesOrAbsurdBandwidth) {
   std::string dir = testing::MakeTempDir("reserved");
   std::string spec = dir + "/spec.json";

@@ -447,6 +447,21 @@ static rayaccel_status discover(rayaccel_plugin_instance *instance, const rayacc
   (void)add_gpu;
   return rayaccel_error_set(error, RAYACCEL_STATUS_INTERNAL,
                             "line one\nline two \x1b[31mred\xc2\x9b" "2J");
+#elif defined(FAULT_FINDS_NOTHING)
+  /* No device, and why through the 1.6 sink (no log line); a control character in it. */
+  (void)add_gpu;
+  if (RAYACCEL_HAS_FIELD(sink, rayaccel_sink, explain_no_devices)) {
+    static const char why[] = "no /dev/acme* node \x1b[2J(driver not loaded)";
+    rayaccel_string text;
+    text.data = why;
+    text.size = sizeof(why) - 1;
+    sink->explain_no_devices(sink->host_context, text);
+  }
+  return RAYACCEL_STATUS_OK;
+#elif defined(FAULT_FINDS_NOTHING_SILENTLY)
+  (void)sink;
+  (void)add_gpu;
+  return RAYACCEL_STATUS_OK;
 #else
   add_gpu(sink, 0, "GPU-test-0", "NVIDIA A100-SXM4-40GB");
 #if defined(FAULT_DUPLICATE_ID)
@@ -531,6 +546,11 @@ static rayaccel_status get_topology(rayaccel_plugin_instance *instance, const ra
   rayaccel_link link;
   (void)instance;
   (void)error;
+#if defined(FAULT_FINDS_NOTHING) || defined(FAULT_FINDS_NOTHING_SILENTLY)
+  (void)sink;
+  (void)link;
+  return RAYACCEL_STATUS_OK; /* no devices, no links */
+#endif
   memset(&link, 0, sizeof(link));
   link.struct_size = sizeof(link);
   link.device_a = 0;
