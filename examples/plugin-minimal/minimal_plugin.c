@@ -139,6 +139,7 @@ static const rayaccel_plugin_api kMinimalApi = {
     NULL, /* validate_quantity */
     NULL, /* prepare_allocation */
     NULL, /* transport */
+    NULL, /* get_telemetry */
 };
 
 RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiation *negotiation,

@@ -139,6 +139,7 @@ static const rayaccel_plugin_api kAcmeApi = {
     NULL, /* validate_quantity */
     NULL, /* prepare_allocation */
     &acme_transport,
+    NULL, /* get_telemetry */
 };
 
 RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiation *negotiation,

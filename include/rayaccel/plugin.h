@@ -292,6 +292,33 @@ typedef struct rayaccel_domain {
   size_t device_count;
 } rayaccel_domain;
 
+/* What a device is doing now, as handed to rayaccel_sink.add_sample by get_telemetry. A field
+ * holds a value only where its RAYACCEL_SAMPLE_* bit is set in `known`; the host reads the
+ * others as unknown. Counters count since the driver loaded and never go down. Since 1.6. */
+#define RAYACCEL_SAMPLE_UTILIZATION ((uint32_t)1 << 0)   /* utilization_percent */
+#define RAYACCEL_SAMPLE_MEMORY ((uint32_t)1 << 1)        /* memory_used_bytes, memory_total_bytes */
+#define RAYACCEL_SAMPLE_POWER ((uint32_t)1 << 2)         /* power_mw */
+#define RAYACCEL_SAMPLE_TEMPERATURE ((uint32_t)1 << 3)   /* temperature_c */
+#define RAYACCEL_SAMPLE_ECC ((uint32_t)1 << 4)           /* ecc_corrected, ecc_uncorrected */
+#define RAYACCEL_SAMPLE_RETIRED_PAGES ((uint32_t)1 << 5) /* retired_pages */
+#define RAYACCEL_SAMPLE_LINK_ERRORS ((uint32_t)1 << 6)   /* link_errors */
+
+typedef struct rayaccel_device_sample {
+  size_t struct_size;
+  uint32_t device_index;        /* a device of the plugin's last discover */
+  uint32_t known;               /* RAYACCEL_SAMPLE_* bits */
+  uint32_t utilization_percent; /* 0-100: how busy its compute was over the driver's last period */
+  uint32_t power_mw;            /* milliwatts drawn, averaged as the driver does */
+  uint64_t memory_used_bytes;   /* device memory in use, of memory_total_bytes */
+  uint64_t memory_total_bytes;
+  int32_t temperature_c;        /* degrees Celsius, the driver's main (edge or GPU) sensor */
+  uint32_t reserved;            /* 0 */
+  uint64_t ecc_corrected;       /* ECC errors corrected, volatile counts */
+  uint64_t ecc_uncorrected;     /* ECC errors not corrected */
+  uint64_t retired_pages;       /* memory pages retired or remapped for errors */
+  uint64_t link_errors;         /* errors counted on the device's links (NVLink, xGMI, ...) */
+} rayaccel_device_sample;
+
 /* The host's collector for everything a hook returns. Owned by the host, valid for the call
  * it is passed to. Each callback copies what it needs before returning. Its status:
  *  - RAYACCEL_STATUS_OK: taken;
@@ -330,6 +357,14 @@ typedef struct rayaccel_sink {
    * an older host has only the log line that starts with "0 devices:", which it still reads.
    * Since 1.6. */
   rayaccel_status (*explain_no_devices)(void *host_context, rayaccel_string reason);
+  /* get_telemetry: one device's sample. Refused (INVALID_ARGUMENT, with last_refusal) for an
+   * index the last discover did not report, a second sample of one device in a call, or a
+   * value out of range (utilization over 100, memory used over its total). Since 1.6. */
+  rayaccel_status (*add_sample)(void *host_context, const rayaccel_device_sample *sample);
+  /* get_telemetry: why the fields `fields` (RAYACCEL_SAMPLE_* bits) are unknown on every
+   * device, in one line ("nvmlDeviceGetPowerUsage: Not Supported"): shown once per plugin
+   * beside its samples. Since 1.6. */
+  rayaccel_status (*explain_unknown)(void *host_context, uint32_t fields, rayaccel_string reason);
 } rayaccel_sink;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -610,6 +645,7 @@ typedef struct rayaccel_transport_api {
 #define RAYACCEL_CAP_ALLOCATION ((uint64_t)1 << 2)    /* validate_quantity, prepare_allocation */
 #define RAYACCEL_CAP_TRANSPORT ((uint64_t)1 << 3)     /* `transport` is set (since 1.1) */
 #define RAYACCEL_CAP_THREAD_SAFE ((uint64_t)1 << 4)   /* query hooks may run concurrently */
+#define RAYACCEL_CAP_TELEMETRY ((uint64_t)1 << 5)     /* get_telemetry samples (since 1.6) */
 
 /* Static, const, and valid until the library is unloaded. Hooks marked "required" are never
  * NULL. Unless RAYACCEL_CAP_THREAD_SAFE is set, the host calls the hooks of one instance from
@@ -682,6 +718,15 @@ typedef struct rayaccel_plugin_api {
    * only when the negotiated minor version is at least 1 (the 1.0 table was experimental).
    * Since 1.1. */
   const rayaccel_transport_api *transport;
+
+  /* What each device is doing now (add_sample, and explain_unknown for fields the driver
+   * cannot read): for the devices of the last discover, any subset. Fast and bounded: a host
+   * samples every few seconds, and times the call out as any other (a driver read that hangs
+   * must not hang it). Called concurrently with the other hooks only under
+   * RAYACCEL_CAP_THREAD_SAFE. Optional; RAYACCEL_CAP_TELEMETRY, used by a host only when the
+   * negotiated minor is at least 6. Since 1.6. */
+  rayaccel_status (*get_telemetry)(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                   rayaccel_error *error);
 } rayaccel_plugin_api;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -724,15 +769,20 @@ static_assert(sizeof(rayaccel_string) == 16, "rayaccel_string layout changed");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_device_info, health_reason) ==
                   sizeof(rayaccel_device_info),
               "rayaccel_device_info: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, transport) == sizeof(rayaccel_plugin_api),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, get_telemetry) ==
+                  sizeof(rayaccel_plugin_api),
               "rayaccel_plugin_api: append fields only, and update this check");
-static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, explain_no_devices) == sizeof(rayaccel_sink),
+static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_sink, explain_unknown) == sizeof(rayaccel_sink),
               "rayaccel_sink: append fields only, and update this check");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_link, type_name) == sizeof(rayaccel_link),
               "rayaccel_link: append fields only, and update this check");
 /* Fields added in a minor version stay where that version put them (1.1's sizes on LP64). */
 static_assert(offsetof(rayaccel_link, type_name) == 56, "rayaccel_link: 1.2 field moved");
 static_assert(offsetof(rayaccel_sink, last_refusal) == 72, "rayaccel_sink: 1.2 field moved");
+static_assert(offsetof(rayaccel_sink, explain_no_devices) == 80, "rayaccel_sink: 1.6 field moved");
+static_assert(sizeof(rayaccel_device_sample) == 80, "rayaccel_device_sample layout changed");
+static_assert(offsetof(rayaccel_plugin_api, get_telemetry) == 128,
+              "rayaccel_plugin_api: 1.6 field moved");
 static_assert(RAYACCEL_STRUCT_SIZE(rayaccel_transport_api, transfer_batch) ==
                   sizeof(rayaccel_transport_api),
               "rayaccel_transport_api: append fields only, and update this check");

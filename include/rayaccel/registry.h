@@ -192,6 +192,12 @@ class Registry {
   // Whether `quantity` devices of `resource` may be requested together (plugin hook).
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;
 
+  // What each device is doing now: every plugin with get_telemetry (ABI 1.6) asked once, one
+  // after another, an isolated one within its call timeout. A plugin whose call fails, times
+  // out or crashes has the reason in `plugins` and no samples; the others are unaffected.
+  // Samples are of the devices of the current snapshot (by id); calls no other hook.
+  Telemetry SampleTelemetry() const;
+
   // The best `size` devices of one family for a request (docs/topology.md): from
   // `available_ids` (device ids; empty: every healthy, schedulable device of `resource`),
   // always including `must_include_ids`. `resource` empty: the family of the given devices,

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "rayaccel/plugin.h"  // the RAYACCEL_SAMPLE_* bits of DeviceSample::known
+
 namespace rayaccel {
 
 enum class Health { kUnknown = 0, kHealthy = 1, kUnhealthy = 2 };
@@ -167,6 +169,37 @@ struct CapturedPlugin {
   // Each device alone, pairs (small nodes), all, and all but partition parents.
   std::vector<AllocationAnswer> allocations;
 };
+// What a device is doing now (Registry::SampleTelemetry, a plugin's get_telemetry). A field
+// is a value only where its RAYACCEL_SAMPLE_* bit (plugin.h) is set in `known`.
+struct DeviceSample {
+  std::string device_id;  // the snapshot's device
+  std::string plugin;
+  uint32_t index = 0;  // the plugin's index
+  uint32_t known = 0;
+  uint32_t utilization_percent = 0;  // 0-100
+  uint32_t power_mw = 0;
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_total_bytes = 0;
+  int32_t temperature_c = 0;
+  uint64_t ecc_corrected = 0;  // counters: since the driver loaded, never down
+  uint64_t ecc_uncorrected = 0;
+  uint64_t retired_pages = 0;
+  uint64_t link_errors = 0;
+};
+// One plugin's part of a sample.
+struct PluginTelemetry {
+  std::string plugin;
+  std::string error;                        // the call failed or timed out: no samples
+  std::map<uint32_t, std::string> unknown;  // RAYACCEL_SAMPLE_* bits -> why the driver cannot
+  std::vector<std::string> problems;        // samples refused, and why
+  double seconds = 0;                       // how long the plugin took
+};
+struct Telemetry {
+  int64_t unix_ms = 0;  // when it was taken
+  std::vector<DeviceSample> devices;
+  std::vector<PluginTelemetry> plugins;  // those with the hook
+};
+
 struct CapturedNode {
   std::vector<CapturedPlugin> plugins;
   std::string host_topology;  // the snapshot's description of it

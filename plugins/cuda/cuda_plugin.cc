@@ -641,6 +641,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     &kTransport,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

@@ -382,6 +382,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,  // Ray's HPU takes any whole number
     &PrepareAllocation,
     /*transport=*/nullptr,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

@@ -224,6 +224,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     /*transport=*/nullptr,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

@@ -176,6 +176,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     /*prepare_allocation=*/nullptr,
     /*transport=*/nullptr,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

@@ -277,6 +277,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     &kTransport,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

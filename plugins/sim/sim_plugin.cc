@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -171,6 +172,50 @@ rayaccel_status GetLabels(rayaccel_plugin_instance* self, const rayaccel_sink* s
   });
 }
 
+// Telemetry that changes as a busy node's does, from the clock: each device's utilization
+// walks 0-100% on a period of its own, memory, power and temperature follow it, and the ECC
+// count grows by one an hour on device 0. Link error counters are what a spec cannot say.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    if (self == nullptr || sink == nullptr ||
+        !RAYACCEL_HAS_FIELD(sink, rayaccel_sink, explain_unknown)) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "NULL argument");
+    }
+    std::lock_guard<std::mutex> lock(self->mu);
+    const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    for (size_t i = 0; i < self->spec.devices.size(); ++i) {
+      const SimDevice& d = self->spec.devices[i];
+      const int64_t period = 60 + 17 * static_cast<int64_t>(i);  // seconds
+      const int64_t phase = (now + 13 * static_cast<int64_t>(i)) % period;
+      const uint32_t busy = static_cast<uint32_t>(
+          phase < period / 2 ? 200 * phase / period : 200 * (period - phase) / period);
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = static_cast<uint32_t>(i);
+      s.known = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES;
+      s.utilization_percent = std::min<uint32_t>(busy, 100);
+      s.power_mw = 70'000 + 6'000 * s.utilization_percent;
+      s.temperature_c = 32 + static_cast<int32_t>(s.utilization_percent) / 2;
+      if (d.memory_bytes > 0) {
+        s.known |= RAYACCEL_SAMPLE_MEMORY;
+        s.memory_total_bytes = d.memory_bytes;
+        s.memory_used_bytes = d.memory_bytes / 100 * (5 + s.utilization_percent * 9 / 10);
+      }
+      constexpr int64_t k2026 = 1767225600;  // 2026-01-01: an error an hour since
+      s.ecc_corrected = i == 0 && now > k2026 ? static_cast<uint64_t>((now - k2026) / 3600) : 0;
+      if (rayaccel_status rc = sink->add_sample(sink->host_context, &s); rc != RAYACCEL_STATUS_OK) {
+        return rc;
+      }
+    }
+    return sink->explain_unknown(sink->host_context, RAYACCEL_SAMPLE_LINK_ERRORS,
+                                 Str("a sim spec has no link error counters"));
+  });
+}
+
 rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
                             rayaccel_error* error) {
   return plugin::Guard(error, [&] {
@@ -328,7 +373,7 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MINOR,
     {"sim", 3},
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_THREAD_SAFE |
-        RAYACCEL_CAP_HEALTH_EVENTS | RAYACCEL_CAP_TRANSPORT,
+        RAYACCEL_CAP_HEALTH_EVENTS | RAYACCEL_CAP_TRANSPORT | RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -340,6 +385,7 @@ constexpr rayaccel_plugin_api kApi = {
     &ValidateQuantity,
     &PrepareAllocation,
     &kTransport,
+    &GetTelemetry,
 };
 
 }  // namespace

@@ -316,6 +316,7 @@ constexpr rayaccel_plugin_api kApi = {
     &ValidateQuantity,
     &PrepareAllocation,
     /*transport=*/nullptr,
+    /*get_telemetry=*/nullptr,
 };
 
 }  // namespace

@@ -71,6 +71,8 @@ Commands:
                    --env: the variables to start it with instead, so that Ray's own
                    managers learn only the devices counted here (CUDA_VISIBLE_DEVICES=...)
   topo             how devices connect: a matrix like `nvidia-smi topo -m` (--json, --dot, --svg)
+  telemetry        what each device is doing now (utilization, memory, power, temperature,
+                   error counters), from plugins with get_telemetry (ABI 1.6); --json
   allocate         the best devices for a request, and the environment a worker given them
                    gets: --size N [--available IDS] [--must-include IDS] [--resource NAME]
                    (IDS: device ids, a,b,c; --available-positions and
@@ -559,7 +561,8 @@ int Run(int argc, char** argv) {
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);
 #endif
   if (cmd != "discover" && cmd != "plugins" && cmd != "resources" && cmd != "ray-start-args" &&
-      cmd != "topo" && cmd != "allocate" && cmd != "capture" && cmd != "diff") {
+      cmd != "topo" && cmd != "allocate" && cmd != "capture" && cmd != "diff" &&
+      cmd != "telemetry") {
     return Usage("unknown command \"" + cmd + "\"");
   }
   if (cmd == "allocate" && args.size < 0) return Usage("allocate needs --size N");
@@ -573,6 +576,7 @@ int Run(int argc, char** argv) {
   if ((args.dot || args.svg) && cmd != "topo") return Usage("--dot and --svg are topo's");
   if (cmd == "allocate" && !args.agent.empty()) return Usage("allocate does not take --agent");
   if (cmd == "capture" && !args.agent.empty()) return Usage("capture does not take --agent");
+  if (cmd == "telemetry" && !args.agent.empty()) return Usage("telemetry does not take --agent");
   if (cmd == "diff" && args.bundles.empty()) return Usage("diff needs a bundle: diff A [B]");
   // diff A B compares two bundles; neither this host nor its plugins are involved.
   std::optional<Bundle> first, second;
@@ -629,6 +633,10 @@ int Run(int argc, char** argv) {
     out = args.json ? present::DiscoverJson(*snap) : present::DiscoverText(*snap);
   } else if (cmd == "plugins") {
     out = args.json ? present::PluginsJson(*snap) : present::PluginsText(*snap);
+  } else if (cmd == "telemetry") {
+    Telemetry telemetry = (*registry)->SampleTelemetry();
+    out = args.json ? present::TelemetryJson(*snap, telemetry)
+                    : present::TelemetryText(*snap, telemetry);
   } else if (cmd == "resources") {
     out = args.json ? present::ResourcesJson(snap->ray) : present::ResourcesText(snap->ray);
   } else if (cmd == "topo") {

@@ -154,6 +154,16 @@ const std::vector<Check>& AllChecks() {
        "type; domains name reported devices. Allocation is only as good as this"},
       {"health.valid", 2, "health states and reasons are valid and name reported devices", false,
        HealthValid, "Health states and reasons are valid and name reported devices"},
+      {"telemetry.valid", 2,
+       "get_telemetry samples reported devices in range, counters never go down, every field is "
+       "sampled or explained",
+       true, TelemetryValid,
+       "`get_telemetry` (with `RAYACCEL_CAP_TELEMETRY`, ABI 1.6), asked three times a second "
+       "apart: every sample names a device of `discover` once and passes the host's ranges "
+       "(utilization 0-100, memory used within its total, a plausible temperature and power), "
+       "error counters never go down, and each field is sampled on some device or explained "
+       "with `explain_unknown`; the slowest call is in the verdict (a hung one fails as any "
+       "hook's). Skipped without the hook"},
       {"health.wait_bounded", 2,
        "wait_health_events returns within its timeout, reports only known devices, and does not "
        "claim changes it cannot show",

@@ -30,6 +30,7 @@ Outcome PciNormalised(const Options& o);
 Outcome AcceleratorTypes(const Options& o);
 Outcome LabelsValid(const Options& o);
 Outcome TopologyValid(const Options& o);
+Outcome TelemetryValid(const Options& o);
 Outcome HealthValid(const Options& o);
 Outcome HealthWaitBounded(const Options& o);
 

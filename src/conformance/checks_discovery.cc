@@ -2,10 +2,15 @@
 // health, and the health watch.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "conformance/check_support.h"
 #include "conformance/checks.h"
 #include "model/validate.h"
@@ -132,6 +137,71 @@ Outcome TopologyValid(const Options& o) {
     if (!d.report.problems.empty()) return Outcome::Fail(ProblemsAfterDiscover(d));
     return Outcome::Pass(
         absl::StrCat(d.report.links.size(), " links, ", d.report.domains.size(), " domains"));
+  });
+}
+
+Outcome TelemetryValid(const Options& o) {
+  return RunIn(o, [](const LoadedPlugin& p) {
+    if ((p.capabilities() & RAYACCEL_CAP_TELEMETRY) == 0 || p.api().get_telemetry == nullptr) {
+      return Outcome::Skip("no get_telemetry");
+    }
+    Discovery d = Discover(p, false, false, false);
+    if (!d.error.empty()) return Outcome::Fail(d.error);
+    std::set<uint32_t> reported;
+    for (const Device& dev : d.report.devices) reported.insert(dev.index);
+    // Three samples, a second apart: values in range for reported devices (the host's own
+    // checks), counters that never go down, and every field either sampled or explained.
+    std::vector<TelemetryReport> samples(3);
+    double slowest = 0;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      const auto started = std::chrono::steady_clock::now();
+      absl::Status st = p.SampleDevices(reported, &samples[i]);
+      slowest = std::max(
+          slowest,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      if (!st.ok()) return Outcome::Fail(std::string(st.message()));
+      if (!samples[i].problems.empty()) {
+        return Outcome::Fail(absl::StrJoin(samples[i].problems, "; "));
+      }
+    }
+    std::map<uint32_t, const DeviceSample*> before;
+    for (const DeviceSample& s : samples[0].samples) before[s.index] = &s;
+    for (size_t i = 1; i < samples.size(); ++i) {
+      for (const DeviceSample& s : samples[i].samples) {
+        auto it = before.find(s.index);
+        if (it != before.end()) {
+          const DeviceSample& b = *it->second;
+          const std::pair<uint32_t, std::pair<uint64_t, uint64_t>> counters[] = {
+              {RAYACCEL_SAMPLE_ECC, {b.ecc_corrected, s.ecc_corrected}},
+              {RAYACCEL_SAMPLE_ECC, {b.ecc_uncorrected, s.ecc_uncorrected}},
+              {RAYACCEL_SAMPLE_RETIRED_PAGES, {b.retired_pages, s.retired_pages}},
+              {RAYACCEL_SAMPLE_LINK_ERRORS, {b.link_errors, s.link_errors}}};
+          for (const auto& [bit, values] : counters) {
+            if ((b.known & s.known & bit) != 0 && values.second < values.first) {
+              return Outcome::Fail(absl::StrCat("device ", s.index, ": a counter went down, ",
+                                                values.first, " then ", values.second));
+            }
+          }
+        }
+        before[s.index] = &s;
+      }
+    }
+    uint32_t said = 0;
+    for (const DeviceSample& s : samples.back().samples) said |= s.known;
+    for (const auto& [fields, why] : samples.back().unknown) said |= fields;
+    constexpr uint32_t kAll = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                              RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                              RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
+                              RAYACCEL_SAMPLE_LINK_ERRORS;
+    if (!reported.empty() && (said & kAll) != kAll) {
+      return Outcome::Fail(
+          absl::StrCat("fields neither sampled nor explained (RAYACCEL_SAMPLE_* bits ",
+                       kAll & ~said, "): call explain_unknown with the driver's reason"));
+    }
+    return Outcome::Pass(absl::StrCat(samples.back().samples.size(), " of ", reported.size(),
+                                      " devices sampled, ", absl::StrFormat("%.2f", slowest * 1e3),
+                                      " ms a call at most"));
   });
 }
 

@@ -226,6 +226,29 @@ int Serve(const std::string& path) {
         head.report = encoded;
         reply = EncodeReportReply(head);
       }
+    } else if (op->string() == "telemetry") {
+      TelemetryReport report;
+      absl::Status st = plugin->Telemetry(&report);
+      if (!st.ok()) {
+        reply = Error(st);
+      } else {
+        json::Writer w = Begin();
+        w.Key("samples").BeginArray();
+        for (const DeviceSample& s : report.samples) {
+          w.BeginArray().Uint(s.index).Uint(s.known).Uint(s.utilization_percent).Uint(s.power_mw);
+          w.Uint(s.memory_used_bytes).Uint(s.memory_total_bytes).Int(s.temperature_c);
+          w.Uint(s.ecc_corrected).Uint(s.ecc_uncorrected).Uint(s.retired_pages);
+          w.Uint(s.link_errors).EndArray();
+        }
+        w.EndArray();
+        w.Key("unknown").BeginObject();
+        for (const auto& [fields, why] : report.unknown) w.Key(std::to_string(fields)).String(why);
+        w.EndObject();
+        w.Key("problems").BeginArray();
+        for (const std::string& p : report.problems) w.String(p);
+        w.EndArray();
+        reply = Ok(w);
+      }
     } else if (op->string() == "watch_health") {
       if (watch == nullptr) watch = std::make_unique<HealthWatch>(plugin.get());
       json::Writer w = Begin();

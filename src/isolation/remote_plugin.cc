@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "isolation/report_codec.h"
 #include "isolation/wire.h"
@@ -382,6 +384,71 @@ absl::Status RemotePlugin::QueryShared(std::shared_ptr<const PluginReport>* repo
 
 void RemotePlugin::AppendAnswerKey(const PluginReport& /*report*/, std::string* key) const {
   absl::StrAppend(key, "host ", pid_.load(), " answer ", answer_id_, ";");
+}
+
+absl::Status RemotePlugin::Telemetry(TelemetryReport* report) {
+  if ((capabilities_ & RAYACCEL_CAP_TELEMETRY) == 0) {
+    return absl::UnimplementedError("the plugin has no get_telemetry");
+  }
+  json::Writer w = Request("telemetry");
+  absl::StatusOr<json::Value> reply = Call(Done(w), "get_telemetry");
+  if (!reply.ok()) return reply.status();
+  if (absl::Status st = ReplyStatus(*reply); !st.ok()) return st;
+  // The host process's answer is checked again here: it runs the plugin's code.
+  std::set<uint32_t> reported;
+  if (answer_ != nullptr) {
+    for (const Device& d : answer_->devices) reported.insert(d.index);
+  }
+  auto number = [](const json::Value& row, size_t i) {
+    return i < row.array().size() ? row.array()[i].as_uint64().value_or(0) : 0;
+  };
+  if (const json::Value* samples = reply->Find("samples");
+      samples != nullptr && samples->is_array()) {
+    std::set<uint32_t> seen;
+    for (const json::Value& row : samples->array()) {
+      if (!row.is_array() || row.array().size() != 11 || report->samples.size() >= 65536) {
+        return absl::DataLossError("the plugin host sent a malformed sample");
+      }
+      DeviceSample s;
+      s.index = static_cast<uint32_t>(number(row, 0));
+      s.known = static_cast<uint32_t>(number(row, 1));
+      s.utilization_percent = static_cast<uint32_t>(number(row, 2));
+      s.power_mw = static_cast<uint32_t>(number(row, 3));
+      s.memory_used_bytes = number(row, 4);
+      s.memory_total_bytes = number(row, 5);
+      s.temperature_c = static_cast<int32_t>(row.array()[6].as_int64().value_or(0));
+      s.ecc_corrected = number(row, 7);
+      s.ecc_uncorrected = number(row, 8);
+      s.retired_pages = number(row, 9);
+      s.link_errors = number(row, 10);
+      if (std::string why = CheckSample(s, reported);
+          !why.empty() || !seen.insert(s.index).second) {
+        report->problems.push_back(why.empty() ? "a second sample of one device" : why);
+        continue;
+      }
+      report->samples.push_back(s);
+    }
+  }
+  if (const json::Value* unknown = reply->Find("unknown");
+      unknown != nullptr && unknown->is_object()) {
+    for (const auto& [fields, why] : unknown->members()) {
+      uint32_t bits = 0;
+      if (!absl::SimpleAtoi(fields, &bits) || !why.is_string() || report->unknown.size() >= 32) {
+        continue;
+      }
+      report->unknown[bits] = CheckText(why.string(), "reason").ok() ? why.string() : "<malformed>";
+    }
+  }
+  if (const json::Value* problems = reply->Find("problems");
+      problems != nullptr && problems->is_array()) {
+    for (const json::Value& p : problems->array()) {
+      if (p.is_string() && report->problems.size() < 32) {
+        report->problems.push_back(CheckText(p.string(), "problem").ok() ? p.string()
+                                                                         : "<malformed>");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RemotePlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* /*report*/) {

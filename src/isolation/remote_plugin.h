@@ -50,6 +50,7 @@ class RemotePlugin : public PluginHandle {
   // The health watch's thread calls this while others may query: the host watches on a thread
   // and socket of its own, so neither waits for the other.
   absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
+  absl::Status Telemetry(TelemetryReport* report) override;
 
   // The host's pid and its answer id: the host itself said whether the answer changed.
   void AppendAnswerKey(const PluginReport& report, std::string* key) const override;

@@ -1,9 +1,9 @@
 #include "isolation/wire.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "loader/collector.h"
+#include "loader/telemetry.h"
 
 namespace rayaccel {
 
@@ -58,6 +59,12 @@ class PluginHandle {
   // plugin cannot watch. Thread-safe with the other calls, as the ABI requires of the hook.
   virtual absl::Status WaitHealthEvents(uint32_t /*timeout_ms*/, PluginReport* /*report*/) {
     return absl::UnimplementedError("not watched in this mode");
+  }
+
+  // get_telemetry for the devices of the last Query, every sample checked (SampleCollector).
+  // Unimplemented when the plugin has no such hook (or negotiated below 1.6).
+  virtual absl::Status Telemetry(TelemetryReport* /*report*/) {
+    return absl::UnimplementedError("the plugin has no get_telemetry");
   }
 
   // Appends bytes that identify `report`, the last Query's answer: equal bytes mean equal

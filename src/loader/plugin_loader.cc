@@ -321,6 +321,9 @@ absl::StatusOr<std::unique_ptr<LoadedPlugin>> LoadedPlugin::Open(const std::stri
   if (t.capabilities & RAYACCEL_CAP_TRANSPORT) {
     need(RAYACCEL_HOOK(transport), " (RAYACCEL_CAP_TRANSPORT claimed)");
   }
+  if (t.capabilities & RAYACCEL_CAP_TELEMETRY) {
+    need(RAYACCEL_HOOK(get_telemetry), " (RAYACCEL_CAP_TELEMETRY claimed)");
+  }
 #undef RAYACCEL_HOOK
   if (!beyond.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -450,6 +453,12 @@ absl::Status LoadedPlugin::Query(PluginReport* report) {
   if (rc != RAYACCEL_STATUS_OK && !report->over_limit && !passed_back) {
     return FromPluginStatus(rc, err.text, "discover failed");
   }
+  {
+    std::set<uint32_t> indices;
+    for (const Device& d : report->devices) indices.insert(d.index);
+    std::lock_guard<std::mutex> lock(reported_mu_);
+    reported_ = std::move(indices);
+  }
   if (!report->no_devices_reason.empty()) {
     // The sink's answer (1.6) stands where the log line's would, as the log line reads.
     std::lock_guard<std::mutex> lock(log_mu_);
@@ -487,6 +496,33 @@ absl::Status LoadedPlugin::WaitHealthEvents(uint32_t timeout_ms, PluginReport* r
       &err, [&](rayaccel_error* e) { return api_.wait_health_events(instance_, &args, e); });
   if (rc == RAYACCEL_STATUS_TIMEOUT) return absl::DeadlineExceededError("no change");
   return FromPluginStatus(rc, err.text, "wait_health_events");
+}
+
+absl::Status LoadedPlugin::Telemetry(TelemetryReport* report) {
+  std::set<uint32_t> reported;
+  {
+    std::lock_guard<std::mutex> lock(reported_mu_);
+    reported = reported_;
+  }
+  return SampleDevices(reported, report);
+}
+
+absl::Status LoadedPlugin::SampleDevices(const std::set<uint32_t>& reported,
+                                         TelemetryReport* report) const {
+  if (api_.get_telemetry == nullptr || (api_.capabilities & RAYACCEL_CAP_TELEMETRY) == 0 ||
+      chosen_minor_ < 6) {
+    return absl::UnimplementedError("the plugin has no get_telemetry");
+  }
+  SampleCollector collector(report, reported);
+  ErrorBuffer err;
+  rayaccel_status rc = CallPlugin(
+      &err, [&](rayaccel_error* e) { return api_.get_telemetry(instance_, collector.sink(), e); });
+  // Passing a refusal back (INVALID_ARGUMENT, no message) is no failure: the samples before it
+  // stand, and `problems` says why.
+  if (rc == RAYACCEL_STATUS_INVALID_ARGUMENT && !report->problems.empty() && err.text[0] == '\0') {
+    return absl::OkStatus();
+  }
+  return FromPluginStatus(rc, err.text, "get_telemetry");
 }
 
 absl::Status LoadedPlugin::ValidateQuantity(uint32_t quantity) const {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ class LoadedPlugin : public PluginHandle {
   // replaced; the conformance suite fails such a plugin).
   size_t unclean_log_lines() const { return unclean_log_lines_.load(); }
   absl::Status WaitHealthEvents(uint32_t timeout_ms, PluginReport* report) override;
+  absl::Status Telemetry(TelemetryReport* report) override;
+  // get_telemetry with the indices samples may name given (the conformance suite's own
+  // discover's); Telemetry uses the last Query's.
+  absl::Status SampleDevices(const std::set<uint32_t>& reported, TelemetryReport* report) const;
 
   const std::string& name() const override { return name_; }
   const std::string& path() const { return path_; }
@@ -93,6 +98,8 @@ class LoadedPlugin : public PluginHandle {
   mutable std::mutex log_mu_;  // the plugin may log from its own threads
   std::string zero_devices_reason_;
   std::atomic<size_t> unclean_log_lines_{0};
+  mutable std::mutex reported_mu_;
+  std::set<uint32_t> reported_;  // the indices of the last Query's devices, for Telemetry
 
   static void HostLog(void* host_context, rayaccel_log_level level, rayaccel_string message);
 };

@@ -524,4 +524,104 @@ std::string SinkUpdateJson(const std::string& node_id, uint64_t generation, cons
                       absl::StrJoin(labels, ", "), "}}\n");
 }
 
+namespace {
+
+// The RAYACCEL_SAMPLE_* names, as `telemetry` and its JSON say them.
+std::string SampleFields(uint32_t fields) {
+  static const std::pair<uint32_t, const char*> kNames[] = {
+      {RAYACCEL_SAMPLE_UTILIZATION, "utilization"},
+      {RAYACCEL_SAMPLE_MEMORY, "memory"},
+      {RAYACCEL_SAMPLE_POWER, "power"},
+      {RAYACCEL_SAMPLE_TEMPERATURE, "temperature"},
+      {RAYACCEL_SAMPLE_ECC, "ecc"},
+      {RAYACCEL_SAMPLE_RETIRED_PAGES, "retired_pages"},
+      {RAYACCEL_SAMPLE_LINK_ERRORS, "link_errors"}};
+  std::vector<std::string> names;
+  for (const auto& [bit, name] : kNames) {
+    if ((fields & bit) != 0) names.push_back(name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+std::string TelemetryText(const NodeSnapshot& s, const Telemetry& t) {
+  std::map<std::string, std::string> label;
+  std::vector<std::string> labels = DeviceLabels(s);
+  for (size_t i = 0; i < s.devices.size(); ++i) label[s.devices[i].id] = labels[i];
+  std::string out = "Devices\n";
+  Table table({"DEVICE", "PLUGIN", "UTIL", "MEMORY USED", "POWER", "TEMP", "ECC CORR/UNCORR",
+               "RETIRED", "LINK ERRORS"});
+  for (const DeviceSample& d : t.devices) {
+    auto known = [&](uint32_t bit) { return (d.known & bit) != 0; };
+    auto it = label.find(d.device_id);
+    table.Add(
+        {it != label.end() ? it->second : d.device_id, d.plugin,
+         known(RAYACCEL_SAMPLE_UTILIZATION) ? absl::StrCat(d.utilization_percent, "%") : "-",
+         known(RAYACCEL_SAMPLE_MEMORY)
+             ? absl::StrCat(Memory(d.memory_used_bytes), " of ", Memory(d.memory_total_bytes))
+             : "-",
+         known(RAYACCEL_SAMPLE_POWER) ? absl::StrFormat("%.1f W", d.power_mw / 1000.0) : "-",
+         known(RAYACCEL_SAMPLE_TEMPERATURE) ? absl::StrCat(d.temperature_c, " C") : "-",
+         known(RAYACCEL_SAMPLE_ECC) ? absl::StrCat(d.ecc_corrected, "/", d.ecc_uncorrected) : "-",
+         known(RAYACCEL_SAMPLE_RETIRED_PAGES) ? std::to_string(d.retired_pages) : "-",
+         known(RAYACCEL_SAMPLE_LINK_ERRORS) ? std::to_string(d.link_errors) : "-"});
+  }
+  out += t.devices.empty() ? "  (none: no plugin with telemetry has devices)\n" : table.Render();
+  std::string notes;
+  for (const PluginTelemetry& p : t.plugins) {
+    if (!p.error.empty()) absl::StrAppend(&notes, "  ", p.plugin, ": failed: ", p.error, "\n");
+    for (const auto& [fields, why] : p.unknown) {
+      absl::StrAppend(&notes, "  ", p.plugin, ": ", SampleFields(fields), " unknown: ", why, "\n");
+    }
+    for (const std::string& problem : p.problems) {
+      absl::StrAppend(&notes, "  ", p.plugin, ": refused: ", problem, "\n");
+    }
+  }
+  if (!notes.empty()) out += "\nNotes\n" + notes;
+  return out;
+}
+
+std::string TelemetryJson(const NodeSnapshot& /*s*/, const Telemetry& t) {
+  json::Writer w;
+  w.BeginObject().Key("unix_ms").Int(t.unix_ms);
+  w.Key("devices").BeginArray();
+  for (const DeviceSample& d : t.devices) {
+    auto known = [&](uint32_t bit) { return (d.known & bit) != 0; };
+    w.BeginObject().Key("id").String(d.device_id).Key("plugin").String(d.plugin);
+    w.Key("index").Uint(d.index);
+    if (known(RAYACCEL_SAMPLE_UTILIZATION))
+      w.Key("utilization_percent").Uint(d.utilization_percent);
+    if (known(RAYACCEL_SAMPLE_MEMORY)) {
+      w.Key("memory_used_bytes").Uint(d.memory_used_bytes);
+      w.Key("memory_total_bytes").Uint(d.memory_total_bytes);
+    }
+    if (known(RAYACCEL_SAMPLE_POWER)) w.Key("power_mw").Uint(d.power_mw);
+    if (known(RAYACCEL_SAMPLE_TEMPERATURE)) w.Key("temperature_c").Int(d.temperature_c);
+    if (known(RAYACCEL_SAMPLE_ECC)) {
+      w.Key("ecc_corrected").Uint(d.ecc_corrected);
+      w.Key("ecc_uncorrected").Uint(d.ecc_uncorrected);
+    }
+    if (known(RAYACCEL_SAMPLE_RETIRED_PAGES)) w.Key("retired_pages").Uint(d.retired_pages);
+    if (known(RAYACCEL_SAMPLE_LINK_ERRORS)) w.Key("link_errors").Uint(d.link_errors);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("plugins").BeginArray();
+  for (const PluginTelemetry& p : t.plugins) {
+    w.BeginObject().Key("name").String(p.plugin).Key("seconds").Double(p.seconds);
+    if (!p.error.empty()) w.Key("error").String(p.error);
+    w.Key("unknown").BeginObject();
+    for (const auto& [fields, why] : p.unknown) w.Key(SampleFields(fields)).String(why);
+    w.EndObject();
+    w.Key("problems").BeginArray();
+    for (const std::string& problem : p.problems) w.String(problem);
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return w.Finish() + "\n";
+}
+
 }  // namespace rayaccel::present

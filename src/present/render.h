@@ -37,6 +37,11 @@ std::string TopoDot(const NodeSnapshot& snapshot);
 // counts and bandwidth, and the domains. SVG, self-contained.
 std::string TopoSvg(const NodeSnapshot& snapshot);
 
+// `rayaccel telemetry`: each device's sample (unknown fields "-"), then what a plugin's driver
+// cannot say and why, and each plugin's failure; JSON: the same, unknown fields left out.
+std::string TelemetryText(const NodeSnapshot& snapshot, const Telemetry& telemetry);
+std::string TelemetryJson(const NodeSnapshot& snapshot, const Telemetry& telemetry);
+
 // `rayaccel allocate`.
 // `env`: what prepare_allocation gives a worker for these devices (empty with no devices).
 std::string AllocationText(const NodeSnapshot& snapshot, const Allocation& allocation,

@@ -68,6 +68,8 @@ absl::Status Registry::ValidateQuantity(const std::string& resource, uint32_t qu
   return impl_->ValidateQuantity(resource, quantity);
 }
 
+Telemetry Registry::SampleTelemetry() const { return impl_->SampleTelemetry(); }
+
 absl::StatusOr<Allocation> Registry::PreferredAllocation(
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
     size_t size, const std::string& resource) const {

@@ -5,6 +5,7 @@
 //   scan.cc       a scan: every plugin asked, the answers merged, enriched and mapped to Ray
 //   watch.cc      health watches, subscriptions and WaitForNewer
 //   leases.cc     ValidateQuantity, PreferredAllocation and PrepareAllocation
+//   telemetry.cc  SampleTelemetry
 //   capture.cc    Capture
 // and registry.cc, the public Registry over it. Which lock guards what is said at each member;
 // the blocking contract is rayaccel/registry.h's table.
@@ -179,6 +180,7 @@ struct Registry::Impl : public std::enable_shared_from_this<Registry::Impl> {
 
   // leases.cc
   absl::Status ValidateQuantity(const std::string& resource, uint32_t quantity) const;
+  Telemetry SampleTelemetry() const;
 
   absl::StatusOr<Allocation> PreferredAllocation(const std::vector<std::string>& available_in,
                                                  const std::vector<std::string>& must_in,

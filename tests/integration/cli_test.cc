@@ -427,5 +427,26 @@ TEST(Cli, JsonLogLinesParseWhateverTheMessage) {
   EXPECT_EQ(Cli({"discover", "--log-format", "xml"}).exit_code, 2);
 }
 
+// `rayaccel telemetry`: a row per sampled device, unknown fields "-", what the driver cannot
+// say under Notes; --json with unknown fields left out; --agent refused.
+TEST(Cli, TelemetryShowsEachDeviceAndWhatIsUnknown) {
+  const std::string spec = "sim.spec=" + Example("dgx-h100.json");
+  CommandResult r = Cli({"telemetry", "--plugin", "sim", "--config", spec, "--no-host-topology"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("DEVICE  PLUGIN  UTIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU7    sim"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sim: link_errors unknown: a sim spec has no link error counters"),
+            std::string::npos)
+      << r.out;
+  r = Cli({"telemetry", "--plugin", "sim", "--config", spec, "--no-host-topology", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::Value v = ParseJson(r.out);
+  ASSERT_EQ(v.Find("devices")->array().size(), 8u);
+  const json::Value& first = v.Find("devices")->array()[0];
+  EXPECT_LE(first.Find("utilization_percent")->as_uint64().value_or(999), 100u);
+  EXPECT_EQ(first.Find("link_errors"), nullptr);
+  EXPECT_EQ(Cli({"telemetry", "--agent", "unix:/nonexistent"}).exit_code, 2);
+}
+
 }  // namespace
 }  // namespace rayaccel

@@ -547,3 +547,81 @@ TEST(Registry, ConfigPrecedenceExplicitThenEnvironmentThenFile) {
 
 }  // namespace
 }  // namespace rayaccel
+
+namespace rayaccel {
+namespace {
+
+// get_telemetry (1.6) through the registry: every device of a plugin with the hook, named by
+// the snapshot's ids, in process and isolated alike; a plugin without the hook is not asked.
+TEST(Telemetry, SamplesEveryDeviceInProcessAndIsolated) {
+  for (auto isolation :
+       {RegistryOptions::Isolation::kInProcess, RegistryOptions::Isolation::kChildProcess}) {
+    RegistryOptions options;
+    options.plugins = {testing::SimPlugin(), testing::TestPlugin("testgpu")};
+    options.config["sim"]["spec"] = testing::Example("dgx-h100.json");
+    options.use_environment = false;
+    options.host_topology = false;
+    options.isolation = isolation;
+    options.plugin_host = RAYACCEL_PLUGIN_HOST;
+    absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    std::shared_ptr<const NodeSnapshot> snap = (*registry)->snapshot();
+    Telemetry t = (*registry)->SampleTelemetry();
+    ASSERT_EQ(t.plugins.size(), 1u);
+    EXPECT_EQ(t.plugins[0].plugin, "sim");
+    EXPECT_EQ(t.plugins[0].error, "");
+    EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_LINK_ERRORS),
+              "a sim spec has no link error counters");
+    ASSERT_EQ(t.devices.size(), 8u);
+    for (size_t i = 0; i < t.devices.size(); ++i) {
+      const DeviceSample& s = t.devices[i];
+      const Device& d = snap->devices[i];
+      EXPECT_EQ(s.device_id, d.id);
+      EXPECT_EQ(s.plugin, "sim");
+      EXPECT_NE(s.known & RAYACCEL_SAMPLE_UTILIZATION, 0u);
+      EXPECT_LE(s.utilization_percent, 100u);
+      EXPECT_EQ(s.memory_total_bytes, d.memory_bytes);
+      EXPECT_LE(s.memory_used_bytes, s.memory_total_bytes);
+      EXPECT_EQ(s.known & RAYACCEL_SAMPLE_LINK_ERRORS, 0u);
+    }
+    EXPECT_GT(t.unix_ms, 0);
+  }
+}
+
+// A plugin that lies in its samples loses those samples, with the reason; one whose driver
+// read hangs is timed out and killed (isolated); neither costs the others theirs.
+TEST(Telemetry, ALyingOrHungPluginCostsOnlyItself) {
+  RegistryOptions options;
+  options.plugins = {testing::SimPlugin(), testing::TestPlugin("telemetry-lies"),
+                     testing::TestPlugin("telemetry-hangs")};
+  options.config["sim"]["spec"] = testing::Example("dgx-h100.json");
+  options.use_environment = false;
+  options.host_topology = false;
+  options.isolation = RegistryOptions::Isolation::kChildProcess;
+  options.plugin_host = RAYACCEL_PLUGIN_HOST;
+  options.call_timeout_ms = 1000;
+  absl::StatusOr<std::unique_ptr<Registry>> registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  Telemetry t = (*registry)->SampleTelemetry();
+  std::map<std::string, const PluginTelemetry*> by_name;
+  for (const PluginTelemetry& p : t.plugins) by_name[p.plugin] = &p;
+  ASSERT_EQ(by_name.size(), 3u);
+  EXPECT_EQ(by_name["sim"]->error, "");
+  const PluginTelemetry& lies = *by_name["telemetry-lies"];
+  EXPECT_EQ(lies.error, "");
+  ASSERT_EQ(lies.problems.size(), 3u);
+  EXPECT_NE(lies.problems[0].find("utilization 140% is over 100"), std::string::npos);
+  EXPECT_NE(lies.problems[1].find("not a device of the last discover"), std::string::npos);
+  EXPECT_NE(lies.problems[2].find("a second one"), std::string::npos);
+  const PluginTelemetry& hangs = *by_name["telemetry-hangs"];
+  EXPECT_NE(hangs.error, "");
+  EXPECT_LT(hangs.seconds, 5.0);
+  std::map<std::string, int> samples;
+  for (const DeviceSample& s : t.devices) ++samples[s.plugin];
+  EXPECT_EQ(samples["sim"], 8);
+  EXPECT_EQ(samples["telemetry-lies"], 1);  // device 0, once
+  EXPECT_EQ(samples.count("telemetry-hangs"), 0u);
+}
+
+}  // namespace
+}  // namespace rayaccel

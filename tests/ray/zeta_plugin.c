@@ -182,6 +182,7 @@ static const rayaccel_plugin_api kZetaApi = {
     zeta_validate_quantity,
     zeta_prepare_allocation,
     NULL, /* transport */
+    NULL, /* get_telemetry */
 };
 
 RAYACCEL_PLUGIN_EXPORT rayaccel_status rayaccel_plugin_entry(rayaccel_negotiation *negotiation,

@@ -21,8 +21,9 @@
 #if defined(FAULT_REWRITES_ENVIRONMENT) || defined(FAULT_KILLS_GROUP) || \
     defined(FAULT_SPAWNS_HELPER) || defined(FAULT_LONG_STRING) || defined(FAULT_HUNG_HEALTH) || \
     defined(FAULT_SLOW_INIT) || defined(FAULT_INIT_HANGS) || defined(FAULT_CHANGES_STATE) || \
-    defined(FAULT_HANGS_WHILE_MARKER) || defined(FAULT_HEALTH_CRASHES)
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap, nanosleep */
+    defined(FAULT_HANGS_WHILE_MARKER) || defined(FAULT_HEALTH_CRASHES) ||                     \
+    defined(FAULT_TELEMETRY_HANGS)
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv, kill, fork, mmap, nanosleep, pause */
 #include <unistd.h>
 #endif
 #ifdef FAULT_LONG_STRING
@@ -657,6 +658,32 @@ static rayaccel_status prepare_allocation(rayaccel_plugin_instance *instance,
 }
 #endif
 
+#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+/* FAULT_TELEMETRY_LIES: device 0 fine, device 1 140% busy, a sample of device 9 nobody
+ * reported, and device 0 twice. FAULT_TELEMETRY_HANGS: a driver read that never returns. */
+static rayaccel_status get_telemetry(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
+                                     rayaccel_error *error) {
+  rayaccel_device_sample s;
+  static const uint32_t kIndex[4] = {0, 1, 9, 0};
+  static const uint32_t kBusy[4] = {40, 140, 10, 41};
+  size_t i;
+  (void)instance;
+  (void)error;
+#ifdef FAULT_TELEMETRY_HANGS
+  for (;;) pause();
+#endif
+  for (i = 0; i < 4; ++i) {
+    memset(&s, 0, sizeof(s));
+    s.struct_size = sizeof(s);
+    s.device_index = kIndex[i];
+    s.known = RAYACCEL_SAMPLE_UTILIZATION;
+    s.utilization_percent = kBusy[i];
+    sink->add_sample(sink->host_context, &s); /* refusals are the host's to note */
+  }
+  return RAYACCEL_STATUS_OK;
+}
+#endif
+
 static const rayaccel_plugin_api kApi = {
 #ifdef FAULT_SMALL_TABLE
     RAYACCEL_STRUCT_SIZE(rayaccel_plugin_api, shutdown),
@@ -681,6 +708,8 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_LD_PRELOAD)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+#elif defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TELEMETRY,
 #else
     RAYACCEL_CAP_TOPOLOGY,
 #endif
@@ -714,6 +743,11 @@ static const rayaccel_plugin_api kApi = {
     &kTransport,
 #else
     NULL, /* transport */
+#endif
+#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+    get_telemetry,
+#else
+    NULL, /* get_telemetry */
 #endif
 };
 
