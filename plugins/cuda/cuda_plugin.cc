@@ -26,6 +26,7 @@
 #include "cuda/cuda_memory.h"
 #include "cuda/nvml.h"
 #include "cuda/nvml_library.h"
+#include "cuda/nvml_telemetry.h"
 
 namespace rayaccel::cuda {
 namespace {
@@ -321,6 +322,34 @@ std::string Unhealthy(const rayaccel_plugin_instance* self, const Gpu& g) {
     reason += (reason.empty() ? "" : "; ") + RecoveryActionText(g.recovery_action);
   }
   return reason;
+}
+
+// Each GPU of the last scan that NVML still reads (a lost one has no sample; MIG devices are
+// their GPU's), and once per field what NVML could not say on every GPU.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    if (!self->ready) return RAYACCEL_STATUS_OK;
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why;
+    for (const Gpu& g : self->gpus) {
+      if (g.handle == nullptr || g.vanished || !g.lost.empty()) continue;
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = g.index;
+      std::map<uint32_t, std::string> unknown;
+      if (!SampleGpu(self->nvml, g.handle, &s, &unknown)) continue;
+      known |= s.known;
+      why.insert(unknown.begin(), unknown.end());
+      rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+    }
+    for (const auto& [bit, reason] : why) {
+      if ((known & bit) == 0) sink->explain_unknown(sink->host_context, bit, Str(reason));
+    }
+    return RAYACCEL_STATUS_OK;
+  });
 }
 
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
@@ -629,7 +658,7 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MINOR,
     {"cuda", 4},
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS |
-        RAYACCEL_CAP_TRANSPORT,
+        RAYACCEL_CAP_TRANSPORT | RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -641,7 +670,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     &kTransport,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

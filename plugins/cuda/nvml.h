@@ -105,8 +105,27 @@ typedef struct nvmlEventData_st {
 // XID 154: the driver changed the GPU's recovery action (read it with the field below).
 #define RAYACCEL_NVML_XID_RECOVERY_ACTION_CHANGED 154
 
+// Telemetry (get_telemetry): nvmlDeviceGetUtilizationRates, GetPowerUsage (milliwatts),
+// GetTemperature, GetTotalEccErrors, GetRetiredPages and, since Ampere, GetRemappedRows.
+typedef struct nvmlUtilization_st {
+  unsigned int gpu;     // percent of the last sample period a kernel ran
+  unsigned int memory;  // percent of it device memory was read or written
+} nvmlUtilization_t;
+enum { NVML_TEMPERATURE_GPU = 0 };  // nvmlTemperatureSensors_t
+enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };  // nvmlEccCounterType_t
+enum {                                                   // nvmlPageRetirementCause_t
+  NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0,
+  NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+};
+
 // nvmlDeviceGetFieldValues. Each value carries its own return code; the call itself succeeds.
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230  // r570 and later drivers
+// NVLink error counters, all links together.
+#define NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL 38
+#define NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL 45
+#define NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL 52
+#define NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL 59
 enum {
   NVML_VALUE_TYPE_DOUBLE = 0,
   NVML_VALUE_TYPE_UNSIGNED_INT = 1,

@@ -50,6 +50,12 @@ bool Open(const std::string& path, Nvml* n, std::string* why) {
   Resolve(h, "nvmlEventSetFree", &n->EventSetFree);
   Resolve(h, "nvmlDeviceGetSupportedEventTypes", &n->SupportedEvents);
   Resolve(h, "nvmlDeviceGetFieldValues", &n->FieldValues);
+  Resolve(h, "nvmlDeviceGetUtilizationRates", &n->Utilization);
+  Resolve(h, "nvmlDeviceGetPowerUsage", &n->Power);
+  Resolve(h, "nvmlDeviceGetTemperature", &n->Temperature);
+  Resolve(h, "nvmlDeviceGetTotalEccErrors", &n->EccErrors);
+  Resolve(h, "nvmlDeviceGetRetiredPages", &n->RetiredPages);
+  Resolve(h, "nvmlDeviceGetRemappedRows", &n->RemappedRows);
   if (n->Init == nullptr || n->Shutdown == nullptr || n->GetCount == nullptr ||
       n->GetHandle == nullptr || n->GetName == nullptr || n->GetUuid == nullptr ||
       n->GetPci == nullptr) {

@@ -48,6 +48,12 @@ struct Nvml {
   nvmlReturn_t (*EventSetFree)(nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*SupportedEvents)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*FieldValues)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
+  nvmlReturn_t (*Utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*Power)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*Temperature)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*EccErrors)(nvmlDevice_t, int, int, unsigned long long*) = nullptr;
+  nvmlReturn_t (*RetiredPages)(nvmlDevice_t, int, unsigned*, unsigned long long*) = nullptr;
+  nvmlReturn_t (*RemappedRows)(nvmlDevice_t, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
 };
 
 // Loads and initialises NVML; on failure says why ("0 devices: ..." material).

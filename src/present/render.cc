@@ -559,7 +559,8 @@ std::string TelemetryText(const NodeSnapshot& s, const Telemetry& t) {
         {it != label.end() ? it->second : d.device_id, d.plugin,
          known(RAYACCEL_SAMPLE_UTILIZATION) ? absl::StrCat(d.utilization_percent, "%") : "-",
          known(RAYACCEL_SAMPLE_MEMORY)
-             ? absl::StrCat(Memory(d.memory_used_bytes), " of ", Memory(d.memory_total_bytes))
+             ? absl::StrFormat("%.1f of %.1f GiB", d.memory_used_bytes / 1073741824.0,
+                               d.memory_total_bytes / 1073741824.0)
              : "-",
          known(RAYACCEL_SAMPLE_POWER) ? absl::StrFormat("%.1f W", d.power_mw / 1000.0) : "-",
          known(RAYACCEL_SAMPLE_TEMPERATURE) ? absl::StrCat(d.temperature_c, " C") : "-",

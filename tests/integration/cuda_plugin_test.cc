@@ -74,6 +74,52 @@ TEST(CudaPlugin, DgxH100ThroughNvswitch) {
   EXPECT_EQ(env->at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
 }
 
+// get_telemetry through NVML: the fixture's values as they move (utilization walks up and
+// wraps, the corrected ECC count only grows), remapped rows as retired pages on Hopper, the
+// NVLink error counters; a workstation without ECC says why once; a lost GPU has no sample.
+TEST(CudaPlugin, TelemetryFromNvml) {
+  std::unique_ptr<Registry> registry = Cuda("dgx-h100.json");
+  Telemetry t = registry->SampleTelemetry();
+  ASSERT_EQ(t.plugins.size(), 1u);
+  EXPECT_EQ(t.plugins[0].error, "");
+  EXPECT_TRUE(t.plugins[0].unknown.empty());
+  ASSERT_EQ(t.devices.size(), 8u);
+  const DeviceSample& busy = t.devices[0];
+  EXPECT_EQ(busy.device_id, "GPU-abc02330-1111-2222-3333-000000000000");
+  EXPECT_EQ(busy.known, RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                            RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                            RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
+                            RAYACCEL_SAMPLE_LINK_ERRORS);
+  EXPECT_LE(busy.utilization_percent, 100u);
+  EXPECT_EQ(busy.memory_total_bytes, 85520809984u);
+  EXPECT_GE(busy.memory_used_bytes, 21474836480u);
+  EXPECT_GE(busy.power_mw, 250000u);  // 250 W plus 2 W per percent busy
+  EXPECT_GE(busy.temperature_c, 38);
+  EXPECT_GE(busy.ecc_corrected, 2u);
+  EXPECT_EQ(busy.retired_pages, 1u);  // one row remapped
+  EXPECT_EQ(busy.link_errors, 3u);
+  EXPECT_EQ(t.devices[2].utilization_percent % 3, 0u);  // an idle GPU, 3% a second since init
+
+  registry.reset();  // NVML reads its fixture at the first nvmlInit_v2 of the process
+  registry = Cuda("workstation-pcie.json");
+  t = registry->SampleTelemetry();
+  ASSERT_EQ(t.devices.size(), 4u);
+  EXPECT_EQ(t.devices[0].known & (RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_LINK_ERRORS), 0u);
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_ECC),
+            "nvmlDeviceGetTotalEccErrors: Not Supported");
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_LINK_ERRORS),
+            "NVLink error counters: Not Supported");
+
+  registry.reset();
+  registry = Cuda("gpu-lost.json");
+  std::shared_ptr<const NodeSnapshot> snap = registry->snapshot();
+  t = registry->SampleTelemetry();
+  EXPECT_EQ(t.devices.size(), snap->devices.size() - 1);
+  for (const DeviceSample& s : t.devices) {
+    EXPECT_NE(s.device_id, "GPU-abc02330-1111-2222-3333-000000000002");  // the lost one
+  }
+}
+
 TEST(CudaPlugin, Dgx1HybridCubeMesh) {
   std::shared_ptr<const NodeSnapshot> s = Cuda("dgx1-v100.json")->snapshot();
   ASSERT_EQ(s->devices.size(), 8u);
