@@ -14,12 +14,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gpu_memory.h"
 #include "common/plugin_util.h"
 #include "common/sysfs.h"
 #include "common/ucx_transport.h"
+#include "rocm/amdgpu_telemetry.h"
 #include "rocm/hip_memory.h"
 #include "rocm/kfd_topology.h"
 
@@ -136,6 +138,37 @@ rayaccel_status GetProperties(rayaccel_plugin_instance* /*self*/, rayaccel_plugi
   // Ray's AMD path sets HIP_VISIBLE_DEVICES (it refuses ROCR_VISIBLE_DEVICES alone).
   plugin::SetProperties(props, "amd", "GPU", "HIP_VISIBLE_DEVICES", kVersion);
   return RAYACCEL_STATUS_OK;
+}
+
+// Each whole GPU of the last discover, from amdgpu's sysfs (its partitions share the GPU's
+// counters, so they have no sample of their own), and once per field what sysfs lacks on
+// every GPU.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::vector<std::pair<uint32_t, std::string>> gpus;  // index, PCI bus id
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      for (const AmdDevice& d : self->topo.devices) {
+        if (d.parent_id.empty() && !d.pci_bus_id.empty()) gpus.emplace_back(d.index, d.pci_bus_id);
+      }
+    }
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why;
+    for (const auto& [index, bdf] : gpus) {
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = index;
+      SampleAmdgpu(self->sysfs_root + "/bus/pci/devices/" + bdf, &s, &why);
+      known |= s.known;
+      rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+    }
+    for (const auto& [bit, reason] : why) {
+      if ((known & bit) == 0) sink->explain_unknown(sink->host_context, bit, Str(reason));
+    }
+    return RAYACCEL_STATUS_OK;
+  });
 }
 
 rayaccel_status Discover(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
@@ -265,7 +298,8 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"rocm", 4},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_TRANSPORT,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_TRANSPORT |
+        RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -277,7 +311,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     &kTransport,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

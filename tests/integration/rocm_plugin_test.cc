@@ -107,6 +107,70 @@ TEST(RocmPlugin, Mi300xCpxCountsPartitionsNotGpus) {
   EXPECT_EQ(from.size(), 1u);  // eight partitions of one GPU: linked on the package
 }
 
+// get_telemetry from amdgpu's sysfs, in the kernel's layout under the GPU's PCI device: busy
+// percent, VRAM used and total, hwmon power (microwatts) and temperature (millidegrees; an
+// MI300 without temp1 reads temp2), the RAS counters for ECC and xGMI errors and the bad
+// pages; a GPU without those files has them explained, not invented.
+TEST(RocmPlugin, TelemetryFromAmdgpuSysfs) {
+  std::string sysfs = testing::MakeTempDir("amdgpu-sysfs");
+  auto put = [&](const std::string& relative, const std::string& text) {
+    std::string path = sysfs;
+    size_t start = 0;
+    while (true) {
+      size_t slash = relative.find('/', start);
+      if (slash == std::string::npos) break;
+      path = sysfs + "/" + relative.substr(0, slash);
+      mkdir(path.c_str(), 0755);
+      start = slash + 1;
+    }
+    std::ofstream(sysfs + "/" + relative) << text;
+  };
+  for (std::string dir : {"bus", "bus/pci", "bus/pci/devices"})
+    mkdir((sysfs + "/" + dir).c_str(), 0755);
+  const std::string gpu = "bus/pci/devices/0000:63:00.0/";  // device 0
+  put(gpu + "gpu_busy_percent", "37\n");
+  put(gpu + "mem_info_vram_used", "17179869184\n");
+  put(gpu + "mem_info_vram_total", "68702699520\n");
+  put(gpu + "hwmon/hwmon4/power1_average", "243000000\n");
+  put(gpu + "hwmon/hwmon4/temp2_input", "51000\n");
+  put(gpu + "ras/umc_err_count", "ue: 0\nce: 5\n");
+  put(gpu + "ras/xgmi_wafl_err_count", "ue: 0\nce: 2\n");
+  put(gpu + "ras/gpu_vram_bad_pages", "0x00000001 : 0x00001000 : R\n0x00000002 : 0x00001000 : P\n");
+  std::unique_ptr<Registry> registry = Rocm("topo-mi210-xgmi-pcie", sysfs);
+  Telemetry t = registry->SampleTelemetry();
+  ASSERT_EQ(t.plugins.size(), 1u);
+  EXPECT_EQ(t.plugins[0].error, "");
+  ASSERT_EQ(t.devices.size(), registry->snapshot()->devices.size());
+  const DeviceSample& s = t.devices[0];
+  EXPECT_EQ(s.index, 0u);
+  EXPECT_EQ(s.known, RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY | RAYACCEL_SAMPLE_POWER |
+                         RAYACCEL_SAMPLE_TEMPERATURE | RAYACCEL_SAMPLE_ECC |
+                         RAYACCEL_SAMPLE_RETIRED_PAGES | RAYACCEL_SAMPLE_LINK_ERRORS);
+  EXPECT_EQ(s.utilization_percent, 37u);
+  EXPECT_EQ(s.memory_used_bytes, 17179869184u);
+  EXPECT_EQ(s.memory_total_bytes, 68702699520u);
+  EXPECT_EQ(s.power_mw, 243000u);
+  EXPECT_EQ(s.temperature_c, 51);
+  EXPECT_EQ(s.ecc_corrected, 5u);
+  EXPECT_EQ(s.ecc_uncorrected, 0u);
+  EXPECT_EQ(s.retired_pages, 1u);  // the pending one is not retired yet
+  EXPECT_EQ(s.link_errors, 2u);
+  // The others have no files: nothing known, and no field of device 0 is "unknown" either.
+  EXPECT_EQ(t.devices[1].known, 0u);
+  EXPECT_TRUE(t.plugins[0].unknown.empty());
+
+  // A GPU whose busy percent is no percent is not believed.
+  put(gpu + "gpu_busy_percent", "250\n");
+  t = registry->SampleTelemetry();
+  EXPECT_EQ(t.devices[0].known & RAYACCEL_SAMPLE_UTILIZATION, 0u);
+
+  // No file anywhere: every field explained once.
+  registry = Rocm("topo-mi210-xgmi-pcie");
+  t = registry->SampleTelemetry();
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_UTILIZATION), "no gpu_busy_percent in sysfs");
+  EXPECT_EQ(t.plugins[0].unknown.size(), 7u);
+}
+
 TEST(RocmPlugin, RasCountersGiveHealth) {
   std::string sysfs = testing::MakeTempDir("ras-sysfs");
   // As amdgpu lays them out: /sys/bus/pci/devices/<bdf>/ras/<block>_err_count.
