@@ -330,6 +330,7 @@ TEST(Conformance, AgreesWithTheRegistryOnEveryZooPlugin) {
       {"process.group_unsignalled", "the isolated host has a group of its own and survives"},
       {"lifecycle.failures_explained", "a request, not a scan"},
       {"discovery.none_explained", "a silent plugin's empty message is the registry's answer"},
+      {"telemetry.valid", "telemetry is sampled on request, not in a scan"},
       {"discovery.ids_stable", "needs two scans"},
       {"process.quiet_stdout", "isolation keeps stdout away from the host"},
       {"process.clean_text", "the registry escapes what it shows"},
