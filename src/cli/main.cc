@@ -149,6 +149,9 @@ Options:
   --raylet-token-file FILE    the bearer token to present to the sink (serve)
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
+  --telemetry-interval SECONDS
+                              how often serve --http samples each device's telemetry for
+                              /metrics and the page (default 5, 0: never)
   --require RESOURCE=N        fail (exit 4, after printing) unless the node gives Ray at
                               least N of RESOURCE (discover, plugins, resources,
                               ray-start-args, topo); repeatable: a readiness check
@@ -165,6 +168,8 @@ struct Args {
   std::string raylet_token_file, raylet_tls_ca_file;
   std::string agent, tls_ca_file;  // --agent, --tls-ca
   long long rescan_interval_s = 60;
+  long long telemetry_interval_s = 5;
+  bool telemetry_interval_given = false;
   bool json = false;
   bool dot = false;
   bool svg = false;
@@ -262,7 +267,7 @@ int Parse(int argc, char** argv, Args* args) {
     return kExitOk;
   }
   CommandLine line;
-  std::string isolation, objective, size, rescan, socket_mode, log_format, log_level;
+  std::string isolation, objective, size, rescan, socket_mode, log_format, log_level, telemetry;
   std::vector<std::string> required, available, must_include, available_positions,
       must_include_positions, plugins, plugin_paths, configs, positionals;
   bool no_host_topology = false;
@@ -289,6 +294,8 @@ int Parse(int argc, char** argv, Args* args) {
   line.Value("--raylet", &args->raylet, "--raylet needs an address");
   line.Value("--node-id", &args->node_id, "--node-id needs Ray's node id");
   line.Value("--rescan-interval", &rescan, "--rescan-interval needs a whole number of seconds");
+  line.Value("--telemetry-interval", &telemetry,
+             "--telemetry-interval needs a whole number of seconds");
   line.Value("--listen", &args->server.listen, "--listen needs an address");
   line.Value("--http", &args->http, "--http needs tcp://HOST:PORT");
   line.Value("--conformance-reports", &args->conformance_reports,
@@ -367,6 +374,12 @@ int Parse(int argc, char** argv, Args* args) {
   if (line.Given("--rescan-interval") &&
       (!absl::SimpleAtoi(rescan, &args->rescan_interval_s) || args->rescan_interval_s < 0)) {
     return Usage(line.Needs("--rescan-interval"));
+  }
+  args->telemetry_interval_given = line.Given("--telemetry-interval");
+  if (line.Given("--telemetry-interval") &&
+      (!absl::SimpleAtoi(telemetry, &args->telemetry_interval_s) ||
+       args->telemetry_interval_s < 0 || args->telemetry_interval_s > 86400)) {
+    return Usage(line.Needs("--telemetry-interval"));
   }
   if (line.Given("--socket-mode")) {
     char* end = nullptr;
@@ -544,6 +557,9 @@ int Run(int argc, char** argv) {
   if (!args.conformance_reports.empty() && (cmd != "serve" || args.http.empty())) {
     return Usage("--conformance-reports goes with serve --http");
   }
+  if (cmd != "serve" && args.telemetry_interval_given) {
+    return Usage("--telemetry-interval is serve's");
+  }
   if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty()) {
     return Usage("serve: --node-id names the node to --raylet; give both");
   }
@@ -555,7 +571,7 @@ int Run(int argc, char** argv) {
     if (!args.isolation_given) args.options.isolation = RegistryOptions::Isolation::kChildProcess;
     return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
                      args.raylet_tls_ca_file, args.rescan_interval_s, args.http,
-                     args.conformance_reports});
+                     args.conformance_reports, args.telemetry_interval_s});
   }
 #else
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);

@@ -22,6 +22,7 @@
 #include "web/http_server.h"
 #include "web/metrics.h"
 #include "web/node_view.h"
+#include "web/telemetry_history.h"
 
 namespace rayaccel::cli {
 namespace {
@@ -155,7 +156,9 @@ int RunServe(ServeArgs args) {
                  publish.target);
   }
 
-  // The HTTP view: the node's page, its data, and /metrics (Prometheus).
+  // The HTTP view: the node's page, its data, and /metrics (Prometheus), with each device's
+  // telemetry sampled on a thread of its own.
+  std::unique_ptr<web::TelemetryHistory> telemetry;
   std::unique_ptr<web::HttpServer> http;
   if (!args.http.empty()) {
     rpc::RegistryService* served = service.get();
@@ -174,8 +177,13 @@ int RunServe(ServeArgs args) {
     };
     const web::HttpOptions options = HttpOptionsFor(args.http, args.server, token.get());
     web::RaiseOpenFilesLimitFor(options);
+    if (args.telemetry_interval_s > 0) {
+      telemetry = std::make_unique<web::TelemetryHistory>(
+          registry->get(), std::chrono::seconds(args.telemetry_interval_s));
+    }
     absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
-        options, web::AgentRoutes(registry->get(), counts, args.conformance_reports));
+        options,
+        web::AgentRoutes(registry->get(), counts, args.conformance_reports, telemetry.get()));
     if (!started.ok()) {
       return Fail("", started.status(),
                   started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
@@ -229,7 +237,8 @@ int RunServe(ServeArgs args) {
       next_rescan = Clock::now() + std::chrono::seconds(args.rescan_interval_s);
     }
   }
-  http.reset();  // its routes read the service and the publisher
+  http.reset();  // its routes read the service, the publisher and the telemetry
+  telemetry.reset();
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
   // watchers are ended; then the registry (and its plugins) go.
   publisher.reset();

@@ -32,11 +32,12 @@ struct ServeArgs {
   rpc::ServerOptions server;  // where and to whom AcceleratorRegistry is served
   std::string raylet;         // the sink to publish to: unix:PATH or tcp://HOST:PORT; empty: none
   std::string node_id;        // Ray's NodeID (with raylet)
-  std::string raylet_token_file;     // a bearer token to present to the sink
-  std::string raylet_tls_ca_file;    // connect to the sink with TLS, trusting this CA
-  long long rescan_interval_s = 60;  // 0: only on SIGHUP and health changes
-  std::string http;                  // tcp://HOST:PORT for the HTTP view; empty: none
-  std::string conformance_reports;   // the folder of conformance reports the page shows
+  std::string raylet_token_file;       // a bearer token to present to the sink
+  std::string raylet_tls_ca_file;      // connect to the sink with TLS, trusting this CA
+  long long rescan_interval_s = 60;    // 0: only on SIGHUP and health changes
+  std::string http;                    // tcp://HOST:PORT for the HTTP view; empty: none
+  std::string conformance_reports;     // the folder of conformance reports the page shows
+  long long telemetry_interval_s = 5;  // with http: sampling period; 0: none
 };
 
 // Runs until SIGINT or SIGTERM; returns the process exit code.

@@ -66,7 +66,7 @@ void AddAssets(Routes* routes) {
 }
 
 Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
-                   std::string conformance_reports) {
+                   std::string conformance_reports, const TelemetryHistory* telemetry) {
   Routes routes;
   routes.pages["/api/conformance"] = [dir = std::move(conformance_reports)](const Request&) {
     return Response{"application/json", ConformanceReportsJson(dir)};
@@ -80,9 +80,15 @@ Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
     };
     return feed;
   });
-  routes.pages["/metrics"] = [registry, counts = std::move(counts)](const Request&) {
-    return Response{"text/plain; version=0.0.4; charset=utf-8",
-                    NodeMetrics(*registry->snapshot(), registry->stats(), counts())};
+  routes.pages["/metrics"] = [registry, counts = std::move(counts), telemetry](const Request&) {
+    std::shared_ptr<const NodeSnapshot> snap = registry->snapshot();
+    std::string text = NodeMetrics(*snap, registry->stats(), counts());
+    if (telemetry != nullptr) text += TelemetryMetrics(*snap, telemetry->view());
+    return Response{"text/plain; version=0.0.4; charset=utf-8", std::move(text)};
+  };
+  routes.pages["/api/telemetry"] = [telemetry](const Request&) {
+    return Response{"application/json", telemetry != nullptr ? TelemetryJson(telemetry->view())
+                                                             : std::string("{\"off\": true}")};
   };
   return routes;
 }

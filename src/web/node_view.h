@@ -13,6 +13,7 @@
 #include "rayaccel/registry.h"
 #include "web/http_server.h"
 #include "web/metrics.h"
+#include "web/telemetry_history.h"
 
 namespace rayaccel::web {
 
@@ -38,8 +39,12 @@ void AddAssets(Routes* routes);
 // The agent's whole view: its node at "/", the assets, and /metrics (`counts`: what the agent
 // adds to the registry's own numbers); /api/conformance, the newest conformance report of each
 // plugin in `conformance_reports` (conformance_reports.h; "": none), read on each request.
+// With `telemetry` (which must outlive the routes), /metrics carries each device's newest
+// sample and /api/telemetry the history (telemetry_history.h); without, /api/telemetry says
+// it is off.
 Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
-                   std::string conformance_reports = "");
+                   std::string conformance_reports = "",
+                   const TelemetryHistory* telemetry = nullptr);
 
 }  // namespace rayaccel::web
 

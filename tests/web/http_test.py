@@ -328,10 +328,52 @@ def check_conformance_reports(tmp):
     print("agent: /api/conformance shows each plugin's newest report")
 
 
+def check_agent_telemetry(tmp):
+    """serve --http samples each device's telemetry (--telemetry-interval, 1 s here): /metrics
+    carries it under rayaccel's names, parsed by Prometheus's parser, with values that change
+    between samples (the sim's utilization moves with the clock); /api/telemetry keeps the
+    history the page draws; a plugin with no hook adds nothing; 0 turns it off."""
+    err = os.path.join(tmp, "telemetry.err")
+    spec = "sim.spec=" + os.path.join(SOURCE, "examples", "dgx-h100.json")
+    agent = start(["serve", "--listen", f"unix:{tmp}/telemetry.sock", "--plugin", SIM,
+                   "--config", spec, "--no-host-topology", "--http", "tcp://127.0.0.1:0",
+                   "--telemetry-interval", "1"], err)
+    base = "http://" + web_address(agent, err)
+
+    def history():
+        return json.loads(get(base + "/api/telemetry")[2])
+    wait_until(lambda: history()["samples"] >= 3, "three telemetry rounds")
+    m = samples(get(base + "/metrics")[2])
+    util = {dict(k[1])["index"]: v for k, v in m.items()
+            if k[0] == "rayaccel_device_utilization_percent"}
+    assert sorted(util) == [str(i) for i in range(8)] and all(0 <= v <= 100 for v in util.values())
+    labels = [dict(k[1]) for k in m if k[0] == "rayaccel_device_power_milliwatts"]
+    assert all(lab["plugin"] == "sim" and lab["resource"] == "GPU" for lab in labels), labels
+    assert not [k for k in m if k[0] == "rayaccel_device_link_errors_total"]  # unknown in sim
+    assert m[("rayaccel_telemetry_sample_failed", (("plugin", "sim"),))] == 0
+    h = history()
+    points = next(iter(h["devices"].values()))["points"]
+    assert len(points) >= 3 and points[0]["t"] < points[-1]["t"], points
+    assert {"utilization", "memory_used", "power_mw", "temperature_c"} <= set(points[-1])
+    # Off: the page says so, /metrics has no device telemetry.
+    err = os.path.join(tmp, "telemetry-off.err")
+    off = start(["serve", "--listen", f"unix:{tmp}/telemetry-off.sock", "--plugin", SIM,
+                 "--config", spec, "--no-host-topology", "--http", "tcp://127.0.0.1:0",
+                 "--telemetry-interval", "0"], err)
+    base = "http://" + web_address(off, err)
+    assert json.loads(get(base + "/api/telemetry")[2]) == {"off": True}
+    assert "rayaccel_device_utilization_percent" not in get(base + "/metrics")[2]
+    r = subprocess.run([RAYACCEL, "discover", "--telemetry-interval", "3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--telemetry-interval is serve's" in r.stderr, r.stderr
+    print("agent: telemetry sampled into /metrics and /api/telemetry")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="rayaccel-http-")
     try:
         check_conformance_reports(tmp)
+        check_agent_telemetry(tmp)
         check_sink(tmp)
         check_agent_tls_and_token(tmp)
         check_stream_limit(tmp)

@@ -658,7 +658,7 @@ static rayaccel_status prepare_allocation(rayaccel_plugin_instance *instance,
 }
 #endif
 
-#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS) || defined(FAULT_TELEMETRY_ONCE)
 /* FAULT_TELEMETRY_LIES: device 0 fine, device 1 140% busy, a sample of device 9 nobody
  * reported, and device 0 twice. FAULT_TELEMETRY_HANGS: a driver read that never returns. */
 static rayaccel_status get_telemetry(rayaccel_plugin_instance *instance, const rayaccel_sink *sink,
@@ -671,6 +671,23 @@ static rayaccel_status get_telemetry(rayaccel_plugin_instance *instance, const r
   (void)error;
 #ifdef FAULT_TELEMETRY_HANGS
   for (;;) pause();
+#endif
+#ifdef FAULT_TELEMETRY_ONCE
+  /* Device 0 once, then a driver that stopped answering. */
+  {
+    static int calls;
+    if (calls++ > 0) {
+      return rayaccel_error_set(error, RAYACCEL_STATUS_UNAVAILABLE, "the driver stopped answering");
+    }
+    memset(&s, 0, sizeof(s));
+    s.struct_size = sizeof(s);
+    s.known = RAYACCEL_SAMPLE_UTILIZATION;
+    s.utilization_percent = 12;
+    (void)i;
+    (void)kIndex;
+    (void)kBusy;
+    return sink->add_sample(sink->host_context, &s);
+  }
 #endif
   for (i = 0; i < 4; ++i) {
     memset(&s, 0, sizeof(s));
@@ -708,7 +725,7 @@ static const rayaccel_plugin_api kApi = {
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_HEALTH_EVENTS,
 #elif defined(FAULT_LD_PRELOAD)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
-#elif defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+#elif defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS) || defined(FAULT_TELEMETRY_ONCE)
     RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TELEMETRY,
 #else
     RAYACCEL_CAP_TOPOLOGY,
@@ -744,7 +761,7 @@ static const rayaccel_plugin_api kApi = {
 #else
     NULL, /* transport */
 #endif
-#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS)
+#if defined(FAULT_TELEMETRY_LIES) || defined(FAULT_TELEMETRY_HANGS) || defined(FAULT_TELEMETRY_ONCE)
     get_telemetry,
 #else
     NULL, /* get_telemetry */
