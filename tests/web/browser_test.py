@@ -68,7 +68,7 @@ def agent(tmp, name, spec, node_id, sink_socket, http=False, token_file=None, re
             "--plugin", "sim", "--config", f"sim.spec={spec}", "--no-host-topology",
             "--raylet", f"unix:{sink_socket}", "--node-id", node_id]
     if http:
-        args += ["--http", "tcp://127.0.0.1:0"]
+        args += ["--http", "tcp://127.0.0.1:0", "--telemetry-interval", "1"]
     if reports:
         args += ["--conformance-reports", reports]
     if token_file:
@@ -134,6 +134,21 @@ def check_node_page(driver, url, tmp, spec):
     assert [n[0] for n in numa] == ["0", "1"], numa
     until(driver, lambda d: d.find_element(By.ID, "live").text == "live", "the live badge")
     driver.save_screenshot(os.path.join(ARTEFACTS, "node-page.png"))
+
+    # Telemetry: a row per device with a chart per value, whose newest values change as the
+    # agent samples (every second here), without a reload.
+    until(driver, lambda d: not d.find_element(By.ID, "telemetry-section").get_attribute("hidden")
+          and len(rows(d, "telemetry")) == 8, "the telemetry section")
+    read = """return [...document.querySelectorAll('#telemetry td.telemetry[data-key=utilization]')]
+                .map((c) => [c.dataset.value, c.querySelector('polyline').getAttribute('points')
+                             .split(' ').length]);"""
+    first = driver.execute_script(read)
+    assert len(first) == 8 and all(0 <= int(v) <= 100 for v, _ in first), first
+    until(driver, lambda d: d.execute_script(read) != first and
+          min(n for _, n in d.execute_script(read)) >= 3, "the charts to move")
+    telemetry = cells_of(driver, "telemetry")
+    assert all(c[3].endswith(" W") and c[4].endswith(" C") for c in telemetry), telemetry
+    driver.save_screenshot(os.path.join(ARTEFACTS, "node-page-telemetry.png"))
 
     # GPU3 turns unhealthy in the spec: the sim's health watch sees the edit, the agent
     # publishes a new generation, the page redraws the row, all without a reload.

@@ -161,6 +161,59 @@
       [el("td", {class: "mono"}, k), el("td", {class: "mono"}, v)], null, "none");
   }
 
+  // Each device's last minutes (the agent's /api/telemetry, sampled every few seconds): a small
+  // chart per value, the newest value beside it; a device whose plugin's sampling failed is
+  // marked stale with its last values. A sink's node pages and an agent with telemetry off
+  // have none: the section stays hidden.
+  const svgNs = "http://www.w3.org/2000/svg";
+  function chart(points, key, max, text) {
+    const values = points.filter((p) => p[key] !== undefined);
+    if (!values.length) return el("td", {class: "muted"}, "-");
+    const [w, h] = [120, 24];
+    const t0 = values[0].t;
+    const span = Math.max(values[values.length - 1].t - t0, 1);
+    const svg = document.createElementNS(svgNs, "svg");
+    svg.setAttribute("width", w);
+    svg.setAttribute("height", h);
+    svg.setAttribute("class", "spark");
+    const line = document.createElementNS(svgNs, "polyline");
+    line.setAttribute("points", values.map((p) =>
+      ((p.t - t0) / span * (w - 2) + 1).toFixed(1) + "," +
+      (h - 1 - Math.min(p[key] / (max(p) || 1), 1) * (h - 2)).toFixed(1)).join(" "));
+    svg.append(line);
+    const last = values[values.length - 1];
+    return el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
+              el("span", {class: "num"}, text(last)));
+  }
+  const pollTelemetry = view.coalesced(async () => {
+    if (api !== "/api") return;
+    const got = await view.json("/api/telemetry");
+    if (got.off || !got.devices) return;
+    const snap = lastSnap;
+    if (!snap) return;
+    const labels = lastLabels;
+    const rows = snap.devices.filter((d) => got.devices[d.id]);
+    $("telemetry-section").hidden = rows.length === 0;
+    const failed = Object.entries(got.plugins || {}).filter(([, p]) => p.error)
+        .map(([name, p]) => name + ": " + p.error);
+    $("telemetry-note").textContent = failed.length ? "stale: " + failed.join("; ") : "";
+    view.fillTable($("telemetry"), rows, (d) => {
+      const history = got.devices[d.id];
+      const pts = history.points;
+      return [
+        el("td", {}, labels[d.position] || d.id, history.stale ? el("div", {class: "muted"}, "stale") : null),
+        chart(pts, "utilization", () => 100, (p) => p.utilization + "%"),
+        chart(pts, "memory_used", (p) => p.memory_total, (p) => view.bytes(p.memory_used)),
+        chart(pts, "power_mw", () => Math.max(...pts.map((q) => q.power_mw || 0)),
+              (p) => (p.power_mw / 1000).toFixed(0) + " W"),
+        chart(pts, "temperature_c", () => 110, (p) => p.temperature_c + " C"),
+      ];
+    }, (d) => ({class: got.devices[d.id].stale ? "stale" : "", "data-id": d.id}), "no samples");
+    document.body.dataset.telemetrySamples = got.samples;
+  }, (message) => { $("telemetry-note").textContent = message; });
+  let lastSnap = null;
+  let lastLabels = [];
+
   let shown = "";  // the snapshot drawn, as text: a redraw only when something changed
   let pictures = 0;
   // Plugin name -> its newest conformance report: the agent's (a sink's node pages have none).
@@ -182,6 +235,8 @@
     const key = JSON.stringify(snap) + reportsKey;
     if (key === shown) return;
     const labels = topo.devices.map((d) => d.label);
+    lastSnap = snap;
+    lastLabels = labels;
     drawDevices(snap, labels);
     drawLinks(snap, topo);
     drawNuma(snap, labels);
@@ -191,6 +246,7 @@
     $("generation").textContent = "generation " + snap.generation;
     document.body.dataset.generation = snap.generation;
   }, (message) => { $("generation").textContent = message; });
-  refresh();
+  refresh().then(pollTelemetry);
   view.follow(api + "/events", refresh);
+  if (api === "/api") setInterval(pollTelemetry, 3000);
 })();
