@@ -311,12 +311,12 @@ typedef struct rayaccel_device_sample {
   uint32_t power_mw;            /* milliwatts drawn, averaged as the driver does */
   uint64_t memory_used_bytes;   /* device memory in use, of memory_total_bytes */
   uint64_t memory_total_bytes;
-  int32_t temperature_c;        /* degrees Celsius, the driver's main (edge or GPU) sensor */
-  uint32_t reserved;            /* 0 */
-  uint64_t ecc_corrected;       /* ECC errors corrected, volatile counts */
-  uint64_t ecc_uncorrected;     /* ECC errors not corrected */
-  uint64_t retired_pages;       /* memory pages retired or remapped for errors */
-  uint64_t link_errors;         /* errors counted on the device's links (NVLink, xGMI, ...) */
+  int32_t temperature_c;    /* degrees Celsius, the driver's main (edge or GPU) sensor */
+  uint32_t reserved;        /* 0 */
+  uint64_t ecc_corrected;   /* ECC errors corrected, volatile counts */
+  uint64_t ecc_uncorrected; /* ECC errors not corrected */
+  uint64_t retired_pages;   /* memory pages retired or remapped for errors */
+  uint64_t link_errors;     /* errors counted on the device's links (NVLink, xGMI, ...) */
 } rayaccel_device_sample;
 
 /* The host's collector for everything a hook returns. Owned by the host, valid for the call

@@ -37,7 +37,7 @@ TEST(TelemetryHistory, KeepsSamplesAndMarksAFailingPluginsDevicesStale) {
   web::TelemetryHistory::View first = history.view();
   ASSERT_EQ(first.samples, 1u);
   ASSERT_EQ(first.devices.size(), 9u);  // 8 sim GPUs and the test plugin's device 0
-  std::string once;  // the test plugin's device 0, the one it samples
+  std::string once;                     // the test plugin's device 0, the one it samples
   for (const Device& d : registry->snapshot()->devices) {
     if (d.plugin == "telemetry-once" && d.index == 0) once = d.id;
   }
