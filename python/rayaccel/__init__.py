@@ -13,7 +13,8 @@ rayaccel.ray has Ray's AcceleratorManager for any family (docs/python.md).
 from .errors import (Error, FailedPreconditionError, InvalidArgumentError, NotFoundError,
                      UnauthenticatedError, UnavailableError)
 from .registry import Registry
-from .types import Allocation, Device, Domain, Link, NodeSnapshot, PluginStatus
+from .types import (Allocation, Device, DeviceSample, Domain, Link, NodeSnapshot, PluginStatus,
+                    PluginTelemetry, Telemetry)
 
 
 def __getattr__(name):
@@ -25,7 +26,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'rayaccel' has no attribute {name!r}")
 
 __all__ = [
-    "AgentClient", "Allocation", "Device", "Domain", "Error", "FailedPreconditionError",
-    "InvalidArgumentError", "Link", "NodeSnapshot", "NotFoundError", "PluginStatus", "Registry",
-    "UnauthenticatedError", "UnavailableError",
+    "AgentClient", "Allocation", "Device", "DeviceSample", "Domain", "Error",
+    "FailedPreconditionError", "InvalidArgumentError", "Link", "NodeSnapshot", "NotFoundError",
+    "PluginStatus", "PluginTelemetry", "Registry", "Telemetry", "UnauthenticatedError",
+    "UnavailableError",
 ]

@@ -6,7 +6,7 @@ import os
 from typing import Iterable, Mapping, Optional, Sequence
 
 from . import _native
-from .types import Allocation, NodeSnapshot
+from .types import Allocation, NodeSnapshot, Telemetry
 
 
 def _split_config(config: Mapping[str, str] | Mapping[str, Mapping[str, str]] | None):
@@ -70,6 +70,12 @@ class Registry:
     def wait_for_newer(self, generation: int, timeout: float) -> NodeSnapshot:
         """The first snapshot newer than `generation`, or the current one after `timeout` s."""
         return NodeSnapshot._from_native(self._native.wait_for_newer(generation, timeout))
+
+    def telemetry(self) -> Telemetry:
+        """What each device is doing now: every plugin with get_telemetry asked once (an
+        isolated one within its call timeout); a plugin that fails has its error and no
+        samples (docs/python.md)."""
+        return Telemetry._from_native(self._native.telemetry())
 
     def validate_quantity(self, resource: str, quantity: int) -> None:
         """Raises InvalidArgumentError when the family cannot be asked for `quantity`."""

@@ -109,3 +109,48 @@ class Allocation:
     reason: str
     link_score: int
     leftover_score: int
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """What a device is doing now (Registry.telemetry); None where its driver cannot say."""
+    device_id: str
+    plugin: str
+    index: int
+    utilization_percent: Optional[int]
+    memory_used_bytes: Optional[int]
+    memory_total_bytes: Optional[int]
+    power_mw: Optional[int]
+    temperature_c: Optional[int]
+    ecc_corrected: Optional[int]
+    ecc_uncorrected: Optional[int]
+    retired_pages: Optional[int]
+    link_errors: Optional[int]
+
+
+@dataclass(frozen=True)
+class PluginTelemetry:
+    """A plugin's part of a sample: its error (no samples then), why fields are unknown
+    ({"power_mw": "nvmlDeviceGetPowerUsage: Not Supported"}), samples it had refused."""
+    name: str
+    error: str
+    seconds: float
+    unknown: Mapping[str, str]
+    problems: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """Registry.telemetry(): every device of a plugin with get_telemetry (ABI 1.6)."""
+    unix_ms: int
+    devices: Tuple[DeviceSample, ...]
+    plugins: Tuple[PluginTelemetry, ...]
+
+    @staticmethod
+    def _from_native(d: Mapping[str, Any]) -> "Telemetry":
+        return Telemetry(
+            unix_ms=d["unix_ms"],
+            devices=tuple(DeviceSample(**v) for v in d["devices"]),
+            plugins=tuple(PluginTelemetry(name=p["name"], error=p["error"], seconds=p["seconds"],
+                                          unknown=_frozen_map(p["unknown"]),
+                                          problems=tuple(p["problems"])) for p in d["plugins"]))

@@ -177,6 +177,64 @@ class PyRegistry {
     return SnapshotDict(*s);
   }
 
+  // Registry::SampleTelemetry, each field None where the driver cannot say.
+  py::dict Telemetry() const {
+    rayaccel::Telemetry t;
+    {
+      py::gil_scoped_release unlocked;
+      t = registry_->SampleTelemetry();
+    }
+    auto maybe = [](const rayaccel::DeviceSample& s, uint32_t bit, auto value) -> py::object {
+      return (s.known & bit) != 0 ? py::cast(value) : py::none();
+    };
+    static const std::pair<uint32_t, const char*> kFields[] = {
+        {RAYACCEL_SAMPLE_UTILIZATION, "utilization_percent"},
+        {RAYACCEL_SAMPLE_MEMORY, "memory"},
+        {RAYACCEL_SAMPLE_POWER, "power_mw"},
+        {RAYACCEL_SAMPLE_TEMPERATURE, "temperature_c"},
+        {RAYACCEL_SAMPLE_ECC, "ecc"},
+        {RAYACCEL_SAMPLE_RETIRED_PAGES, "retired_pages"},
+        {RAYACCEL_SAMPLE_LINK_ERRORS, "link_errors"}};
+    py::list devices;
+    for (const rayaccel::DeviceSample& s : t.devices) {
+      py::dict d;
+      d["device_id"] = s.device_id;
+      d["plugin"] = s.plugin;
+      d["index"] = s.index;
+      d["utilization_percent"] = maybe(s, RAYACCEL_SAMPLE_UTILIZATION, s.utilization_percent);
+      d["memory_used_bytes"] = maybe(s, RAYACCEL_SAMPLE_MEMORY, s.memory_used_bytes);
+      d["memory_total_bytes"] = maybe(s, RAYACCEL_SAMPLE_MEMORY, s.memory_total_bytes);
+      d["power_mw"] = maybe(s, RAYACCEL_SAMPLE_POWER, s.power_mw);
+      d["temperature_c"] = maybe(s, RAYACCEL_SAMPLE_TEMPERATURE, s.temperature_c);
+      d["ecc_corrected"] = maybe(s, RAYACCEL_SAMPLE_ECC, s.ecc_corrected);
+      d["ecc_uncorrected"] = maybe(s, RAYACCEL_SAMPLE_ECC, s.ecc_uncorrected);
+      d["retired_pages"] = maybe(s, RAYACCEL_SAMPLE_RETIRED_PAGES, s.retired_pages);
+      d["link_errors"] = maybe(s, RAYACCEL_SAMPLE_LINK_ERRORS, s.link_errors);
+      devices.append(d);
+    }
+    py::list plugins;
+    for (const rayaccel::PluginTelemetry& p : t.plugins) {
+      py::dict d;
+      d["name"] = p.plugin;
+      d["error"] = p.error;
+      d["seconds"] = p.seconds;
+      d["problems"] = p.problems;
+      py::dict unknown;
+      for (const auto& [fields, why] : p.unknown) {
+        for (const auto& [bit, name] : kFields) {
+          if ((fields & bit) != 0) unknown[name] = why;
+        }
+      }
+      d["unknown"] = unknown;
+      plugins.append(d);
+    }
+    py::dict out;
+    out["unix_ms"] = t.unix_ms;
+    out["devices"] = devices;
+    out["plugins"] = plugins;
+    return out;
+  }
+
   void ValidateQuantity(const std::string& resource, uint32_t quantity) const {
     absl::Status st;
     {
@@ -485,6 +543,7 @@ PYBIND11_MODULE(_native, m) {
       .def("rescan", &PyRegistry::Rescan)
       .def("wait_for_newer", &PyRegistry::WaitForNewer)
       .def("validate_quantity", &PyRegistry::ValidateQuantity)
+      .def("telemetry", &PyRegistry::Telemetry)
       .def("preferred_allocation", &PyRegistry::PreferredAllocation)
       .def("prepare_allocation", &PyRegistry::PrepareAllocation)
       .def("close", &PyRegistry::Close);

@@ -74,3 +74,18 @@ def test_a_broken_plugin_is_reported_not_raised(tmp_path):
         assert snap.plugin("sim").state == "active" and len(snap.devices) == 8
         refused = [p for p in snap.plugins if p.state == "refused"]
         assert len(refused) == 1 and refused[0].message, snap.plugins
+
+
+def test_telemetry_names_each_device_and_says_what_is_unknown(sim_h100):
+    t = sim_h100.telemetry()
+    assert isinstance(t, rayaccel.Telemetry) and t.unix_ms > 0
+    ids = [d.id for d in sim_h100.snapshot().devices]
+    assert [s.device_id for s in t.devices] == ids
+    first = t.devices[0]
+    assert first.plugin == "sim" and 0 <= first.utilization_percent <= 100
+    assert first.memory_used_bytes <= first.memory_total_bytes
+    assert first.link_errors is None  # the sim cannot say...
+    (sim,) = t.plugins
+    assert sim.error == "" and sim.unknown == {"link_errors": "a sim spec has no link error counters"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.power_mw = 0
