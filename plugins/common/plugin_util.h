@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <new>
 #include <optional>
 #include <string>
@@ -141,6 +142,15 @@ inline void ExplainNoDevices(const rayaccel_host_api* host, const rayaccel_sink*
     sink->explain_no_devices(sink->host_context, Str(why));
   }
   Log(host, RAYACCEL_LOG_INFO, std::string("0 devices: ").append(why));
+}
+
+// get_telemetry's last step: for each field no device's sample held (`known`, the union of
+// their bits), the reason a device gave (`why`, by RAYACCEL_SAMPLE_* bit), said once.
+inline void ExplainUnknownFields(const rayaccel_sink* sink, uint32_t known,
+                                 const std::map<uint32_t, std::string>& why) {
+  for (const auto& [bit, reason] : why) {
+    if ((known & bit) == 0) sink->explain_unknown(sink->host_context, bit, Str(reason));
+  }
 }
 
 // Unloads a vendor library the plugin loaded, unless RAYACCEL_NO_DLCLOSE is set (as the host

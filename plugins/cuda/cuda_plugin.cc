@@ -345,9 +345,7 @@ rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink
       rayaccel_status rc = sink->add_sample(sink->host_context, &s);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
     }
-    for (const auto& [bit, reason] : why) {
-      if ((known & bit) == 0) sink->explain_unknown(sink->host_context, bit, Str(reason));
-    }
+    plugin::ExplainUnknownFields(sink, known, why);
     return RAYACCEL_STATUS_OK;
   });
 }

@@ -13,16 +13,6 @@ std::optional<uint64_t> Number(const std::string& path) {
   return line ? plugin::ParseUnsigned(*line) : std::nullopt;
 }
 
-// "ue: N" or "ce: N" of a RAS <block>_err_count file.
-std::optional<uint64_t> RasCount(const std::string& text, std::string_view key) {
-  size_t at = text.find(key);
-  if (at == std::string::npos) return std::nullopt;
-  std::string_view field = std::string_view(text).substr(at + key.size());
-  field = field.substr(0, field.find('\n'));
-  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
-  return plugin::ParseUnsigned(field);
-}
-
 // The GPU's hwmon folder: <device>/hwmon/hwmonN, the one amdgpu registers.
 std::string Hwmon(const std::string& device_dir) {
   for (const std::string& entry : plugin::Entries(device_dir + "/hwmon")) {
@@ -32,6 +22,15 @@ std::string Hwmon(const std::string& device_dir) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> RasCount(const std::string& text, std::string_view key) {
+  size_t at = text.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  std::string_view field = std::string_view(text).substr(at + key.size());
+  field = field.substr(0, field.find('\n'));
+  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+  return plugin::ParseUnsigned(field);
+}
 
 void SampleAmdgpu(const std::string& dir, rayaccel_device_sample* s,
                   std::map<uint32_t, std::string>* unknown) {

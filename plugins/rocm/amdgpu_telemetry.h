@@ -9,11 +9,17 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "rayaccel/plugin.h"
 
 namespace rayaccel::rocm {
+
+// "ue: N" or "ce: N" (`key` "ue:" or "ce:") of a RAS <block>_err_count file's text; nullopt
+// where it is missing or no number.
+std::optional<uint64_t> RasCount(const std::string& text, std::string_view key);
 
 // Fills `sample` (struct_size and device_index are the caller's) from `device_dir`; each field
 // the driver does not expose there is left out of `known`, with why in `unknown` by

@@ -65,12 +65,7 @@ std::pair<rayaccel_health, std::string> RasHealth(const rayaccel_plugin_instance
     if (!text) continue;
     any = true;
     // "ue: N\nce: M": the uncorrectable count, strictly a number (anything else reads as 0).
-    size_t at = text->find("ue:");
-    std::string_view field =
-        at == std::string::npos ? std::string_view() : std::string_view(*text).substr(at + 3);
-    field = field.substr(0, field.find('\n'));
-    while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
-    uint64_t ue = plugin::ParseUnsigned(field).value_or(0);
+    uint64_t ue = RasCount(*text, "ue:").value_or(0);
     if (ue > 0) bad += (bad.empty() ? "" : ", ") + std::string(block) + " " + std::to_string(ue);
   }
   if (!any) return {RAYACCEL_HEALTH_UNKNOWN, "no RAS counters in sysfs"};
@@ -164,9 +159,7 @@ rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink
       rayaccel_status rc = sink->add_sample(sink->host_context, &s);
       if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
     }
-    for (const auto& [bit, reason] : why) {
-      if ((known & bit) == 0) sink->explain_unknown(sink->host_context, bit, Str(reason));
-    }
+    plugin::ExplainUnknownFields(sink, known, why);
     return RAYACCEL_STATUS_OK;
   });
 }

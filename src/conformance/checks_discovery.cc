@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "conformance/check_support.h"
 #include "conformance/checks.h"
+#include "loader/telemetry.h"
 #include "model/validate.h"
 #include "ray/accelerator_type.h"
 
@@ -190,14 +191,10 @@ Outcome TelemetryValid(const Options& o) {
     uint32_t said = 0;
     for (const DeviceSample& s : samples.back().samples) said |= s.known;
     for (const auto& [fields, why] : samples.back().unknown) said |= fields;
-    constexpr uint32_t kAll = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
-                              RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
-                              RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
-                              RAYACCEL_SAMPLE_LINK_ERRORS;
-    if (!reported.empty() && (said & kAll) != kAll) {
-      return Outcome::Fail(
-          absl::StrCat("fields neither sampled nor explained (RAYACCEL_SAMPLE_* bits ",
-                       kAll & ~said, "): call explain_unknown with the driver's reason"));
+    if (!reported.empty() && (said & kAllSampleFields) != kAllSampleFields) {
+      return Outcome::Fail(absl::StrCat(
+          "fields neither sampled nor explained (RAYACCEL_SAMPLE_* bits ", kAllSampleFields & ~said,
+          "): call explain_unknown with the driver's reason"));
     }
     return Outcome::Pass(absl::StrCat(samples.back().samples.size(), " of ", reported.size(),
                                       " devices sampled, ", absl::StrFormat("%.2f", slowest * 1e3),

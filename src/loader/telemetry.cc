@@ -9,10 +9,6 @@
 namespace rayaccel {
 namespace {
 
-constexpr uint32_t kAllFields = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
-                                RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
-                                RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
-                                RAYACCEL_SAMPLE_LINK_ERRORS;
 constexpr size_t kMaxProblems = 16;
 
 // Every other sink call is a plugin confusing its hooks: refused, never a crash.
@@ -26,7 +22,8 @@ rayaccel_status NotNow(void* /*ctx*/, Args... /*args*/) noexcept {
 std::string CheckSample(const DeviceSample& s, const std::set<uint32_t>& reported) {
   const std::string who = absl::StrCat("sample of device ", s.index, ": ");
   if (reported.count(s.index) == 0) return who + "not a device of the last discover";
-  if ((s.known & ~kAllFields) != 0) return who + absl::StrCat("unknown bits in known ", s.known);
+  if ((s.known & ~kAllSampleFields) != 0)
+    return who + absl::StrCat("unknown bits in known ", s.known);
   if ((s.known & RAYACCEL_SAMPLE_UTILIZATION) != 0 && s.utilization_percent > 100) {
     return who + absl::StrCat("utilization ", s.utilization_percent, "% is over 100");
   }
@@ -117,7 +114,7 @@ rayaccel_status SampleCollector::ExplainUnknown(void* ctx, uint32_t fields,
   auto* self = static_cast<SampleCollector*>(ctx);
   try {
     self->last_refusal_.clear();
-    if (fields == 0 || (fields & ~kAllFields) != 0) {
+    if (fields == 0 || (fields & ~kAllSampleFields) != 0) {
       return self->Refuse(
           absl::StrCat("explain_unknown: fields ", fields, " are not RAYACCEL_SAMPLE_* bits"));
     }

@@ -15,6 +15,12 @@
 
 namespace rayaccel {
 
+// Every RAYACCEL_SAMPLE_* bit of this ABI.
+inline constexpr uint32_t kAllSampleFields = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                                             RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                                             RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
+                                             RAYACCEL_SAMPLE_LINK_ERRORS;
+
 struct TelemetryReport {
   std::vector<DeviceSample> samples;        // device_id and plugin left to the registry
   std::map<uint32_t, std::string> unknown;  // explain_unknown: fields -> why
