@@ -143,9 +143,16 @@ Options:
                               ray-start-args, topo); --token-file is then sent to it
   --tls-ca FILE               with --agent: connect with TLS, trusting this CA
   --raylet ADDRESS            the sink to publish to (serve)
-  --node-id ID                Ray's node id, 56 hex digits: the node to publish as (serve;
-                              without it the sink names it), or the node a sink is
-                              (sink: an agent that does not name its node is this one)
+  --node-id ID                Ray's node id, 56 hex digits: the node to publish as and to
+                              drain (serve; without it the sink names it, or Ray's GCS says
+                              which node is on this host), or the node a sink is (sink: an
+                              agent that does not name its node is this one)
+  --on-device-loss report|drain
+                              serve: when a device the node had at start is lost, only report
+                              it (default), or also ask Ray's GCS to drain the node
+  --gcs-address HOST:PORT     Ray's GCS, to drain through (serve --on-device-loss drain)
+  --gcs-token-file FILE       the token of a Ray with token authentication (default: Ray's
+                              own: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)
   --raylet-token-file FILE    the bearer token to present to the sink (serve)
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
@@ -166,7 +173,8 @@ struct Args {
   std::string raylet;         // serve --raylet
   std::string node_id;
   std::string raylet_token_file, raylet_tls_ca_file;
-  std::string agent, tls_ca_file;  // --agent, --tls-ca
+  std::string on_device_loss, gcs_address, gcs_token_file;  // serve
+  std::string agent, tls_ca_file;                           // --agent, --tls-ca
   long long rescan_interval_s = 60;
   long long telemetry_interval_s = 5;
   bool telemetry_interval_given = false;
@@ -293,6 +301,9 @@ int Parse(int argc, char** argv, Args* args) {
   line.Value("--resource", &args->resource, "--resource needs a name");
   line.Value("--raylet", &args->raylet, "--raylet needs an address");
   line.Value("--node-id", &args->node_id, "--node-id needs Ray's node id");
+  line.Value("--on-device-loss", &args->on_device_loss, "--on-device-loss is report or drain");
+  line.Value("--gcs-address", &args->gcs_address, "--gcs-address needs HOST:PORT");
+  line.Value("--gcs-token-file", &args->gcs_token_file, "--gcs-token-file needs a file");
   line.Value("--rescan-interval", &rescan, "--rescan-interval needs a whole number of seconds");
   line.Value("--telemetry-interval", &telemetry,
              "--telemetry-interval needs a whole number of seconds");
@@ -560,8 +571,21 @@ int Run(int argc, char** argv) {
   if (cmd != "serve" && args.telemetry_interval_given) {
     return Usage("--telemetry-interval is serve's");
   }
-  if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty()) {
-    return Usage("serve: --node-id names the node to --raylet; give both");
+  const bool drain = args.on_device_loss == "drain";
+  if ((!args.on_device_loss.empty() || !args.gcs_address.empty() || !args.gcs_token_file.empty()) &&
+      cmd != "serve") {
+    return Usage("--on-device-loss, --gcs-address and --gcs-token-file are serve's");
+  }
+  if (!args.on_device_loss.empty() && !drain && args.on_device_loss != "report") {
+    return Usage("--on-device-loss is report or drain");
+  }
+  if (drain != !args.gcs_address.empty() || (!drain && !args.gcs_token_file.empty())) {
+    return Usage(
+        "--gcs-address and --gcs-token-file go with --on-device-loss drain, which needs "
+        "--gcs-address");
+  }
+  if (cmd == "serve" && args.raylet.empty() && !args.node_id.empty() && !drain) {
+    return Usage("serve: --node-id names the node to --raylet or to drain; give one of them");
   }
 #if RAYACCEL_CLI_RPC
   if (cmd == "sink") return RunSink(args.server, args.json, args.node_id, args.http);
@@ -571,7 +595,8 @@ int Run(int argc, char** argv) {
     if (!args.isolation_given) args.options.isolation = RegistryOptions::Isolation::kChildProcess;
     return RunServe({args.options, args.server, args.raylet, args.node_id, args.raylet_token_file,
                      args.raylet_tls_ca_file, args.rescan_interval_s, args.http,
-                     args.conformance_reports, args.telemetry_interval_s});
+                     args.conformance_reports, args.telemetry_interval_s, drain, args.gcs_address,
+                     args.gcs_token_file});
   }
 #else
   if (cmd == "sink" || cmd == "serve" || !args.agent.empty()) return ExecAgent(argv);

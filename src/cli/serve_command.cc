@@ -14,8 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "cli/sd_notify.h"
 #include "present/render.h"
+#include "rpc/device_loss.h"
 #include "rpc/listen_address.h"
 #include "rpc/publisher.h"
+#include "rpc/ray_gcs.h"
 #include "rpc/registry_service.h"
 #include "rpc/sink_state.h"
 #include "spdlog/spdlog.h"
@@ -126,6 +128,21 @@ int RunServe(ServeArgs args) {
     if (!settings.ok()) return Fail("--raylet: ", settings.status(), 2);
     publish = *std::move(settings);
   }
+  rpc::DeviceLossOptions loss;
+  if (args.drain_on_device_loss) {
+    loss.policy = rpc::OnDeviceLoss::kDrain;
+    loss.gcs.address = args.gcs_address;
+    absl::StatusOr<std::string> gcs_token = args.gcs_token_file.empty()
+                                                ? rpc::GcsTokenFromEnvironment()
+                                                : rpc::ReadTokenFile(args.gcs_token_file);
+    if (!gcs_token.ok()) return Fail("--gcs-token-file: ", gcs_token.status(), 2);
+    loss.gcs.token = *std::move(gcs_token);
+    if (!args.node_id.empty()) {
+      if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) {
+        return Fail("--node-id: ", st, 2);
+      }
+    }
+  }
   // Blocked before any thread starts, so that only sigwait below receives them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -156,6 +173,28 @@ int RunServe(ServeArgs args) {
                  publish.target);
   }
 
+  // A device the node had at start and loses later: reported, and with drain, Ray's GCS asked
+  // to drain the node (as the node the sink named when --node-id is not given).
+  rpc::Publisher* named_by = publisher.get();
+  // The labels Ray was given: the ones at start (a lost device changes some, the count).
+  loss.node_id = [given = args.node_id, named_by, labels = (*registry)->snapshot()->ray.labels,
+                  gcs = loss.gcs, found = std::string()]() mutable -> absl::StatusOr<std::string> {
+    if (!given.empty()) return given;
+    if (named_by != nullptr && !named_by->node_id().empty()) return named_by->node_id();
+    if (found.empty()) {
+      absl::StatusOr<std::string> here = rpc::FindNodeOnThisHost(gcs, labels);
+      if (!here.ok()) return here.status();
+      found = *here;
+      spdlog::info("serve: this is Ray's node {} (Ray's GCS at {})", found, gcs.address);
+    }
+    return found;
+  };
+  auto device_loss = std::make_unique<rpc::DeviceLossWatch>(registry->get(), loss);
+  if (args.drain_on_device_loss) {
+    spdlog::info("serve: a device lost after start drains this node through Ray's GCS at {}",
+                 args.gcs_address);
+  }
+
   // The HTTP view: the node's page, its data, and /metrics (Prometheus), with each device's
   // telemetry sampled on a thread of its own.
   std::unique_ptr<web::TelemetryHistory> telemetry;
@@ -163,9 +202,11 @@ int RunServe(ServeArgs args) {
   if (!args.http.empty()) {
     rpc::RegistryService* served = service.get();
     rpc::Publisher* published = publisher.get();
-    auto counts = [served, published] {
+    const rpc::DeviceLossWatch* lost = device_loss.get();
+    auto counts = [served, published, lost] {
       web::AgentCounts counts;
       counts.watchers = served->watchers();
+      counts.device_loss = lost->state();
       if (published != nullptr) {
         counts.publishing = true;
         counts.publish_acked_generation = published->acked_generation();
@@ -237,8 +278,9 @@ int RunServe(ServeArgs args) {
       next_rescan = Clock::now() + std::chrono::seconds(args.rescan_interval_s);
     }
   }
-  http.reset();  // its routes read the service, the publisher and the telemetry
+  http.reset();  // its routes read the service, the publisher, the telemetry and the loss watch
   telemetry.reset();
+  device_loss.reset();
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
   // watchers are ended; then the registry (and its plugins) go.
   publisher.reset();

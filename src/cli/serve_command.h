@@ -38,6 +38,9 @@ struct ServeArgs {
   std::string http;                    // tcp://HOST:PORT for the HTTP view; empty: none
   std::string conformance_reports;     // the folder of conformance reports the page shows
   long long telemetry_interval_s = 5;  // with http: sampling period; 0: none
+  bool drain_on_device_loss = false;   // --on-device-loss drain (else report)
+  std::string gcs_address;             // Ray's GCS, HOST:PORT (with drain)
+  std::string gcs_token_file;          // its token; empty: Ray's own lookup
 };
 
 // Runs until SIGINT or SIGTERM; returns the process exit code.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/json.h"
 #include "util/prometheus.h"
 
 namespace rayaccel::web {
@@ -70,7 +71,57 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
     w.Family("rayaccel_publish_failures_total", "counter", "Streams to the sink that failed.");
     w.Sample("rayaccel_publish_failures_total", {}, static_cast<double>(agent.publish_failures));
   }
+  if (agent.device_loss) {
+    const rpc::DeviceLossState& loss = *agent.device_loss;
+    w.Family("rayaccel_devices_lost", "gauge",
+             "Devices the node had at start that are unhealthy or gone since.");
+    w.Sample("rayaccel_devices_lost", {}, static_cast<double>(loss.lost.size()));
+    w.Family("rayaccel_node_draining", "gauge",
+             "1 once Ray's GCS accepted to drain this node for a lost device.");
+    w.Sample("rayaccel_node_draining", {{"policy", rpc::OnDeviceLossName(loss.policy)}},
+             loss.drained ? 1.0 : 0.0);
+    w.Family("rayaccel_drain_attempts_total", "counter",
+             "DrainNode calls made to Ray's GCS (serve --on-device-loss drain).");
+    w.Sample("rayaccel_drain_attempts_total", {}, static_cast<double>(loss.drain_attempts));
+  }
   return w.Take();
+}
+
+std::string DeviceLossJson(const rpc::DeviceLossState& state) {
+  auto unix_ms = [](std::chrono::system_clock::time_point t) {
+    return static_cast<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+  };
+  json::Writer w;
+  w.BeginObject().Key("on_device_loss").String(rpc::OnDeviceLossName(state.policy));
+  w.Key("lost").BeginArray();
+  for (const rpc::LostDevice& d : state.lost) {
+    w.BeginObject()
+        .Key("id")
+        .String(d.id)
+        .Key("resource")
+        .String(d.resource)
+        .Key("name")
+        .String(d.name)
+        .Key("reason")
+        .String(d.reason)
+        .Key("at_unix_ms")
+        .Int(unix_ms(d.at))
+        .EndObject();
+  }
+  w.EndArray();
+  if (state.policy == rpc::OnDeviceLoss::kDrain) {
+    w.Key("drain").BeginObject();
+    w.Key("requested").Bool(state.drain_requested).Key("accepted").Bool(state.drained);
+    w.Key("attempts").Uint(state.drain_attempts);
+    if (!state.node_id.empty()) w.Key("node_id").String(state.node_id);
+    if (!state.drain_message.empty()) w.Key("message").String(state.drain_message);
+    if (!state.drain_error.empty()) w.Key("error").String(state.drain_error);
+    if (state.drained) w.Key("accepted_unix_ms").Int(unix_ms(state.drained_at));
+    w.EndObject();
+  }
+  w.EndObject();
+  return w.Finish();
 }
 
 std::string SinkMetrics(const rpc::RayletSink& sink, std::chrono::system_clock::time_point now) {

@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "rayaccel/registry.h"
+#include "rpc/device_loss.h"
 #include "rpc/raylet_sink.h"
 
 namespace rayaccel::web {
@@ -18,10 +20,14 @@ struct AgentCounts {
   uint64_t watchers = 0;  // WatchSnapshots streams open now
   bool publishing = false;
   uint64_t publish_acked_generation = 0;
-  uint64_t publish_acks = 0;      // snapshots the sink acknowledged
-  uint64_t publish_connects = 0;  // streams opened to the sink
-  uint64_t publish_failures = 0;  // streams that ended in an error
+  uint64_t publish_acks = 0;                        // snapshots the sink acknowledged
+  uint64_t publish_connects = 0;                    // streams opened to the sink
+  uint64_t publish_failures = 0;                    // streams that ended in an error
+  std::optional<rpc::DeviceLossState> device_loss;  // devices lost since start, and the drain
 };
+
+// /api/ray: the policy, the devices lost since start and what was asked of Ray's GCS.
+std::string DeviceLossJson(const rpc::DeviceLossState& state);
 
 std::string NodeMetrics(const NodeSnapshot& snapshot, const RegistryStats& stats,
                         const AgentCounts& agent);

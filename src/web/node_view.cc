@@ -80,6 +80,11 @@ Routes AgentRoutes(Registry* registry, std::function<AgentCounts()> counts,
     };
     return feed;
   });
+  routes.pages["/api/ray"] = [counts](const Request&) {
+    const AgentCounts now = counts();
+    return Response{"application/json", now.device_loss ? DeviceLossJson(*now.device_loss)
+                                                        : std::string("{\"off\": true}")};
+  };
   routes.pages["/metrics"] = [registry, counts = std::move(counts), telemetry](const Request&) {
     std::shared_ptr<const NodeSnapshot> snap = registry->snapshot();
     std::string text = NodeMetrics(*snap, registry->stats(), counts());

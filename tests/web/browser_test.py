@@ -171,6 +171,13 @@ def check_node_page(driver, url, tmp, spec):
     assert driver.execute_script("return window.notReloaded === true;"), "the page reloaded"
     header = driver.find_element(By.CSS_SELECTOR, "#links th.unhealthy").text
     assert header == "GPU3", header
+    # A device the node had at start is lost: the banner says so, and what Ray was told (this
+    # agent reports only; tests/ray/test_device_loss.py drains a real Ray node).
+    until(driver, lambda d: not d.find_element(By.ID, "device-loss").get_attribute("hidden"),
+          "the device-loss banner")
+    banner = driver.find_element(By.ID, "device-loss").text
+    assert "Lost after start" in banner and "XID 79" in banner, banner
+    assert "Ray still schedules here (--on-device-loss report)" in banner, banner
     driver.save_screenshot(os.path.join(ARTEFACTS, "node-page-unhealthy.png"))
     print(f"node page: GPU3 turned red {took * 1000:.0f} ms after the spec was edited")
 

@@ -214,6 +214,28 @@
   let lastSnap = null;
   let lastLabels = [];
 
+  // Devices lost since the agent started, and what Ray was told (serve --on-device-loss): a
+  // banner above the page while there are any.
+  const pollDeviceLoss = view.coalesced(async () => {
+    if (api !== "/api") return;
+    const got = await view.json("/api/ray");
+    const banner = $("device-loss");
+    banner.hidden = !got.lost || got.lost.length === 0;
+    if (banner.hidden) return;
+    const lost = got.lost.map((d) => d.resource + " " + d.id + ": " + d.reason).join("; ");
+    let ray = "Ray still schedules here (--on-device-loss report)";
+    if (got.drain && got.drain.accepted) {
+      ray = "Ray's GCS is draining this node since " +
+          new Date(got.drain.accepted_unix_ms).toLocaleTimeString() +
+          ": no new work lands here, running work finishes";
+    } else if (got.drain) {
+      ray = "asking Ray to drain this node (attempt " + got.drain.attempts + ")" +
+          (got.drain.error ? ": " + got.drain.error : "");
+    }
+    banner.replaceChildren(el("strong", {}, "Lost after start: "), lost, el("div", {}, ray));
+    banner.dataset.drained = got.drain && got.drain.accepted ? "yes" : "no";
+  }, () => {});
+
   let shown = "";  // the snapshot drawn, as text: a redraw only when something changed
   let pictures = 0;
   // Plugin name -> its newest conformance report: the agent's (a sink's node pages have none).
@@ -246,7 +268,10 @@
     $("generation").textContent = "generation " + snap.generation;
     document.body.dataset.generation = snap.generation;
   }, (message) => { $("generation").textContent = message; });
-  refresh().then(pollTelemetry);
-  view.follow(api + "/events", refresh);
-  if (api === "/api") setInterval(pollTelemetry, 3000);
+  refresh().then(pollTelemetry).then(pollDeviceLoss);
+  view.follow(api + "/events", () => refresh().then(pollDeviceLoss));
+  if (api === "/api") {
+    setInterval(pollTelemetry, 3000);
+    setInterval(pollDeviceLoss, 3000);
+  }
 })();
