@@ -144,6 +144,12 @@ inline void ExplainNoDevices(const rayaccel_host_api* host, const rayaccel_sink*
   Log(host, RAYACCEL_LOG_INFO, std::string("0 devices: ").append(why));
 }
 
+// Every field of a sample (ABI 1.6), for a plugin that can say nothing at all.
+inline constexpr uint32_t kEverySampleField = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                                              RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                                              RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES |
+                                              RAYACCEL_SAMPLE_LINK_ERRORS;
+
 // get_telemetry's last step: for each field no device's sample held (`known`, the union of
 // their bits), the reason a device gave (`why`, by RAYACCEL_SAMPLE_* bit), said once.
 inline void ExplainUnknownFields(const rayaccel_sink* sink, uint32_t known,

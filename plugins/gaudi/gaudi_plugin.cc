@@ -1,7 +1,7 @@
 // The Gaudi plugin: Intel Gaudi accelerators from the habanalabs driver's sysfs, addressed by
 // module id as Ray's HPU manager and HABANA_VISIBLE_MODULES do (docs/gaudi.md). Needs no
-// Habana software; where libhlml.so is installed it adds serial numbers and critical-error
-// events. Config keys:
+// Habana software; where libhlml.so is installed it adds serial numbers, critical-error events
+// and telemetry. Config keys:
 //   sysfs_root     where sysfs starts (default /sys)
 //   hlml_library   libhlml.so to load (default: libhlml.so, then /usr/lib/habanalabs/libhlml.so)
 #include <dlfcn.h>
@@ -18,22 +18,24 @@
 #include "common/plugin_util.h"
 #include "gaudi/gaudi_host.h"
 #include "gaudi/hlml.h"
+#include "gaudi/hlml_telemetry.h"
 
 namespace rayaccel::gaudi {
 
 // libhlml.so, loaded at the first discovery. Optional: without it, health is the driver's
 // status file alone.
 struct Hlml {
-#define RAYACCEL_HLML_FUNCTIONS(X)                                                         \
-  X(hlml_init)                                                                             \
-  X(hlml_shutdown)                                                                         \
-  X(hlml_device_get_count)                                                                 \
-  X(hlml_device_get_handle_by_index) X(hlml_device_get_pci_info) X(hlml_device_get_serial) \
-      X(hlml_event_set_create) X(hlml_event_set_free) X(hlml_device_register_events)       \
-          X(hlml_event_set_wait)
+#define RAYACCEL_HLML_FUNCTIONS(X)                                               \
+  X(hlml_init)                                                                   \
+  X(hlml_shutdown)                                                               \
+  X(hlml_device_get_count)                                                       \
+  X(hlml_device_get_handle_by_index)                                             \
+  X(hlml_device_get_pci_info) X(hlml_device_get_serial) X(hlml_event_set_create) \
+      X(hlml_event_set_free) X(hlml_device_register_events) X(hlml_event_set_wait)
 #define RAYACCEL_HLML_MEMBER(f) decltype(&::f) f = nullptr;
   RAYACCEL_HLML_FUNCTIONS(RAYACCEL_HLML_MEMBER)
 #undef RAYACCEL_HLML_MEMBER
+  HlmlTelemetryCalls telemetry;  // optional: an older libhlml.so may lack them
   void* handle = nullptr;
   bool initialized = false;
   hlml_event_set_t events = nullptr;
@@ -151,6 +153,7 @@ void LoadHlml(rayaccel_plugin_instance* self) {
     return;
   }
   h.initialized = true;
+  h.telemetry = LoadHlmlTelemetry(h.handle);
   unsigned count = 0;
   if (h.hlml_device_get_count(&count) != HLML_SUCCESS) count = 0;
   for (unsigned i = 0; i < count; ++i) {
@@ -315,6 +318,38 @@ rayaccel_status WaitHealthEvents(rayaccel_plugin_instance* self, rayaccel_health
   });
 }
 
+// Each accelerator's sample from HLML, by module id; without libhlml.so every field is unknown
+// (the driver's sysfs holds no utilization or memory use).
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    LoadHlml(self);
+    Hlml& h = self->hlml;
+    if (!h.initialized) {
+      sink->explain_unknown(sink->host_context, plugin::kEverySampleField,
+                            Str("no libhlml.so: the habanalabs driver's sysfs has no telemetry"));
+      return RAYACCEL_STATUS_OK;
+    }
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why;
+    for (const Accelerator& a : self->scan.accelerators) {
+      auto handle = std::find_if(h.bus_ids.begin(), h.bus_ids.end(),
+                                 [&](const auto& entry) { return entry.second == a.pci.bus_id; });
+      if (handle == h.bus_ids.end()) continue;  // HLML does not list it: no sample
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = a.module_id;
+      if (!SampleAip(h.telemetry, handle->first, &s, &why)) continue;
+      known |= s.known;
+      rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+    }
+    plugin::ExplainUnknownFields(sink, known, why);
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
 // The box's all-to-all scale-up links between accelerators of one generation, and the box as
 // a domain.
 rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
@@ -370,7 +405,8 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"gaudi", 5},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_HEALTH_EVENTS |
+        RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -382,7 +418,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,  // Ray's HPU takes any whole number
     &PrepareAllocation,
     /*transport=*/nullptr,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

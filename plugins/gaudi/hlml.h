@@ -56,6 +56,47 @@ typedef struct hlml_event_data {
   unsigned long long event_type;
 } hlml_event_data_t;
 
+/* Telemetry (hlml_device_get_*). Units as HLML documents them: memory in bytes, power in mW,
+ * temperature in degrees C. */
+typedef struct hlml_utilization {
+  unsigned int aip; /* percent of the last period the AIP (the chip's compute) was busy */
+} hlml_utilization_t;
+
+typedef struct hlml_memory {
+  unsigned long long free;
+  unsigned long long total;
+  unsigned long long used;
+} hlml_memory_t;
+
+typedef enum hlml_temperature_sensors {
+  HLML_TEMPERATURE_ON_AIP = 0,
+  HLML_TEMPERATURE_ON_BOARD = 1,
+  HLML_TEMPERATURE_OTHER = 2
+} hlml_temperature_sensors_t;
+
+typedef enum hlml_memory_error_type {
+  HLML_MEMORY_ERROR_TYPE_CORRECTED = 0, /* HLML answers HLML_ERROR_NOT_SUPPORTED */
+  HLML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+} hlml_memory_error_type_t;
+
+typedef enum hlml_ecc_counter_type {
+  HLML_VOLATILE_ECC = 0, /* since the driver loaded */
+  HLML_AGGREGATE_ECC = 1
+} hlml_ecc_counter_type_t;
+
+typedef enum hlml_row_replacement_cause {
+  HLML_ROW_REPLACEMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0,
+  HLML_ROW_REPLACEMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+} hlml_row_replacement_cause_t;
+
+typedef struct hlml_row_address {
+  unsigned char hbm_idx;
+  unsigned char pc;
+  unsigned char sid;
+  unsigned char bank_idx;
+  unsigned short row_addr;
+} hlml_row_address_t;
+
 hlml_return_t hlml_init(void);
 hlml_return_t hlml_shutdown(void);
 hlml_return_t hlml_device_get_count(unsigned int* device_count);
@@ -68,6 +109,21 @@ hlml_return_t hlml_device_register_events(hlml_device_t device, unsigned long lo
                                           hlml_event_set_t set);
 hlml_return_t hlml_event_set_wait(hlml_event_set_t set, hlml_event_data_t* data,
                                   unsigned int timeout_ms);
+hlml_return_t hlml_device_get_utilization_rates(hlml_device_t device,
+                                                hlml_utilization_t* utilization);
+hlml_return_t hlml_device_get_memory_info(hlml_device_t device, hlml_memory_t* memory);
+hlml_return_t hlml_device_get_power_usage(hlml_device_t device, unsigned int* power);
+hlml_return_t hlml_device_get_temperature(hlml_device_t device,
+                                          hlml_temperature_sensors_t sensor_type,
+                                          unsigned int* temp);
+hlml_return_t hlml_device_get_total_ecc_errors(hlml_device_t device,
+                                               hlml_memory_error_type_t error_type,
+                                               hlml_ecc_counter_type_t counter_type,
+                                               unsigned long long* ecc_counts);
+/* With addresses NULL: the count alone. */
+hlml_return_t hlml_device_get_replaced_rows(hlml_device_t device,
+                                            hlml_row_replacement_cause_t cause,
+                                            unsigned int* row_count, hlml_row_address_t* addresses);
 
 #ifdef __cplusplus
 } /* extern "C" */

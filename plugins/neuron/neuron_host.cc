@@ -109,4 +109,32 @@ NeuronScan FindNeuronDevices(const std::string& sysfs_root, const std::string& d
   return scan;
 }
 
+std::optional<uint64_t> CoreDeviceMemoryUsed(const std::string& sysfs_root, uint32_t device,
+                                             uint32_t core, std::string* why) {
+  const std::string dir = sysfs_root + "/class/neuron_device/neuron" + std::to_string(device) +
+                          "/neuron_core" + std::to_string(core) + "/stats/memory_usage/device_mem";
+  if (!plugin::IsDirectory(dir)) {
+    *why = "no neuron_core<k>/stats/memory_usage/device_mem in the driver's sysfs";
+    return std::nullopt;
+  }
+  uint64_t used = 0;
+  for (const std::string& category : plugin::Entries(dir)) {
+    std::optional<std::string> line = plugin::ReadLine(dir + "/" + category + "/total");
+    if (!line) continue;  // not a counter folder
+    std::optional<uint64_t> n = plugin::ParseUnsigned(*line);
+    if (!n || *n > (uint64_t{1} << 50) || used + *n < used) {
+      *why = "device_mem/" + category + "/total: \"" + line->substr(0, 32) + "\" is not a size";
+      return std::nullopt;
+    }
+    used += *n;
+  }
+  return used;
+}
+
+uint64_t DeviceHbmBytes(const std::string& device_name) {
+  if (device_name == "Trainium1" || device_name == "Inferentia2") return uint64_t{32} << 30;
+  if (device_name == "Trainium2") return uint64_t{96} << 30;
+  return 0;
+}
+
 }  // namespace rayaccel::neuron

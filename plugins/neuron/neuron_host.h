@@ -6,6 +6,7 @@
 #define RAYACCEL_PLUGINS_NEURON_NEURON_HOST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ struct NeuronScan {
 // core_count file, else (that file is readable by root only) from its neuron_core<k> metrics
 // folders, else from its architecture (2 for NDv1 and NDv2).
 NeuronScan FindNeuronDevices(const std::string& sysfs_root, const std::string& dev_root);
+
+// The device memory a NeuronCore's runtime holds now: the driver's per-core counters
+// neuron_core<k>/stats/memory_usage/device_mem/<category>/total (bytes in use, one per
+// category: tensors, model_code, runtime_memory, ...) summed. nullopt, with why, when the
+// folder is absent (a driver without metrics) or a counter is not a number.
+std::optional<uint64_t> CoreDeviceMemoryUsed(const std::string& sysfs_root, uint32_t device,
+                                             uint32_t core, std::string* why);
+
+// A Neuron device's HBM from its name (info/architecture/device_name), as AWS documents each
+// chip: Trainium1 and Inferentia2 32 GiB, Trainium2 96 GiB; 0 when unknown.
+uint64_t DeviceHbmBytes(const std::string& device_name);
 
 // "12, 3, 4, 1\n" -> {12, 3, 4, 1}; a malformed entry makes it nullopt-like: `ok` false.
 std::vector<uint32_t> ParseConnectedDevices(const std::string& text, bool* ok);

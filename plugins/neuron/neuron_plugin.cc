@@ -7,9 +7,11 @@
 // Neuron runtime or tools. Config keys:
 //   sysfs_root  where sysfs starts (default /sys)
 //   dev_root    where device nodes live (default /dev)
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -157,12 +159,57 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
+// Each NeuronCore's device memory in use, from the driver's per-core counters, against its
+// share of the chip's HBM. The driver keeps no utilization (neuron-monitor derives it from the
+// runtime), reports power as a percent of the chip's maximum, not in milliwatts, has no
+// temperature, and counts uncorrected ECC errors only: those stay unknown, said once.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    const std::map<uint32_t, uint32_t> first = FirstCores(self->scan);
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why = {
+        {RAYACCEL_SAMPLE_UTILIZATION,
+         "the Neuron driver's sysfs keeps no utilization (neuron-monitor derives it)"},
+        {RAYACCEL_SAMPLE_POWER,
+         "the Neuron driver reports power as a percent of the chip's maximum, not in mW"},
+        {RAYACCEL_SAMPLE_TEMPERATURE, "the Neuron driver's sysfs has no temperature"},
+        {RAYACCEL_SAMPLE_ECC, "the Neuron driver's sysfs counts uncorrected ECC errors only"},
+        {RAYACCEL_SAMPLE_RETIRED_PAGES, "the Neuron driver's sysfs has no retired pages"},
+        {RAYACCEL_SAMPLE_LINK_ERRORS, "the Neuron driver's sysfs has no NeuronLink error count"}};
+    for (const NeuronDevice& d : self->scan.devices) {
+      const uint64_t hbm = DeviceHbmBytes(d.device_name);
+      for (uint32_t k = 0; k < d.core_count; ++k) {
+        rayaccel_device_sample s{};
+        s.struct_size = sizeof(s);
+        s.device_index = first.at(d.index) + k;
+        std::string reason;
+        std::optional<uint64_t> used = CoreDeviceMemoryUsed(self->sysfs_root, d.index, k, &reason);
+        if (used && hbm != 0) {
+          s.known |= RAYACCEL_SAMPLE_MEMORY;
+          s.memory_used_bytes = std::min(*used, hbm / d.core_count);
+          s.memory_total_bytes = hbm / d.core_count;
+        } else {
+          why.emplace(RAYACCEL_SAMPLE_MEMORY,
+                      used ? "no HBM size known for \"" + d.device_name + "\"" : reason);
+        }
+        known |= s.known;
+        rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+        if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+      }
+    }
+    plugin::ExplainUnknownFields(sink, known, why);
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"neuron", 6},
-    RAYACCEL_CAP_TOPOLOGY,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -176,7 +223,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     /*prepare_allocation=*/nullptr,
     /*transport=*/nullptr,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

@@ -195,6 +195,65 @@ TEST(GaudiPlugin, AnHlmlThatCannotStartLeavesSysfsHealth) {
   unsetenv("FAKE_HLML_FIXTURE");
 }
 
+// get_telemetry from HLML (the tests' libhlml.so, whose busy devices' values move over time):
+// utilization, memory, power and the AIP's temperature by module id, rows replaced; the ECC
+// pair unknown (HLML has no corrected count), said once; a power reading the library does not
+// support on one device leaves that field out there alone. Without libhlml.so, every field
+// is explained and no device is sampled.
+TEST(GaudiPlugin, TelemetryFromHlml) {
+  setenv("FAKE_HLML_FIXTURE", Fixture("fake-hlml/hls2.json").c_str(), 1);
+  RegistryOptions options;
+  options.plugins = {GaudiPlugin()};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["gaudi"]["sysfs_root"] = Fixture("gaudi/hls2/sys");
+  options.config["gaudi"]["hlml_library"] = RAYACCEL_FAKE_HLML;
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  Telemetry t = (*registry)->SampleTelemetry();
+  ASSERT_EQ(t.plugins.size(), 1u);
+  EXPECT_EQ(t.plugins[0].error, "");
+  EXPECT_TRUE(t.plugins[0].problems.empty());
+  ASSERT_EQ(t.devices.size(), 8u);
+  auto by_bus = [&](const std::string& bus) -> const DeviceSample& {
+    auto s = (*registry)->snapshot();
+    for (const DeviceSample& d : t.devices) {
+      for (const Device& dev : s->devices) {
+        if (dev.id == d.device_id && dev.pci_bus_id == bus) return d;
+      }
+    }
+    ADD_FAILURE() << "no sample for " << bus;
+    return t.devices[0];
+  };
+  const uint32_t read = RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                        RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                        RAYACCEL_SAMPLE_RETIRED_PAGES;
+  const DeviceSample& busy = by_bus("0000:33:00.0");  // HLML's third: 50% at start
+  EXPECT_EQ(busy.known, read);
+  EXPECT_GE(busy.utilization_percent, 50u);
+  EXPECT_EQ(busy.memory_total_bytes, 96ull << 30);
+  EXPECT_GE(busy.memory_used_bytes, 24ull << 30);
+  EXPECT_GE(busy.power_mw, 140000u + 3000u * 50u);
+  EXPECT_GE(busy.temperature_c, 37 + 12);
+  EXPECT_EQ(busy.retired_pages, 2u);
+  EXPECT_EQ(by_bus("0000:4d:00.0").known, read & ~RAYACCEL_SAMPLE_POWER);
+  EXPECT_EQ(by_bus("0000:cc:00.0").utilization_percent, 0u);  // idle
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_ECC),
+            "hlml_device_get_total_ecc_errors (corrected): not supported");
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_POWER), 0u) << "other devices had power";
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_LINK_ERRORS), 1u);
+
+  options.config["gaudi"]["hlml_library"] = "/nonexistent/libhlml.so";
+  registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok());
+  t = (*registry)->SampleTelemetry();
+  EXPECT_TRUE(t.devices.empty());
+  ASSERT_EQ(t.plugins[0].unknown.size(), 1u);  // one reason for every field
+  EXPECT_EQ(t.plugins[0].unknown.begin()->first, 0x7fu);
+  EXPECT_NE(t.plugins[0].unknown.begin()->second.find("no libhlml.so"), std::string::npos);
+  unsetenv("FAKE_HLML_FIXTURE");
+}
+
 TEST(GaudiPlugin, ReachesTierTwo) {
   testing::CommandResult r =
       testing::Run({RAYACCEL_CONFORMANCE, GaudiPlugin(), "--config",

@@ -2,6 +2,8 @@
 // (tests/fixtures/neuron, where each fact came from is in SOURCES.md): what Ray's own
 // NeuronAcceleratorManager gives (neuron_cores counted per NeuronCore, aws-neuron-core,
 // NEURON_RT_VISIBLE_CORES as comma-separated core numbers), and the wiring Ray does not see.
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -134,6 +136,49 @@ TEST(NeuronPlugin, LiesAndDamageInTheDriversFilesCostOnlyWhatTheyTouch) {
   EXPECT_EQ(s->ray.resources.at("neuron_cores"), 4);
   // Neither wiring list is believed: one has a bad entry, the other an overflow.
   for (const Link& l : s->links) EXPECT_NE(l.type_name, "NeuronLink");
+}
+
+// get_telemetry from the driver's per-core memory counters: each category's bytes in use
+// summed, against the core's share of the chip's HBM (Trainium1: 32 GiB for 2 cores); a core
+// without counters has no memory value; what the driver cannot say is explained once.
+TEST(NeuronPlugin, TelemetryIsEachCoresDeviceMemory) {
+  auto registry = Neuron("trn1-32xlarge");
+  Telemetry t = registry->SampleTelemetry();
+  ASSERT_EQ(t.plugins.size(), 1u);
+  EXPECT_EQ(t.plugins[0].error, "");
+  ASSERT_EQ(t.devices.size(), 32u);
+  EXPECT_EQ(t.devices[0].known, RAYACCEL_SAMPLE_MEMORY);
+  EXPECT_EQ(t.devices[0].memory_used_bytes, (4ull << 30) + (512ull << 20) + (64ull << 20));
+  EXPECT_EQ(t.devices[0].memory_total_bytes, 16ull << 30);
+  EXPECT_EQ(t.devices[1].memory_used_bytes, (2ull << 30) + (576ull << 20));
+  EXPECT_EQ(t.devices[2].known, RAYACCEL_SAMPLE_MEMORY);  // neuron1 core 0: idle
+  EXPECT_EQ(t.devices[2].memory_used_bytes, 0u);
+  EXPECT_EQ(t.devices[3].known, 0u);  // no counters
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_MEMORY), 0u);
+  EXPECT_EQ(t.plugins[0].unknown.size(), 6u);
+  EXPECT_NE(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_POWER).find("percent"), std::string::npos);
+
+  // A counter that is not a size costs that core its value only.
+  std::string root = testing::MakeTempDir("neuron-telemetry");
+  std::filesystem::copy(
+      Fixture("neuron/trn1-32xlarge"), root,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  std::ofstream(root +
+                "/sys/devices/virtual/neuron_device/neuron0/neuron_core1/stats/memory_usage/"
+                "device_mem/tensors/total")
+      << "-5\n";
+  RegistryOptions options;
+  options.plugins = {std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-neuron.so"};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["neuron"]["sysfs_root"] = root + "/sys";
+  options.config["neuron"]["dev_root"] = root + "/dev";
+  auto damaged = Registry::Create(options);
+  ASSERT_TRUE(damaged.ok());
+  t = (*damaged)->SampleTelemetry();
+  EXPECT_EQ(t.devices[0].known, RAYACCEL_SAMPLE_MEMORY);
+  EXPECT_EQ(t.devices[1].known, 0u);
+  EXPECT_TRUE(t.plugins[0].problems.empty());
 }
 
 TEST(NeuronPlugin, ADriverWithoutDevicesGivesNothingAndSaysSo) {
