@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator, Optional, Sequence
 
 from .errors import Error, _from_status
-from .types import Allocation, Device, Domain, Link, NodeSnapshot, PluginStatus, _frozen_map
+from .types import (Allocation, Device, DeviceSample, Domain, Link, NodeSnapshot,
+                    PluginStatus, PluginTelemetry, Telemetry, _frozen_map)
 
 try:
     import grpc
@@ -20,6 +21,33 @@ _HEALTH = {0: "unknown", 1: "healthy", 2: "unhealthy"}
 _LINKS = {0: "unspecified", 1: "pcie", 2: "nvlink", 3: "xgmi", 4: "ici", 5: "scale-out",
           6: "other"}
 _PCIE = {0: "", 1: "PIX", 2: "PXB", 3: "PHB", 4: "NODE", 5: "SYS"}
+# plugin.h's RAYACCEL_SAMPLE_* bits, named as Registry.telemetry() names them.
+_SAMPLE_FIELDS = {1: "utilization_percent", 2: "memory", 4: "power_mw", 8: "temperature_c",
+                  16: "ecc", 32: "retired_pages", 64: "link_errors"}
+
+
+def telemetry_from_proto(t: "agent_pb2.Telemetry") -> Telemetry:
+    """The agent's GetTelemetry answer as Registry.telemetry() gives it: None where a
+    device's driver cannot say."""
+    def sample(d):
+        def maybe(bit, value):
+            return value if d.known & bit else None
+        return DeviceSample(
+            device_id=d.device_id, plugin=d.plugin, index=d.index,
+            utilization_percent=maybe(1, d.utilization_percent),
+            memory_used_bytes=maybe(2, d.memory_used_bytes),
+            memory_total_bytes=maybe(2, d.memory_total_bytes), power_mw=maybe(4, d.power_mw),
+            temperature_c=maybe(8, d.temperature_c), ecc_corrected=maybe(16, d.ecc_corrected),
+            ecc_uncorrected=maybe(16, d.ecc_uncorrected),
+            retired_pages=maybe(32, d.retired_pages), link_errors=maybe(64, d.link_errors))
+
+    def plugin(p):
+        unknown = {name: why for bits, why in p.unknown.items()
+                   for bit, name in _SAMPLE_FIELDS.items() if bits & bit}
+        return PluginTelemetry(name=p.plugin, error=p.error, seconds=p.seconds,
+                               unknown=_frozen_map(unknown), problems=tuple(p.problems))
+    return Telemetry(unix_ms=t.unix_ms, devices=tuple(sample(d) for d in t.devices),
+                     plugins=tuple(plugin(p) for p in t.plugins))
 
 
 def _target(address: str) -> str:
@@ -130,6 +158,12 @@ class AgentClient:
         r = self._call("GetPluginStatus", agent_pb2.GetPluginStatusRequest(name=name),
                        agent_pb2.GetPluginStatusResponse)
         return snapshot_from_proto(snapshot_pb2.NodeSnapshot(plugins=r.plugins)).plugins
+
+    def telemetry(self) -> Telemetry:
+        """What each device is doing now, as Registry.telemetry(); the agent samples at most
+        once a second, whoever asks."""
+        return telemetry_from_proto(self._call("GetTelemetry", agent_pb2.GetTelemetryRequest(),
+                                               agent_pb2.Telemetry))
 
     def preferred_allocation(self, size: int, available: Sequence[str] = (),
                              must_include: Sequence[str] = (), resource: str = "") -> Allocation:

@@ -251,4 +251,18 @@ grpc::ServerUnaryReactor* RegistryService::GetPluginStatus(
   return Done(context, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* RegistryService::GetTelemetry(grpc::CallbackServerContext* context,
+                                                        const v1::GetTelemetryRequest* /*request*/,
+                                                        v1::Telemetry* response) {
+  if (grpc::Status st = Authorize(*context); !st.ok()) return Done(context, st);
+  std::lock_guard<std::mutex> lock(telemetry_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (telemetry_.unix_ms() == 0 || now - telemetry_at_ >= std::chrono::seconds(1)) {
+    telemetry_ = ToProto(registry_->SampleTelemetry());
+    telemetry_at_ = std::chrono::steady_clock::now();
+  }
+  *response = telemetry_;
+  return Done(context, grpc::Status::OK);
+}
+
 }  // namespace rayaccel::rpc

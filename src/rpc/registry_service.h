@@ -19,10 +19,10 @@ namespace rayaccel::rpc {
 
 namespace internal {
 using R = v1::AcceleratorRegistry;
-using RegistryServiceBase =
-    R::WithRawCallbackMethod_GetSnapshot<R::WithRawCallbackMethod_WatchSnapshots<
-        R::WithCallbackMethod_PreferredAllocation<R::WithCallbackMethod_PrepareAllocation<
-            R::WithCallbackMethod_GetPluginStatus<R::Service>>>>>;
+using RegistryServiceBase = R::WithRawCallbackMethod_GetSnapshot<
+    R::WithRawCallbackMethod_WatchSnapshots<R::WithCallbackMethod_PreferredAllocation<
+        R::WithCallbackMethod_PrepareAllocation<R::WithCallbackMethod_GetPluginStatus<
+            R::WithCallbackMethod_GetTelemetry<R::Service>>>>>>;
 }  // namespace internal
 
 class RegistryService final : public internal::RegistryServiceBase {
@@ -55,6 +55,11 @@ class RegistryService final : public internal::RegistryServiceBase {
   grpc::ServerUnaryReactor* GetPluginStatus(grpc::CallbackServerContext* context,
                                             const v1::GetPluginStatusRequest* request,
                                             v1::GetPluginStatusResponse* response) override;
+  // The registry's telemetry, sampled at most once a second (callers in between share it; one
+  // sample at a time, so a flood of callers costs the plugins nothing more).
+  grpc::ServerUnaryReactor* GetTelemetry(grpc::CallbackServerContext* context,
+                                         const v1::GetTelemetryRequest* request,
+                                         v1::Telemetry* response) override;
 
   // Ends every watch stream with UNAVAILABLE ("the agent is stopping") and refuses new ones,
   // so that a draining server need not wait for watchers to go away by themselves.
@@ -85,6 +90,9 @@ class RegistryService final : public internal::RegistryServiceBase {
 
   Registry* registry_;
   Options options_;
+  std::mutex telemetry_mu_;  // one sample at a time
+  std::chrono::steady_clock::time_point telemetry_at_;
+  v1::Telemetry telemetry_;  // the last sample, guarded by telemetry_mu_
   std::mutex latest_mu_;
   std::shared_ptr<const Wire> latest_;
   mutable std::mutex watchers_mu_;  // taken before any Watcher's own lock

@@ -192,4 +192,34 @@ absl::StatusOr<NodeSnapshot> FromProto(const v1::NodeSnapshot& q) {
   return s;
 }
 
+v1::Telemetry ToProto(const Telemetry& telemetry) {
+  v1::Telemetry out;
+  out.set_unix_ms(telemetry.unix_ms);
+  for (const DeviceSample& d : telemetry.devices) {
+    v1::DeviceSample* s = out.add_devices();
+    s->set_device_id(d.device_id);
+    s->set_plugin(d.plugin);
+    s->set_index(d.index);
+    s->set_known(d.known);
+    s->set_utilization_percent(d.utilization_percent);
+    s->set_power_mw(d.power_mw);
+    s->set_memory_used_bytes(d.memory_used_bytes);
+    s->set_memory_total_bytes(d.memory_total_bytes);
+    s->set_temperature_c(d.temperature_c);
+    s->set_ecc_corrected(d.ecc_corrected);
+    s->set_ecc_uncorrected(d.ecc_uncorrected);
+    s->set_retired_pages(d.retired_pages);
+    s->set_link_errors(d.link_errors);
+  }
+  for (const PluginTelemetry& p : telemetry.plugins) {
+    v1::PluginTelemetry* t = out.add_plugins();
+    t->set_plugin(p.plugin);
+    t->set_error(p.error);
+    for (const auto& [bits, why] : p.unknown) (*t->mutable_unknown())[bits] = why;
+    for (const std::string& problem : p.problems) t->add_problems(problem);
+    t->set_seconds(p.seconds);
+  }
+  return out;
+}
+
 }  // namespace rayaccel::rpc

@@ -4,11 +4,13 @@
 
 #include "absl/status/statusor.h"
 #include "rayaccel/registry.h"
+#include "rayaccel/v1/agent.pb.h"
 #include "rayaccel/v1/snapshot.pb.h"
 
 namespace rayaccel::rpc {
 
 v1::NodeSnapshot ToProto(const NodeSnapshot& snapshot);
+v1::Telemetry ToProto(const Telemetry& telemetry);
 
 // Checks what it reads (positions in range, known enum values), since the bytes may come
 // from a peer: a malformed message is an error, never a crash.

@@ -356,6 +356,32 @@ TEST_F(AgentServiceTest, PluginStatus) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+// GetTelemetry: the sim plugin's samples, one per device; callers within a second share one
+// sample (the same unix_ms), so a flood of callers costs the plugins nothing more.
+TEST_F(AgentServiceTest, TelemetryIsSampledAtMostOnceASecond) {
+  Start();
+  auto stub = Connect();
+  v1::Telemetry first, again;
+  grpc::ClientContext context, context_again;
+  ASSERT_TRUE(stub->GetTelemetry(&context, {}, &first).ok());
+  ASSERT_EQ(first.devices_size(), 8);
+  ASSERT_EQ(first.plugins_size(), 1);
+  EXPECT_EQ(first.plugins(0).plugin(), "sim");
+  EXPECT_EQ(first.plugins(0).error(), "");
+  const v1::DeviceSample& d = first.devices(0);
+  EXPECT_EQ(d.plugin(), "sim");
+  EXPECT_NE(d.known() & RAYACCEL_SAMPLE_MEMORY, 0u);
+  EXPECT_GT(d.memory_total_bytes(), 0u);
+  EXPECT_FALSE(d.device_id().empty());
+  ASSERT_TRUE(stub->GetTelemetry(&context_again, {}, &again).ok());
+  EXPECT_EQ(again.unix_ms(), first.unix_ms());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  grpc::ClientContext later_context;
+  v1::Telemetry later;
+  ASSERT_TRUE(stub->GetTelemetry(&later_context, {}, &later).ok());
+  EXPECT_GT(later.unix_ms(), first.unix_ms());
+}
+
 TEST_F(AgentServiceTest, EveryCallNeedsTheToken) {
   const std::string dir = TempDir();
   const std::string token_file = dir + "/token";
@@ -379,6 +405,11 @@ TEST_F(AgentServiceTest, EveryCallNeedsTheToken) {
     auto reader = stub->WatchSnapshots(&watch_context, {});
     EXPECT_FALSE(reader->Read(&s));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << sent;
+    grpc::ClientContext telemetry_context;
+    if (*sent != '\0') telemetry_context.AddMetadata("authorization", sent);
+    v1::Telemetry t;
+    EXPECT_EQ(stub->GetTelemetry(&telemetry_context, {}, &t).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   grpc::ClientContext context;
   context.AddMetadata("authorization", "Bearer s3cret-token");

@@ -76,6 +76,25 @@ def test_the_same_snapshot_as_the_local_registry(agent):
         assert remote.resources == local.resources and remote.labels == local.labels
 
 
+def test_telemetry_is_the_local_registrys_shape(agent):
+    """GetTelemetry over gRPC reads as Registry.telemetry() does: the same devices, the same
+    fields known (None where unknown), the same reasons by field name."""
+    _, address, spec = agent
+    with AgentClient(address, token="py-token-123") as c, \
+            rayaccel.Registry(plugins=[plugin("sim")], host_topology=False,
+                              config={"sim.spec": str(spec)}) as r:
+        remote, local = c.telemetry(), r.telemetry()
+        assert [d.device_id for d in remote.devices] == [d.device_id for d in local.devices]
+        assert len(remote.devices) == 8 and remote.unix_ms > 0
+        for a, b in zip(remote.devices, local.devices):
+            for field in ("utilization_percent", "memory_total_bytes", "power_mw",
+                          "temperature_c", "ecc_corrected", "link_errors"):
+                assert (getattr(a, field) is None) == (getattr(b, field) is None), field
+            assert a.memory_total_bytes == b.memory_total_bytes and a.index == b.index
+        assert [p.name for p in remote.plugins] == ["sim"]
+        assert dict(remote.plugins[0].unknown) == dict(local.plugins[0].unknown)
+
+
 def test_watch_follows_a_health_change(agent):
     _, address, spec = agent
     with AgentClient(address, token="py-token-123") as c:
