@@ -23,7 +23,8 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libabsl-dev libspdlog-dev libgt
                 libfabric-dev libfabric-bin \
                 python3-prometheus-client chromium chromium-driver python3-selenium curl \
                 pybind11-dev python3-pybind11 python3-dev python3-venv python3-pytest python3-numpy \
-                python3-grpcio python3-protobuf libssl-dev python3-torch python3-scipy dpkg-dev
+                python3-grpcio python3-protobuf libssl-dev python3-torch python3-scipy dpkg-dev \
+                python3-requests python3-cryptography python3-six python3-attr
 
 # libFuzzer needs clang and its runtime; only `make fuzz` installs them.
 FUZZ_DEB_PACKAGES := clang-14 libclang-rt-14-dev

@@ -17,6 +17,10 @@ address (unix:PATH, tcp://HOST:PORT, an absolute path) asks that agent; "0" (or 
 "no", "off") keeps Ray's own managers in the processes started with it. Without the variable
 this costs one lookup and imports nothing.
 
+With the variable, Ray's dashboard agent also reports rayaccel's devices in Ray's own GPU
+metrics (ray_node_gpus_utilization, ...) where Ray's NVIDIA and AMD providers find none
+(rayaccel/_gpu_provider.py).
+
 Whatever the variable says, rayaccel's RDT transports (RAYACCEL, RAYACCEL_NUMPY) join Ray's
 lazily registered ones in every process, right after Ray's ray.experimental.rdt.util loads
 (an actor Ray restarts can use them again). That imports nothing until a process uses RDT.
@@ -28,6 +32,7 @@ import sys
 VARIABLE = "RAYACCEL_RAY_MANAGERS"
 _ACCELERATORS = "ray._private.accelerators"
 _RDT_UTIL = "ray.experimental.rdt.util"
+_GPU_PROVIDERS = "ray.dashboard.modules.reporter.gpu_providers"
 
 
 def _install() -> None:
@@ -144,6 +149,19 @@ class _AfterRays:
         return spec
 
 
+# Ray's dashboard agent reports GPU metrics from gpu_providers.py's providers, NVIDIA's and
+# AMD's; rayaccel's joins them there (rayaccel/_gpu_provider.py), last, so Ray's stay where
+# they find GPUs.
+def _add_gpu_provider(module) -> None:
+    try:
+        from rayaccel._gpu_provider import add_to
+        add_to(module)
+    except Exception as e:  # Ray's own providers stay
+        import logging
+        logging.getLogger("rayaccel").warning(
+            "rayaccel's devices are not in Ray's GPU metrics: %s: %s", type(e).__name__, e)
+
+
 def _wanted() -> bool:
     """The variable set to something other than off ("", "0", "false", "no", "off")."""
     return os.environ.get(VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
@@ -152,6 +170,8 @@ def _wanted() -> bool:
 _steps = {}
 if _wanted() and _ACCELERATORS not in sys.modules:
     _steps[_ACCELERATORS] = lambda module: _install()
+if _wanted() and _GPU_PROVIDERS not in sys.modules:
+    _steps[_GPU_PROVIDERS] = _add_gpu_provider
 if _RDT_UTIL not in sys.modules:
     _steps[_RDT_UTIL] = _register_rdt_names
 if _steps:
