@@ -157,8 +157,8 @@ Options:
   --raylet-tls-ca FILE        connect to the sink with TLS, trusting this CA (serve)
   --rescan-interval SECONDS   rescan period (serve; default 60, 0: never)
   --telemetry-interval SECONDS
-                              how often serve --http samples each device's telemetry for
-                              /metrics and the page (default 5, 0: never)
+                              how often serve samples each device's telemetry for /metrics,
+                              the page (--http) and the sink (--raylet) (default 5, 0: never)
   --require RESOURCE=N        fail (exit 4, after printing) unless the node gives Ray at
                               least N of RESOURCE (discover, plugins, resources,
                               ray-start-args, topo); repeatable: a readiness check

@@ -165,8 +165,18 @@ int RunServe(ServeArgs args) {
   // Where it listens, whatever the log level: one line per listener.
   std::fprintf(stderr, "rayaccel serve: AcceleratorRegistry on %s\n", (*server)->target().c_str());
 
+  // Each device's telemetry, sampled on a thread of its own, for the HTTP view and the sink.
+  std::unique_ptr<web::TelemetryHistory> telemetry;
+  if (args.telemetry_interval_s > 0 && (!args.http.empty() || !args.raylet.empty())) {
+    telemetry = std::make_unique<web::TelemetryHistory>(
+        registry->get(), std::chrono::seconds(args.telemetry_interval_s));
+  }
+
   std::unique_ptr<rpc::Publisher> publisher;
   if (!args.raylet.empty()) {
+    if (telemetry != nullptr) {
+      publish.telemetry = [history = telemetry.get()] { return history->latest(); };
+    }
     publisher = std::make_unique<rpc::Publisher>(publish, registry->get());
     spdlog::info("serve: node {} session {}: publishing to {}",
                  args.node_id.empty() ? "(named by the sink)" : args.node_id, publisher->session(),
@@ -195,9 +205,7 @@ int RunServe(ServeArgs args) {
                  args.gcs_address);
   }
 
-  // The HTTP view: the node's page, its data, and /metrics (Prometheus), with each device's
-  // telemetry sampled on a thread of its own.
-  std::unique_ptr<web::TelemetryHistory> telemetry;
+  // The HTTP view: the node's page, its data, and /metrics (Prometheus).
   std::unique_ptr<web::HttpServer> http;
   if (!args.http.empty()) {
     rpc::RegistryService* served = service.get();
@@ -218,10 +226,6 @@ int RunServe(ServeArgs args) {
     };
     const web::HttpOptions options = HttpOptionsFor(args.http, args.server, token.get());
     web::RaiseOpenFilesLimitFor(options);
-    if (args.telemetry_interval_s > 0) {
-      telemetry = std::make_unique<web::TelemetryHistory>(
-          registry->get(), std::chrono::seconds(args.telemetry_interval_s));
-    }
     absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(
         options,
         web::AgentRoutes(registry->get(), counts, args.conformance_reports, telemetry.get()));
@@ -279,11 +283,11 @@ int RunServe(ServeArgs args) {
     }
   }
   http.reset();  // its routes read the service, the publisher, the telemetry and the loss watch
-  telemetry.reset();
   device_loss.reset();
   // Drain: the stream to the sink ends cleanly, clients' calls get a moment to finish, and
   // watchers are ended; then the registry (and its plugins) go.
   publisher.reset();
+  telemetry.reset();  // after the publisher, which reads it
   service->EndWatches();
   (*server)->Shutdown(std::chrono::system_clock::now() + kDrainTime);
   service.reset();

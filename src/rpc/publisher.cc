@@ -121,10 +121,20 @@ void Publisher::PublishOnce() {
     // again (the sink acks it as stale), because only a write reliably shows that a sink
     // process went away. A GOAWAY shows sooner, in the channel's state.
     uint64_t sent = snap->generation;
+    const bool telemetry = options_.telemetry && ack.takes_telemetry();
     auto heartbeat_at = std::chrono::steady_clock::now() + options_.heartbeat;
     while (ok && !stop_ && snap->generation <= sent &&
            std::chrono::steady_clock::now() < heartbeat_at) {
       ok = channel->GetState(false) == GRPC_CHANNEL_READY;
+      if (ok && telemetry) {
+        Telemetry sample = options_.telemetry();
+        if (sample.unix_ms > telemetry_sent_) {
+          v1::PublishRequest t;
+          *t.mutable_telemetry() = ToProto(sample);
+          ok = stream->Write(t);
+          telemetry_sent_ = sample.unix_ms;
+        }
+      }
       if (ok) snap = registry_->WaitForNewer(sent, kPoll);
     }
   }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,9 @@ struct PublisherOptions {
   std::chrono::milliseconds max_backoff{10000};
   // How long an idle stream goes without a write; bounds how late a restarted sink is noticed.
   std::chrono::milliseconds heartbeat{2000};
+  // The agent's newest telemetry sample (unix_ms 0: none yet), sent after the snapshot to a
+  // sink that takes it, each new sample once; unset: no telemetry is sent.
+  std::function<Telemetry()> telemetry;
   std::string token;           // sent as "authorization: Bearer <token>" when set
   std::string tls_root_certs;  // PEM: connect with TLS, trusting these CAs; empty: plain
 };
@@ -65,6 +69,7 @@ class Publisher {
   mutable std::mutex mu_;                   // guards context_ and node_id_
   grpc::ClientContext* context_ = nullptr;  // the live stream's, for cancelling on stop
   std::string node_id_;
+  int64_t telemetry_sent_ = 0;  // the newest sample sent (the publishing thread's)
   std::thread thread_;
 };
 

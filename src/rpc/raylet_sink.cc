@@ -82,8 +82,16 @@ grpc::Status RayletSink::Publish(
   }
 
   while (stream->Read(&request)) {
+    if (request.kind_case() == v1::PublishRequest::kTelemetry) {
+      if (absl::Status st =
+              state_.ApplyTelemetry(node_id, hello.agent_session(), request.telemetry());
+          !st.ok()) {
+        return Refuse(peer, absl::StrCat("telemetry: ", st.message()));
+      }
+      continue;  // not acknowledged
+    }
     if (request.kind_case() != v1::PublishRequest::kSnapshot) {
-      return Refuse(peer, "after hello, only snapshots");
+      return Refuse(peer, "after hello, only snapshots and telemetry");
     }
     absl::StatusOr<SinkState::Applied> applied =
         state_.Apply(node_id, hello.agent_session(), request.snapshot());
@@ -101,6 +109,7 @@ grpc::Status RayletSink::Publish(
     v1::PublishAck ack;
     ack.set_applied_generation(applied->generation);
     ack.set_stale(!applied->applied);
+    ack.set_takes_telemetry(true);
     if (!stream->Write(ack)) break;  // the agent went away; it republishes on reconnect
   }
   return grpc::Status::OK;

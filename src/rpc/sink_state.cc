@@ -1,5 +1,8 @@
 #include "rpc/sink_state.h"
 
+#include <algorithm>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/snapshot_proto.h"
 
@@ -32,6 +35,62 @@ absl::StatusOr<SinkState::Applied> SinkState::Apply(const std::string& node_id,
   node.version = ++version_;
   changed_.notify_all();
   return Applied{true, snapshot.generation()};
+}
+
+absl::Status SinkState::ApplyTelemetry(const std::string& node_id, const std::string& session,
+                                       const v1::Telemetry& telemetry) {
+  absl::StatusOr<Telemetry> parsed = FromProto(telemetry);
+  if (!parsed.ok()) return parsed.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.session != session || it->second.decoded == nullptr) {
+    return absl::OkStatus();  // another agent's snapshot is current: not this one's devices
+  }
+  Node& node = it->second;
+  std::set<std::string> ids;
+  for (const Device& d : node.decoded->devices) ids.insert(d.id);
+  std::vector<DeviceSample>& samples = parsed->devices;
+  samples.erase(std::remove_if(samples.begin(), samples.end(),
+                               [&](const DeviceSample& s) { return ids.count(s.device_id) == 0; }),
+                samples.end());
+  Load load;
+  load.unix_ms = parsed->unix_ms;
+  uint64_t busy = 0, saying = 0;
+  for (const DeviceSample& d : samples) {
+    if (d.known & RAYACCEL_SAMPLE_UTILIZATION) {
+      busy += d.utilization_percent;
+      ++saying;
+    }
+    if (d.known & RAYACCEL_SAMPLE_MEMORY) {
+      load.memory_known = true;
+      load.memory_used_bytes += d.memory_used_bytes;
+      load.memory_total_bytes += d.memory_total_bytes;
+    }
+    if (d.known & RAYACCEL_SAMPLE_POWER) {
+      load.power_known = true;
+      load.power_mw += d.power_mw;
+    }
+  }
+  if (saying > 0) load.utilization_percent = static_cast<int>(busy / saying);
+  node.telemetry.push_back(*std::move(parsed));
+  node.load.push_back(load);
+  while (node.telemetry.size() > kTelemetryKept) node.telemetry.pop_front();
+  while (node.load.size() > kTelemetryKept) node.load.pop_front();
+  return absl::OkStatus();
+}
+
+std::vector<SinkState::Load> SinkState::LoadOf(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return {};
+  return {it->second.load.begin(), it->second.load.end()};
+}
+
+std::vector<Telemetry> SinkState::TelemetryOf(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return {};
+  return {it->second.telemetry.begin(), it->second.telemetry.end()};
 }
 
 std::vector<SinkState::NodeEntry> SinkState::Nodes() const {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,25 @@ class SinkState {
   absl::StatusOr<Applied> Apply(const std::string& node_id, const std::string& session,
                                 const v1::NodeSnapshot& snapshot);
 
+  // A node's telemetry sample from the agent whose snapshot is current (`session`; another
+  // session's is ignored): checked (FromProto, an error when malformed), samples of devices
+  // not in that snapshot dropped, kept with the node's last kTelemetryKept. The node's
+  // snapshot and the sink's version are untouched: pages read samples when they refresh.
+  static constexpr size_t kTelemetryKept = 60;
+  absl::Status ApplyTelemetry(const std::string& node_id, const std::string& session,
+                              const v1::Telemetry& telemetry);
+  // The node's kept samples, oldest first; empty for a node that sent none.
+  std::vector<Telemetry> TelemetryOf(const std::string& node_id) const;
+  // The same, each summed over the node's devices: what the cluster page charts per node.
+  struct Load {
+    int64_t unix_ms = 0;
+    int utilization_percent = -1;  // the mean over devices that say; -1: none does
+    uint64_t memory_used_bytes = 0, memory_total_bytes = 0;  // devices that say
+    uint64_t power_mw = 0;
+    bool memory_known = false, power_known = false;
+  };
+  std::vector<Load> LoadOf(const std::string& node_id) const;
+
   std::optional<v1::NodeSnapshot> Current(const std::string& node_id) const;
   size_t node_count() const;
 
@@ -72,6 +92,8 @@ class SinkState {
     std::shared_ptr<const NodeSnapshot> decoded;
     std::chrono::system_clock::time_point updated;
     uint64_t version = 0;
+    std::deque<Telemetry> telemetry;  // oldest first
+    std::deque<Load> load;            // the same, summed
   };
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;

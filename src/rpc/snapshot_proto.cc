@@ -1,6 +1,9 @@
 #include "rpc/snapshot_proto.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "model/validate.h"
 
 namespace rayaccel::rpc {
 
@@ -218,6 +221,84 @@ v1::Telemetry ToProto(const Telemetry& telemetry) {
     for (const auto& [bits, why] : p.unknown) (*t->mutable_unknown())[bits] = why;
     for (const std::string& problem : p.problems) t->add_problems(problem);
     t->set_seconds(p.seconds);
+  }
+  return out;
+}
+
+namespace {
+
+bool ShortPrintable(const std::string& s, size_t max) {
+  return s.size() <= max &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= ' ' && c != 0x7F; });
+}
+
+}  // namespace
+
+absl::StatusOr<Telemetry> FromProto(const v1::Telemetry& proto) {
+  constexpr uint32_t kFields = 0x7f;  // RAYACCEL_SAMPLE_*
+  if (proto.devices_size() > kMaxTelemetryDevices || proto.plugins_size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("telemetry of ", proto.devices_size(),
+                                                   " devices and ", proto.plugins_size(),
+                                                   " plugins is more than a node has"));
+  }
+  Telemetry out;
+  out.unix_ms = proto.unix_ms();
+  for (const v1::DeviceSample& d : proto.devices()) {
+    const int i = static_cast<int>(out.devices.size());
+    if (d.device_id().empty() || !ShortPrintable(d.device_id(), 256) ||
+        !ShortPrintable(d.plugin(), 128)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("telemetry device ", i, ": an id or plugin that is not short text"));
+    }
+    if ((d.known() & ~kFields) != 0 || d.utilization_percent() > 100 ||
+        d.memory_used_bytes() > d.memory_total_bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("telemetry of ", EscapeControl(d.device_id()),
+                       ": unknown field bits, a utilization over 100 or more memory used than "
+                       "there is"));
+    }
+    DeviceSample s;
+    s.device_id = d.device_id();
+    s.plugin = d.plugin();
+    s.index = d.index();
+    s.known = d.known();
+    s.utilization_percent = d.utilization_percent();
+    s.power_mw = d.power_mw();
+    s.memory_used_bytes = d.memory_used_bytes();
+    s.memory_total_bytes = d.memory_total_bytes();
+    s.temperature_c = d.temperature_c();
+    s.ecc_corrected = d.ecc_corrected();
+    s.ecc_uncorrected = d.ecc_uncorrected();
+    s.retired_pages = d.retired_pages();
+    s.link_errors = d.link_errors();
+    out.devices.push_back(std::move(s));
+  }
+  for (const v1::PluginTelemetry& p : proto.plugins()) {
+    if (!ShortPrintable(p.plugin(), 128) || !ShortPrintable(p.error(), 1024) ||
+        p.unknown_size() > 16 || p.problems_size() > 64) {
+      return absl::InvalidArgumentError(
+          "telemetry of a plugin with a name, error or notes "
+          "that are not short text");
+    }
+    PluginTelemetry t;
+    t.plugin = p.plugin();
+    t.error = p.error();
+    t.seconds = p.seconds();
+    for (const auto& [bits, why] : p.unknown()) {
+      if ((bits & ~kFields) != 0 || !ShortPrintable(why, 1024)) {
+        return absl::InvalidArgumentError(
+            "telemetry: an unknown field's reason that is not "
+            "short text");
+      }
+      t.unknown[bits] = why;
+    }
+    for (const std::string& problem : p.problems()) {
+      if (!ShortPrintable(problem, 1024)) {
+        return absl::InvalidArgumentError("telemetry: a problem that is not short text");
+      }
+      t.problems.push_back(problem);
+    }
+    out.plugins.push_back(std::move(t));
   }
   return out;
 }

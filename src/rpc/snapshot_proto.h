@@ -16,6 +16,12 @@ v1::Telemetry ToProto(const Telemetry& telemetry);
 // from a peer: a malformed message is an error, never a crash.
 absl::StatusOr<NodeSnapshot> FromProto(const v1::NodeSnapshot& proto);
 
+// The same for a telemetry sample from a peer: at most kMaxTelemetryDevices samples and 256
+// plugins, ids and names printable and short, utilization a percent, memory in use within
+// the total, only known field bits; an error names the first thing wrong.
+inline constexpr int kMaxTelemetryDevices = 4096;
+absl::StatusOr<Telemetry> FromProto(const v1::Telemetry& proto);
+
 }  // namespace rayaccel::rpc
 
 #endif  // RAYACCEL_RPC_SNAPSHOT_PROTO_H_

@@ -12,6 +12,7 @@
 #include "web/assets.h"
 #include "web/metrics.h"
 #include "web/node_view.h"
+#include "web/telemetry_history.h"
 
 namespace rayaccel::web {
 namespace {
@@ -94,8 +95,10 @@ absl::StatusOr<ClusterQuery> ParseClusterQuery(const Request& request) {
   return q;
 }
 
-std::string ClusterJson(const std::vector<rpc::SinkState::NodeEntry>& nodes, uint64_t version,
-                        const ClusterQuery& query, std::chrono::system_clock::time_point now) {
+std::string ClusterJson(
+    const std::vector<rpc::SinkState::NodeEntry>& nodes, uint64_t version,
+    const ClusterQuery& query, std::chrono::system_clock::time_point now,
+    const std::function<std::vector<rpc::SinkState::Load>(const std::string&)>& load_of) {
   std::set<std::string> families, types;
   size_t devices = 0, unhealthy = 0, matched = 0;
   json::Writer rows;
@@ -131,6 +134,19 @@ std::string ClusterJson(const std::vector<rpc::SinkState::NodeEntry>& nodes, uin
     }
     rows.EndArray();
     rows.Key("plugins_not_active").Uint(s.plugins_not_active);
+    rows.Key("load").BeginArray();
+    for (const rpc::SinkState::Load& l :
+         load_of ? load_of(node.node_id) : std::vector<rpc::SinkState::Load>()) {
+      rows.BeginObject().Key("t").Int(l.unix_ms);
+      if (l.utilization_percent >= 0) rows.Key("utilization").Int(l.utilization_percent);
+      if (l.memory_known) {
+        rows.Key("memory_used").Uint(l.memory_used_bytes);
+        rows.Key("memory_total").Uint(l.memory_total_bytes);
+      }
+      if (l.power_known) rows.Key("power_mw").Uint(l.power_mw);
+      rows.EndObject();
+    }
+    rows.EndArray();
     rows.EndObject();
   }
   rows.EndArray();
@@ -172,7 +188,16 @@ Routes SinkRoutes(const rpc::RayletSink* sink) {
     }
     const uint64_t version = state->version();  // before the read: never newer than the rows
     return Response{"application/json",
-                    ClusterJson(state->Nodes(), version, *query, std::chrono::system_clock::now())};
+                    ClusterJson(state->Nodes(), version, *query, std::chrono::system_clock::now(),
+                                [state](const std::string& id) { return state->LoadOf(id); })};
+  };
+  // A node's telemetry as its agent published it, in the agent's /api/telemetry form.
+  routes.pages["/api/node/([0-9a-f]{56})/telemetry"] = [state](const Request& request) {
+    std::vector<Telemetry> samples = state->TelemetryOf(request.captures.at(0));
+    if (samples.empty()) return Response{"application/json", "{\"off\": true}"};
+    TelemetryHistory history(rpc::SinkState::kTelemetryKept);
+    for (Telemetry& t : samples) history.Add(std::move(t));
+    return Response{"application/json", TelemetryJson(history.view())};
   };
   // An event whenever any node changed (the version), at most every kClusterEventInterval.
   routes.events["/api/events"] = [state](const Request&) -> std::optional<EventSource> {

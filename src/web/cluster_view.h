@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,12 @@ absl::StatusOr<ClusterQuery> ParseClusterQuery(const Request& request);
 // {version, total, matched, offset, devices, unhealthy_devices, facets{families, types},
 //  nodes[{node_id, generation, age_ms, families{resource: n}, types[], health{healthy,
 //  unhealthy, unknown}, domains[{kind, id, devices}], plugins_not_active}]}, sorted by node id.
-std::string ClusterJson(const std::vector<rpc::SinkState::NodeEntry>& nodes, uint64_t version,
-                        const ClusterQuery& query, std::chrono::system_clock::time_point now);
+//  nodes[... load[{t, utilization?, memory_used?, memory_total?, power_mw?}]]: each row's
+//  telemetry summed over its devices (load_of; an agent that publishes none has none).
+std::string ClusterJson(
+    const std::vector<rpc::SinkState::NodeEntry>& nodes, uint64_t version,
+    const ClusterQuery& query, std::chrono::system_clock::time_point now,
+    const std::function<std::vector<rpc::SinkState::Load>(const std::string&)>& load_of = {});
 
 // The sink's whole view: the cluster at "/", each node at "/node/ID", the assets, /metrics.
 // `sink` must outlive the server that serves these.

@@ -14,13 +14,21 @@ TelemetryHistory::TelemetryHistory(const Registry* registry, std::chrono::millis
   thread_ = std::thread([this] { Run(); });
 }
 
+TelemetryHistory::TelemetryHistory(size_t keep)
+    : registry_(nullptr), interval_(0), keep_(keep == 0 ? 1 : keep) {}
+
 TelemetryHistory::~TelemetryHistory() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+Telemetry TelemetryHistory::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
 }
 
 TelemetryHistory::View TelemetryHistory::view() const {
@@ -39,8 +47,12 @@ void TelemetryHistory::Run() {
 }
 
 void TelemetryHistory::SampleOnce() {
-  Telemetry t = registry_->SampleTelemetry();  // outside the lock: plugins take their time
+  if (registry_ != nullptr) Add(registry_->SampleTelemetry());  // plugins take their time
+}
+
+void TelemetryHistory::Add(Telemetry t) {
   std::lock_guard<std::mutex> lock(mu_);
+  latest_ = t;
   ++view_.samples;
   view_.last_unix_ms = t.unix_ms;
   std::set<std::string> failed;

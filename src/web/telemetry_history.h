@@ -37,6 +37,8 @@ class TelemetryHistory {
 
   // Starts sampling at once, then every `interval`.
   TelemetryHistory(const Registry* registry, std::chrono::milliseconds interval, size_t keep = 120);
+  // No sampling: a history of the samples given to Add (a sink's, of what a node published).
+  explicit TelemetryHistory(size_t keep);
   ~TelemetryHistory();  // stops the thread, waiting for a round in progress
   TelemetryHistory(const TelemetryHistory&) = delete;
   TelemetryHistory& operator=(const TelemetryHistory&) = delete;
@@ -44,6 +46,10 @@ class TelemetryHistory {
   View view() const;
   // One round now (the thread's work; tests call it to be deterministic).
   void SampleOnce();
+  // Takes one sample into the history.
+  void Add(Telemetry sample);
+  // The newest sample as taken (unix_ms 0 before the first): what the agent publishes.
+  Telemetry latest() const;
 
  private:
   void Run();
@@ -55,7 +61,8 @@ class TelemetryHistory {
   std::condition_variable wake_;
   bool stopping_ = false;
   View view_;
-  std::thread thread_;
+  Telemetry latest_;
+  std::thread thread_;  // not running without a registry
 };
 
 // /metrics' part: each device's newest values, by plugin, device id and resource, and each

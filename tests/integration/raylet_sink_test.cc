@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rpc/snapshot_proto.h"
 #include "spdlog/spdlog.h"
 #include "support/child_process.h"
 #include "support/test_support.h"
@@ -160,6 +162,118 @@ TEST_F(RayletSinkTest, RefusesBadPeersAndKeepsState) {
   EXPECT_EQ(sink_.state().Current(kNode)->generation(), 1u);
   EXPECT_EQ(sink_.state().Current(kNode)->resources_total().at("GPU"), 8);
   EXPECT_EQ(sink_.state().node_count(), 1u);
+}
+
+// A snapshot of two GPUs, "GPU-a" and "GPU-b", and a telemetry sample of them.
+v1::PublishRequest TwoGpus(uint64_t generation) {
+  NodeSnapshot snap;
+  snap.generation = generation;
+  for (const char* id : {"GPU-a", "GPU-b"}) {
+    Device d;
+    d.id = id;
+    d.plugin = "sim";
+    d.resource = "GPU";
+    d.index = static_cast<uint32_t>(snap.devices.size());
+    d.name = "H100";
+    d.health = Health::kHealthy;
+    snap.devices.push_back(d);
+  }
+  snap.ray.resources["GPU"] = 2;
+  v1::PublishRequest r;
+  *r.mutable_snapshot() = ToProto(snap);
+  return r;
+}
+v1::PublishRequest Sample(int64_t unix_ms, uint32_t utilization_a, const char* also = "GPU-b") {
+  v1::PublishRequest r;
+  v1::Telemetry* t = r.mutable_telemetry();
+  t->set_unix_ms(unix_ms);
+  v1::DeviceSample* a = t->add_devices();
+  a->set_device_id("GPU-a");
+  a->set_plugin("sim");
+  a->set_known(RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY | RAYACCEL_SAMPLE_POWER);
+  a->set_utilization_percent(utilization_a);
+  a->set_memory_used_bytes(10);
+  a->set_memory_total_bytes(80);
+  a->set_power_mw(300000);
+  v1::DeviceSample* b = t->add_devices();
+  b->set_device_id(also);
+  b->set_plugin("sim");
+  b->set_index(1);
+  b->set_known(RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY);
+  b->set_utilization_percent(20);
+  b->set_memory_used_bytes(30);
+  b->set_memory_total_bytes(80);
+  t->add_plugins()->set_plugin("sim");
+  return r;
+}
+
+// Telemetry on the stream, after a snapshot: kept per node (the last 60), summed for the
+// cluster page, never acknowledged; a sample of a device the snapshot lacks is dropped; the
+// sink says in every ack that it takes telemetry.
+TEST_F(RayletSinkTest, KeepsEachNodesTelemetry) {
+  std::vector<v1::PublishAck> acks;
+  ASSERT_TRUE(
+      Exchange({Hello(kNode, "s1"), TwoGpus(1), Sample(1000, 60), Sample(2000, 80, "GPU-gone")},
+               &acks)
+          .ok());
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].takes_telemetry());
+  std::vector<Telemetry> kept = sink_.state().TelemetryOf(kNode);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].devices.size(), 2u);
+  EXPECT_EQ(kept[1].devices.size(), 1u);  // GPU-gone dropped
+  std::vector<SinkState::Load> load = sink_.state().LoadOf(kNode);
+  ASSERT_EQ(load.size(), 2u);
+  EXPECT_EQ(load[0].unix_ms, 1000);
+  EXPECT_EQ(load[0].utilization_percent, 40);  // (60 + 20) / 2
+  EXPECT_EQ(load[0].memory_used_bytes, 40u);
+  EXPECT_EQ(load[0].memory_total_bytes, 160u);
+  EXPECT_EQ(load[0].power_mw, 300000u);
+  EXPECT_EQ(load[1].utilization_percent, 80);
+
+  std::vector<v1::PublishRequest> many = {Hello(kNode, "s1"), TwoGpus(2)};
+  for (int i = 0; i < 70; ++i) many.push_back(Sample(3000 + i, 10));
+  ASSERT_TRUE(Exchange(many, &acks).ok());
+  EXPECT_EQ(sink_.state().TelemetryOf(kNode).size(), SinkState::kTelemetryKept);
+  EXPECT_TRUE(sink_.state().TelemetryOf("f" + kNode.substr(1)).empty());
+}
+
+// Telemetry that lies is refused with the stream, the node's snapshot and samples kept.
+TEST_F(RayletSinkTest, RefusesTelemetryThatLies) {
+  std::vector<v1::PublishAck> acks;
+  ASSERT_TRUE(Exchange({Hello(kNode, "s1"), TwoGpus(1), Sample(1000, 50)}, &acks).ok());
+  auto lie = [](const std::function<void(v1::DeviceSample*)>& edit) {
+    v1::PublishRequest r = Sample(2000, 50);
+    edit(r.mutable_telemetry()->mutable_devices(0));
+    return r;
+  };
+  v1::PublishRequest too_many = Sample(2000, 50);
+  for (int i = 0; i < kMaxTelemetryDevices; ++i) {
+    too_many.mutable_telemetry()->add_devices()->set_device_id("GPU-a");
+  }
+  v1::PublishRequest bad_plugin = Sample(2000, 50);
+  bad_plugin.mutable_telemetry()->mutable_plugins(0)->set_error("x\x1b[2Jforged");
+  const std::vector<v1::PublishRequest> lies = {
+      lie([](v1::DeviceSample* d) { d->set_utilization_percent(150); }),
+      lie([](v1::DeviceSample* d) { d->set_memory_used_bytes(81); }),
+      lie([](v1::DeviceSample* d) { d->set_known(1u << 12); }),
+      lie([](v1::DeviceSample* d) { d->set_device_id(std::string(300, 'a')); }),
+      lie([](v1::DeviceSample* d) { d->set_device_id("GPU-a\n[error] forged"); }),
+      lie([](v1::DeviceSample* d) { d->set_device_id(""); }),
+      too_many,
+      bad_plugin,
+  };
+  for (const v1::PublishRequest& r : lies) {
+    std::vector<v1::PublishAck> ignored;
+    EXPECT_EQ(Exchange({Hello(kNode, "s1"), TwoGpus(1), r}, &ignored).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << r.ShortDebugString().substr(0, 200);
+  }
+  EXPECT_EQ(sink_.state().TelemetryOf(kNode).size(), 1u);
+  EXPECT_EQ(sink_.state().Current(kNode)->generation(), 1u);
+  // Telemetry before any snapshot of this agent's is ignored, not stored under another's.
+  ASSERT_TRUE(Exchange({Hello(kNode, "s2"), Sample(3000, 50)}, &acks).ok());
+  EXPECT_EQ(sink_.state().TelemetryOf(kNode).size(), 1u);
 }
 
 // An agent started before Ray does not know its node id: a sink that is one node's (a

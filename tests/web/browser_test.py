@@ -194,6 +194,17 @@ def check_cluster_page(driver, url, node_ids):
     assert "TPU" in tpu[1], tpu
     summary = driver.find_element(By.ID, "summary").text
     assert summary.startswith("3 nodes,"), summary
+    # Each node's devices together, as its agent publishes its telemetry to the sink: a chart
+    # of the last minutes and the newest value, moving without a reload.
+    load = f"tr[data-node='{node_ids['h100']}'] td.telemetry[data-key=utilization]"
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, load), "the h100 node's load")
+    read = f"""const c = document.querySelector("{load}");
+               return c && [c.dataset.value, c.querySelector('polyline').getAttribute('points')];"""
+    first = driver.execute_script(read)
+    assert 0 <= int(first[0]) <= 100, first
+    until(driver, lambda d: d.execute_script(read) != first, "the h100 node's load to move")
+    row = {r["node"]: r["cells"] for r in table(driver, "nodes")}[node_ids["h100"]]
+    assert row[6].endswith("%") and " of " in row[7] and row[8].endswith(" W"), row
     driver.set_window_size(1400, 420)  # three rows: no need for a tall picture
     driver.save_screenshot(os.path.join(ARTEFACTS, "cluster-page.png"))
     driver.set_window_size(1400, 1800)
@@ -211,6 +222,9 @@ def check_cluster_page(driver, url, node_ids):
     until(driver, lambda d: len(rows(d, "devices")) == 8, "the node's 8 devices")
     assert "unhealthy" in table(driver, "devices")[3]["class"]
     assert not driver.find_element(By.ID, "cluster").get_attribute("hidden")
+    # The sink's node page charts each device from what the agent published.
+    until(driver, lambda d: not d.find_element(By.ID, "telemetry-section").get_attribute("hidden")
+          and len(rows(d, "telemetry")) >= 7, "the node's telemetry at the sink")
 
 
 # When the devices table first holds all its rows, and a frame after it (painted), in the

@@ -31,6 +31,16 @@
     return Math.round(seconds / 3600) + " h ago";
   }
 
+  // The node's devices together over the last minutes, as its agent published them: a
+  // small chart and the newest value; "-" for a node whose agent publishes no telemetry.
+  function load(points, key, max, text) {
+    const svg = view.spark(points, key, max);
+    if (!svg) return el("td", {class: "muted"}, "-");
+    const last = points.filter((p) => p[key] !== undefined).pop();
+    return el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
+              el("span", {class: "num"}, text(last)));
+  }
+
   function draw(data) {
     setOptions($("family"), data.facets.families);
     setOptions($("type"), data.facets.types);
@@ -49,6 +59,11 @@
          n.health.unknown ? el("div", {class: "muted"}, n.health.unknown + " unknown") : null),
       n.domains.map((d) => el("span", {class: "chip", title: d.id}, d.kind + " (" + d.devices + ")")),
       n.plugins_not_active ? el("span", {class: "chip bad"}, n.plugins_not_active + " not active") : "ok",
+      load(n.load, "utilization", 100, (p) => p.utilization + "%"),
+      load(n.load, "memory_used", (p) => p.memory_total,
+           (p) => view.bytes(p.memory_used) + " of " + view.bytes(p.memory_total)),
+      load(n.load, "power_mw", () => Math.max(...n.load.map((q) => q.power_mw || 0)),
+           (p) => (p.power_mw / 1000).toFixed(0) + " W"),
       el("td", {class: "num"}, n.generation),
       age(n.age_ms / 1000),
     ], (n) => ({class: n.health.unhealthy ? "unhealthy" : "", "data-node": n.node_id}),

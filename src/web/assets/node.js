@@ -161,33 +161,20 @@
       [el("td", {class: "mono"}, k), el("td", {class: "mono"}, v)], null, "none");
   }
 
-  // Each device's last minutes (the agent's /api/telemetry, sampled every few seconds): a small
-  // chart per value, the newest value beside it; a device whose plugin's sampling failed is
-  // marked stale with its last values. A sink's node pages and an agent with telemetry off
-  // have none: the section stays hidden.
-  const svgNs = "http://www.w3.org/2000/svg";
+  // Each device's last minutes (the agent's /api/telemetry, sampled every few seconds; on a
+  // sink's node page, what that node's agent published): a small chart per value, the newest
+  // value beside it; a device whose plugin's sampling failed is marked stale with its last
+  // values. Without samples (telemetry off, an agent that publishes none) the section stays
+  // hidden.
   function chart(points, key, max, text) {
-    const values = points.filter((p) => p[key] !== undefined);
-    if (!values.length) return el("td", {class: "muted"}, "-");
-    const [w, h] = [120, 24];
-    const t0 = values[0].t;
-    const span = Math.max(values[values.length - 1].t - t0, 1);
-    const svg = document.createElementNS(svgNs, "svg");
-    svg.setAttribute("width", w);
-    svg.setAttribute("height", h);
-    svg.setAttribute("class", "spark");
-    const line = document.createElementNS(svgNs, "polyline");
-    line.setAttribute("points", values.map((p) =>
-      ((p.t - t0) / span * (w - 2) + 1).toFixed(1) + "," +
-      (h - 1 - Math.min(p[key] / (max(p) || 1), 1) * (h - 2)).toFixed(1)).join(" "));
-    svg.append(line);
-    const last = values[values.length - 1];
+    const svg = view.spark(points, key, max);
+    if (!svg) return el("td", {class: "muted"}, "-");
+    const last = points.filter((p) => p[key] !== undefined).pop();
     return el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
               el("span", {class: "num"}, text(last)));
   }
   const pollTelemetry = view.coalesced(async () => {
-    if (api !== "/api") return;
-    const got = await view.json("/api/telemetry");
+    const got = await view.json(api + "/telemetry");
     if (got.off || !got.devices) return;
     const snap = lastSnap;
     if (!snap) return;
@@ -270,8 +257,6 @@
   }, (message) => { $("generation").textContent = message; });
   refresh().then(pollTelemetry).then(pollDeviceLoss);
   view.follow(api + "/events", () => refresh().then(pollDeviceLoss));
-  if (api === "/api") {
-    setInterval(pollTelemetry, 3000);
-    setInterval(pollDeviceLoss, 3000);
-  }
+  setInterval(pollTelemetry, 3000);  // a sink's node pages: what the node's agent published
+  if (api === "/api") setInterval(pollDeviceLoss, 3000);
 })();

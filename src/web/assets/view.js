@@ -62,6 +62,28 @@ const view = {
     return (Number.isInteger(n) ? n : n.toFixed(1)) + " " + units[i];
   },
 
+  // A small line chart (SVG) of points[key] over points[].t, scaled to max(point) (a number
+  // or a function of the point); null when no point has the key.
+  spark(points, key, max) {
+    const values = points.filter((p) => p[key] !== undefined);
+    if (!values.length) return null;
+    const ns = "http://www.w3.org/2000/svg";
+    const [w, h] = [120, 24];
+    const t0 = values[0].t;
+    const span = Math.max(values[values.length - 1].t - t0, 1);
+    const top = typeof max === "function" ? max : () => max;
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("width", w);
+    svg.setAttribute("height", h);
+    svg.setAttribute("class", "spark");
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", values.map((p) =>
+      ((p.t - t0) / span * (w - 2) + 1).toFixed(1) + "," +
+      (h - 1 - Math.min(p[key] / (top(p) || 1), 1) * (h - 2)).toFixed(1)).join(" "));
+    svg.append(line);
+    return svg;
+  },
+
   // Follows `url` (server-sent events): calls onEvent(data) for each, shows the state in the
   // header's badge, and falls back to polling every `pollMs` while the stream is refused.
   follow(url, onEvent, pollMs) {
