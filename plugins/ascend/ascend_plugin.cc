@@ -3,9 +3,10 @@
 // /dev/davinci<N>, numbered by logical id (what ASCEND_RT_VISIBLE_DEVICES names), and that
 // variable as a comma-separated list of them. Then what Ray's manager does not know: PCI bus
 // ids and NUMA nodes, and the HCCS links of the servers whose wiring is fixed by the model.
-// Needs no CANN runtime. Config keys:
-//   dev_root    where device nodes live (default /dev)
-//   sysfs_root  where sysfs starts (default /sys)
+// Needs no CANN runtime; with the driver's libdcmi.so it samples telemetry. Config keys:
+//   dev_root      where device nodes live (default /dev)
+//   sysfs_root    where sysfs starts (default /sys)
+//   dcmi_library  libdcmi.so to load for telemetry (default: libdcmi.so, then the driver's)
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,13 +14,15 @@
 #include <vector>
 
 #include "ascend/ascend_host.h"
+#include "ascend/dcmi_telemetry.h"
 #include "common/plugin_util.h"
 
 struct rayaccel_plugin_instance {
   const rayaccel_host_api* host = nullptr;
-  std::string dev_root, sysfs_root;
-  std::mutex mu;  // guards the scan
+  std::string dev_root, sysfs_root, dcmi_library;
+  std::mutex mu;  // guards the scan and DCMI
   rayaccel::ascend::NpuScan scan;
+  rayaccel::ascend::Dcmi dcmi;
 };
 
 namespace rayaccel::ascend {
@@ -35,6 +38,7 @@ rayaccel_status Initialize(rayaccel_initialize_args* args, rayaccel_error* error
     self->host = args->host;
     self->dev_root = plugin::ConfigValue(args, "dev_root", "/dev");
     self->sysfs_root = plugin::ConfigValue(args, "sysfs_root", "/sys");
+    self->dcmi_library = plugin::ConfigValue(args, "dcmi_library");
     args->instance = self.release();
     return RAYACCEL_STATUS_OK;
   });
@@ -124,12 +128,38 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
+// Each NPU's sample from DCMI, by logical id; without libdcmi.so every field is unknown.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    std::string why_not;
+    if (!self->dcmi.Open(self->dcmi_library, &why_not)) {
+      sink->explain_unknown(sink->host_context, plugin::kEverySampleField, Str(why_not));
+      return RAYACCEL_STATUS_OK;
+    }
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why;
+    for (const Npu& npu : self->scan.npus) {
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = npu.logical_id;
+      self->dcmi.Sample(npu.physical_id, &s, &why);
+      known |= s.known;
+      rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+    }
+    plugin::ExplainUnknownFields(sink, known, why);
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
 constexpr rayaccel_plugin_api kApi = {
     sizeof(rayaccel_plugin_api),
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"ascend", 6},
-    RAYACCEL_CAP_TOPOLOGY,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -143,7 +173,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     /*prepare_allocation=*/nullptr,
     /*transport=*/nullptr,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

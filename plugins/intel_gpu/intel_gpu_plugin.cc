@@ -11,7 +11,9 @@
 //   hierarchy   FLAT (a device per tile) or COMPOSITE (a device per card); default
 //               ZE_FLAT_DEVICE_HIERARCHY's value, else FLAT, as Level Zero decides
 //   integrated  count the processor's integrated graphics too (default false)
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/plugin_util.h"
+#include "intel_gpu/hwmon_telemetry.h"
 #include "intel_gpu/intel_gpu_host.h"
 
 namespace rayaccel::intel_gpu {
@@ -41,6 +44,7 @@ struct rayaccel_plugin_instance {
   std::mutex mu;  // guards the scan and the devices
   rayaccel::intel_gpu::CardScan scan;
   std::vector<rayaccel::intel_gpu::RootDevice> devices;
+  std::map<std::string, rayaccel::intel_gpu::EnergyRate> energy;  // by PCI bus id
 };
 
 namespace rayaccel::intel_gpu {
@@ -184,6 +188,60 @@ rayaccel_status GetTopology(rayaccel_plugin_instance* self, const rayaccel_sink*
   });
 }
 
+// Each card's power (its hwmon energy counter's rate since the last call) and, on xe, its
+// package temperature. A tile of a card that has several gets neither: the drivers measure
+// the card. Utilization, memory in use and error counters are not in either driver's sysfs.
+rayaccel_status GetTelemetry(rayaccel_plugin_instance* self, const rayaccel_sink* sink,
+                             rayaccel_error* error) {
+  return plugin::Guard(error, [&] {
+    std::lock_guard<std::mutex> lock(self->mu);
+    const auto now = std::chrono::steady_clock::now();
+    uint32_t known = 0;
+    std::map<uint32_t, std::string> why = {
+        {RAYACCEL_SAMPLE_UTILIZATION,
+         "i915 and xe keep no utilization in sysfs (per client in DRM fdinfo only)"},
+        {RAYACCEL_SAMPLE_MEMORY, "i915 and xe keep no memory in use in sysfs"},
+        {RAYACCEL_SAMPLE_ECC, "i915 and xe keep no ECC counters in sysfs"},
+        {RAYACCEL_SAMPLE_RETIRED_PAGES, "i915 and xe keep no retired pages in sysfs"},
+        {RAYACCEL_SAMPLE_LINK_ERRORS, "i915 and xe keep no Xe Link error counters in sysfs"}};
+    for (const RootDevice& d : self->devices) {
+      rayaccel_device_sample s{};
+      s.struct_size = sizeof(s);
+      s.device_index = d.index;
+      if (!d.whole && d.card->tiles > 1) {
+        why.emplace(RAYACCEL_SAMPLE_POWER, "the driver measures power per card, not per tile");
+        why.emplace(RAYACCEL_SAMPLE_TEMPERATURE, "the driver measures temperature per card");
+      } else {
+        const CardHwmon h = ReadCardHwmon(self->sysfs_root + "/class/drm/card" +
+                                          std::to_string(d.card->card) + "/device");
+        if (h.energy_uj) {
+          std::optional<uint32_t> mw = self->energy[d.card->pci.bus_id].PowerMw(*h.energy_uj, now);
+          if (mw) {
+            s.known |= RAYACCEL_SAMPLE_POWER;
+            s.power_mw = *mw;
+          } else {
+            why.emplace(RAYACCEL_SAMPLE_POWER,
+                        "power is energy1_input's rate: two samples 100 ms or more apart");
+          }
+        } else {
+          why.emplace(RAYACCEL_SAMPLE_POWER, h.why_no_energy);
+        }
+        if (h.temperature_c) {
+          s.known |= RAYACCEL_SAMPLE_TEMPERATURE;
+          s.temperature_c = *h.temperature_c;
+        } else {
+          why.emplace(RAYACCEL_SAMPLE_TEMPERATURE, h.why_no_temperature);
+        }
+      }
+      known |= s.known;
+      rayaccel_status rc = sink->add_sample(sink->host_context, &s);
+      if (rc == RAYACCEL_STATUS_RESOURCE_EXHAUSTED || rc == RAYACCEL_STATUS_ABORTED) return rc;
+    }
+    plugin::ExplainUnknownFields(sink, known, why);
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
 // As Ray's manager: the device numbers in ZE_AFFINITY_MASK, in the order given; Level Zero
 // then shows the process only those, numbered from 0, so the selector names 0 to n-1.
 rayaccel_status PrepareAllocation(rayaccel_plugin_instance* self, rayaccel_allocation_args* args,
@@ -211,7 +269,7 @@ constexpr rayaccel_plugin_api kApi = {
     RAYACCEL_ABI_VERSION_MAJOR,
     RAYACCEL_ABI_VERSION_MINOR,
     {"intel_gpu", 9},
-    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION,
+    RAYACCEL_CAP_TOPOLOGY | RAYACCEL_CAP_ALLOCATION | RAYACCEL_CAP_TELEMETRY,
     &Initialize,
     &Shutdown,
     &GetProperties,
@@ -224,7 +282,7 @@ constexpr rayaccel_plugin_api kApi = {
     /*validate_quantity=*/nullptr,
     &PrepareAllocation,
     /*transport=*/nullptr,
-    /*get_telemetry=*/nullptr,
+    &GetTelemetry,
 };
 
 }  // namespace

@@ -26,7 +26,7 @@ _SAMPLE_FIELDS = {1: "utilization_percent", 2: "memory", 4: "power_mw", 8: "temp
                   16: "ecc", 32: "retired_pages", 64: "link_errors"}
 
 
-def telemetry_from_proto(t: "agent_pb2.Telemetry") -> Telemetry:
+def telemetry_from_proto(t: "snapshot_pb2.Telemetry") -> Telemetry:
     """The agent's GetTelemetry answer as Registry.telemetry() gives it: None where a
     device's driver cannot say."""
     def sample(d):
@@ -163,7 +163,7 @@ class AgentClient:
         """What each device is doing now, as Registry.telemetry(); the agent samples at most
         once a second, whoever asks."""
         return telemetry_from_proto(self._call("GetTelemetry", agent_pb2.GetTelemetryRequest(),
-                                               agent_pb2.Telemetry))
+                                               snapshot_pb2.Telemetry))
 
     def preferred_allocation(self, size: int, available: Sequence[str] = (),
                              must_include: Sequence[str] = (), resource: str = "") -> Allocation:

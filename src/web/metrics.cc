@@ -73,9 +73,9 @@ std::string NodeMetrics(const NodeSnapshot& s, const RegistryStats& stats,
   }
   if (agent.device_loss) {
     const rpc::DeviceLossState& loss = *agent.device_loss;
-    w.Family("rayaccel_devices_lost", "gauge",
+    w.Family("rayaccel_lost_devices", "gauge",
              "Devices the node had at start that are unhealthy or gone since.");
-    w.Sample("rayaccel_devices_lost", {}, static_cast<double>(loss.lost.size()));
+    w.Sample("rayaccel_lost_devices", {}, static_cast<double>(loss.lost.size()));
     w.Family("rayaccel_node_draining", "gauge",
              "1 once Ray's GCS accepted to drain this node for a lost device.");
     w.Sample("rayaccel_node_draining", {{"policy", rpc::OnDeviceLossName(loss.policy)}},

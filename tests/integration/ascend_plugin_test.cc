@@ -15,12 +15,13 @@ namespace {
 using testing::Fixture;
 using testing::StatusOf;
 
-std::unique_ptr<Registry> Ascend(const std::string& fixture) {
+std::unique_ptr<Registry> Ascend(const std::string& fixture, const std::string& dcmi = "") {
   RegistryOptions options;
   options.plugins = {std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-ascend.so"};
   options.use_environment = false;
   options.host_topology = false;
   options.config["ascend"]["sysfs_root"] = Fixture("ascend/" + fixture + "/sys");
+  options.config["ascend"]["dcmi_library"] = dcmi.empty() ? "/nonexistent/libdcmi.so" : dcmi;
   options.config["ascend"]["dev_root"] = Fixture("ascend/" + fixture + "/dev");
   auto registry = Registry::Create(options);
   EXPECT_TRUE(registry.ok()) << registry.status();
@@ -83,6 +84,45 @@ TEST(AscendPlugin, TheTrainingServersTwoHccsRingsAndTheA2sFullMesh) {
   auto a2 = Ascend("atlas-800t-a2");
   EXPECT_EQ(HccsPairs(*a2->snapshot()).size(), 28u);  // all 8 x 7 / 2 pairs
   EXPECT_EQ(a2->snapshot()->ray.resources.at("accelerator_type:Ascend910B"), 1);
+}
+
+// get_telemetry from DCMI (the tests' libdcmi.so, whose values move): the AI Core's busy
+// percent, HBM used and total, power (DCMI's tenths of a watt), temperature, HBM ECC totals
+// and isolated pages, by logical id; an NPU DCMI does not know (davinci7 here) has no sample
+// values, a call not supported on one NPU costs that field there alone, ECC off is said. No
+// libdcmi.so: every field explained, no NPU sampled.
+TEST(AscendPlugin, TelemetryFromDcmi) {
+  setenv("FAKE_DCMI_FIXTURE", Fixture("fake-dcmi/atlas-800t-a2.json").c_str(), 1);
+  auto registry = Ascend("atlas-800t-a2", RAYACCEL_FAKE_DCMI);
+  Telemetry t = registry->SampleTelemetry();
+  ASSERT_EQ(t.plugins.size(), 1u);
+  EXPECT_EQ(t.plugins[0].error, "");
+  ASSERT_EQ(t.devices.size(), 8u);
+  const DeviceSample& busy = t.devices[0];
+  EXPECT_EQ(busy.index, 0u);
+  EXPECT_EQ(busy.known, RAYACCEL_SAMPLE_UTILIZATION | RAYACCEL_SAMPLE_MEMORY |
+                            RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE |
+                            RAYACCEL_SAMPLE_ECC | RAYACCEL_SAMPLE_RETIRED_PAGES);
+  EXPECT_GE(busy.utilization_percent, 35u);
+  EXPECT_EQ(busy.memory_total_bytes, 64ull << 30);
+  EXPECT_GE(busy.memory_used_bytes, 20ull << 30);
+  EXPECT_GE(busy.power_mw, 215000u);  // 2150 tenths of a watt, and more as it works
+  EXPECT_GE(busy.temperature_c, 45);
+  EXPECT_EQ(busy.ecc_corrected, 3u);
+  EXPECT_EQ(busy.ecc_uncorrected, 0u);
+  EXPECT_EQ(busy.retired_pages, 1u);
+  EXPECT_EQ(t.devices[2].known & RAYACCEL_SAMPLE_ECC, 0u);  // ECC off
+  EXPECT_EQ(t.devices[3].known & RAYACCEL_SAMPLE_POWER, 0u);
+  EXPECT_NE(t.devices[3].known & RAYACCEL_SAMPLE_TEMPERATURE, 0u);
+  EXPECT_EQ(t.devices[7].known, 0u);  // not in DCMI's list
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_LINK_ERRORS), "DCMI keeps no HCCS error total");
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_POWER), 0u);
+
+  t = Ascend("atlas-800t-a2")->SampleTelemetry();
+  EXPECT_TRUE(t.devices.empty());
+  ASSERT_EQ(t.plugins[0].unknown.size(), 1u);
+  EXPECT_NE(t.plugins[0].unknown.begin()->second.find("no libdcmi.so"), std::string::npos);
+  unsetenv("FAKE_DCMI_FIXTURE");
 }
 
 TEST(AscendPlugin, AContainersNpusAreNumberedLogicallyAsTheRuntimeNumbersThem) {

@@ -4,8 +4,12 @@
 // under the default flat hierarchy; "Intel-GPU-" and the name's last two words as type;
 // ZE_AFFINITY_MASK and ONEAPI_DEVICE_SELECTOR as Ray writes them), and the cards Ray does
 // not see.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "rayaccel/registry.h"
@@ -110,6 +114,58 @@ TEST(IntelGpuPlugin, AWorkerIsGivenTheMaskAndTheSelectorAsRayGivesThem) {
   ASSERT_EQ(env->size(), 2u);
   EXPECT_EQ(env->at("ZE_AFFINITY_MASK"), "5,2");
   EXPECT_EQ(env->at("ONEAPI_DEVICE_SELECTOR"), "level_zero:0,1");
+}
+
+// get_telemetry from the card's xe hwmon (fixture: the first of the two Flex 170s): power as the
+// energy counter's rate between two samples (none on the first), the package temperature;
+// the second has no hwmon folder, so nothing; a Max 1550 tile gets nothing, the drivers measuring
+// the card; what neither driver keeps in sysfs explained once.
+TEST(IntelGpuPlugin, TelemetryFromTheCardsHwmon) {
+  std::string root = testing::MakeTempDir("intel-hwmon");
+  std::filesystem::copy(
+      Fixture("intel_gpu/flex170-x2-xe"), root,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  RegistryOptions options;
+  options.plugins = {std::string(RAYACCEL_PLUGIN_DIR) + "/librayaccel-intel_gpu.so"};
+  options.use_environment = false;
+  options.host_topology = false;
+  options.config["intel_gpu"]["sysfs_root"] = root + "/sys";
+  options.config["intel_gpu"]["hierarchy"] = "FLAT";
+  auto registry = Registry::Create(options);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  const std::string energy =
+      root + "/sys/devices/pci0000:4b/0000:4d:00.0/hwmon/hwmon3/energy1_input";
+
+  Telemetry t = (*registry)->SampleTelemetry();
+  ASSERT_EQ(t.devices.size(), 2u);
+  EXPECT_EQ(t.devices[0].known, RAYACCEL_SAMPLE_TEMPERATURE);
+  EXPECT_EQ(t.devices[0].temperature_c, 48);
+  EXPECT_EQ(t.devices[1].known, 0u);
+  EXPECT_NE(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_POWER).find("two samples"), std::string::npos);
+
+  // 150 W for 200 ms and more: 30 J or a little less per the time that passed.
+  const auto before = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::ofstream(energy) << (123456789012ull + 30000000ull) << "\n";
+  t = (*registry)->SampleTelemetry();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count();
+  ASSERT_EQ(t.devices[0].known, RAYACCEL_SAMPLE_POWER | RAYACCEL_SAMPLE_TEMPERATURE);
+  EXPECT_LE(t.devices[0].power_mw, 150000u);
+  EXPECT_GE(t.devices[0].power_mw, static_cast<uint32_t>(30000000.0 / ms) - 1);
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_POWER), 0u);
+  EXPECT_EQ(t.plugins[0].unknown.count(RAYACCEL_SAMPLE_MEMORY), 1u);
+
+  // A counter that is no count costs the power alone.
+  std::ofstream(energy) << "-1\n";
+  t = (*registry)->SampleTelemetry();
+  EXPECT_EQ(t.devices[0].known, RAYACCEL_SAMPLE_TEMPERATURE);
+
+  t = IntelGpu("max1550-x4-i915")->SampleTelemetry();
+  ASSERT_EQ(t.devices.size(), 8u);
+  for (const DeviceSample& d : t.devices) EXPECT_EQ(d.known, 0u);
+  EXPECT_EQ(t.plugins[0].unknown.at(RAYACCEL_SAMPLE_POWER),
+            "the driver measures power per card, not per tile");
 }
 
 TEST(IntelGpuPlugin, TheCompositeHierarchyMakesACardOneDevice) {

@@ -146,7 +146,7 @@ def test_a_gpu_lost_after_start_drains_the_node_and_work_goes_elsewhere(tmp_path
             with urllib.request.urlopen(view_b + "/metrics", timeout=10) as r:
                 metrics = r.read().decode()
             assert 'rayaccel_node_draining{policy="drain"} 1' in metrics
-            assert "rayaccel_devices_lost 1" in metrics
+            assert "rayaccel_lost_devices 1" in metrics
 
             # New GPU work lands on node A only (node B still has 8 free GPUs in Ray's books).
             landed = ray.get([gpu_task.remote() for _ in range(6)], timeout=120)
