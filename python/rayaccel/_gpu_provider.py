@@ -60,11 +60,19 @@ def provider_class(base):
 
         def is_available(self) -> bool:
             try:
-                return bool(self._devices())
+                if self._devices():
+                    return True
             except Exception as e:  # Ray's other providers, or none, then
                 logger.warning("rayaccel's GPU metrics are off on this node: %s: %s",
                                type(e).__name__, e)
-                return False
+            self._close()  # nothing to report: no registry (and plugin hosts) kept for it
+            return False
+
+        def _close(self):
+            with self._lock:
+                registry, self._registry = self._registry, None
+            if registry is not None:
+                registry.close()
 
         def _initialize(self) -> bool:
             return True

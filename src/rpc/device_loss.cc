@@ -46,9 +46,9 @@ DeviceLossWatch::DeviceLossWatch(Registry* registry, DeviceLossOptions options)
     if (d.health != Health::kUnhealthy) given_.push_back(d);
   }
   if (options_.policy == OnDeviceLoss::kDrain) drainer_ = std::thread([this] { DrainLoop(); });
+  // Called at once with the current snapshot, then with each newer one.
   subscription_ =
       registry->Subscribe([this](std::shared_ptr<const NodeSnapshot> snap) { Observe(*snap); });
-  Observe(*registry->snapshot());  // a change between the two reads above
 }
 
 DeviceLossWatch::~DeviceLossWatch() {

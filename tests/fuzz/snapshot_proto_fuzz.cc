@@ -1,5 +1,6 @@
 // A snapshot from the wire, as an --agent client and the raylet sink take it from a peer that
-// may be hostile: parsed, converted, and checked as the sink checks it.
+// may be hostile: parsed, converted, and checked as the sink checks it; and the same bytes as a
+// telemetry sample the sink keeps for that node (parsed, checked, summed).
 #include <cstddef>
 #include <cstdint>
 
@@ -13,6 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)rayaccel::rpc::CheckNodeResources(proto.resources_total());
   (void)rayaccel::rpc::CheckNodeLabels(proto.labels());
   rayaccel::rpc::SinkState state;
-  (void)state.Apply(std::string(56, 'a'), "s1", proto);
+  const std::string node(56, 'a');
+  (void)state.Apply(node, "s1", proto);
+  rayaccel::v1::Telemetry telemetry;
+  if (telemetry.ParseFromArray(data, static_cast<int>(size))) {
+    (void)state.ApplyTelemetry(node, "s1", telemetry);
+    (void)state.LoadOf(node);
+  }
   return 0;
 }
