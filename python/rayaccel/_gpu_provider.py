@@ -53,7 +53,8 @@ def provider_class(base):
             super().__init__()
             self._lock = threading.Lock()
             self._registry = None
-            self._names = {}  # device id -> name, from the snapshot
+            self._names = {}  # device id -> name of each device reported, from the snapshot
+            self._known = set()  # every device id of that snapshot, TPUs included
 
         def get_provider_name(self):
             return _ProviderName
@@ -88,18 +89,20 @@ def provider_class(base):
 
         def _devices(self):
             snap = self._open().snapshot()
-            self._names = {d.id: d.name for d in snap.devices}
-            return [d for d in snap.devices if d.resource != "TPU"]
+            devices = [d for d in snap.devices if d.resource != "TPU"]
+            self._names = {d.id: d.name for d in devices}
+            self._known = {d.id for d in snap.devices}
+            return devices
 
         def get_gpu_utilization(self):
             registry = self._open()
             telemetry = registry.telemetry()
-            if any(s.device_id not in self._names for s in telemetry.devices):
+            if any(s.device_id not in self._known for s in telemetry.devices):
                 self._devices()  # a rescan brought new devices: their names
             out = []
             for s in telemetry.devices:
-                name = self._names.get(s.device_id, "")
-                if s.plugin == "tpu":
+                name = self._names.get(s.device_id)
+                if name is None:  # a TPU, or gone since
                     continue
                 info = {
                     "index": s.index,
