@@ -30,15 +30,7 @@ namespace autoscaler = ::ray::rpc::autoscaler;
 
 const std::string kNode(56, 'e');
 
-bool Eventually(const std::function<bool()>& condition,
-                std::chrono::seconds limit = std::chrono::seconds(20)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
+using testing::Eventually;
 
 // Ray's AutoscalerStateService, DrainNode alone: records each request and its authorization,
 // and accepts after `refusals` refusals.

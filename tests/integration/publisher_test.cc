@@ -21,16 +21,7 @@ namespace {
 
 const std::string kNode(56, 'd');
 
-// Waits for a condition that another process or thread makes true; false after `limit`.
-bool Eventually(const std::function<bool()>& condition,
-                std::chrono::seconds limit = std::chrono::seconds(20)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
+using testing::Eventually;
 
 class PublisherTest : public ::testing::Test {
  protected:

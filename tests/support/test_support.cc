@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -125,6 +126,15 @@ void CopyFile(const std::string& from, const std::string& to) {
   out << in.rdbuf();
   out.close();
   chmod(to.c_str(), 0755);
+}
+
+bool Eventually(const std::function<bool()>& condition, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
 }
 
 void ChangeSimSpec(const std::string& path) {

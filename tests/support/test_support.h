@@ -2,6 +2,8 @@
 #ifndef RAYACCEL_TESTS_SUPPORT_TEST_SUPPORT_H_
 #define RAYACCEL_TESTS_SUPPORT_TEST_SUPPORT_H_
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,6 +50,11 @@ void CopyFile(const std::string& from, const std::string& to);
 // keeps the snapshot's generation): the first device's firmware version becomes "change-N",
 // N counting the calls.
 void ChangeSimSpec(const std::string& path);
+
+// Waits for a condition that another process or thread makes true, polling every 10 ms;
+// false after `limit`.
+bool Eventually(const std::function<bool()>& condition,
+                std::chrono::seconds limit = std::chrono::seconds(20));
 
 // Path of a test plugin built from tests/plugins/test_plugin.c, e.g. "duplicate-id".
 std::string TestPlugin(const std::string& name);

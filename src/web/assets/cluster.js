@@ -33,13 +33,7 @@
 
   // The node's devices together over the last minutes, as its agent published them: a
   // small chart and the newest value; "-" for a node whose agent publishes no telemetry.
-  function load(points, key, max, text) {
-    const svg = view.spark(points, key, max);
-    if (!svg) return el("td", {class: "muted"}, "-");
-    const last = points.filter((p) => p[key] !== undefined).pop();
-    return el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
-              el("span", {class: "num"}, text(last)));
-  }
+  const load = view.sparkCell;
 
   function draw(data) {
     setOptions($("family"), data.facets.families);

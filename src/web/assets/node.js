@@ -166,13 +166,7 @@
   // value beside it; a device whose plugin's sampling failed is marked stale with its last
   // values. Without samples (telemetry off, an agent that publishes none) the section stays
   // hidden.
-  function chart(points, key, max, text) {
-    const svg = view.spark(points, key, max);
-    if (!svg) return el("td", {class: "muted"}, "-");
-    const last = points.filter((p) => p[key] !== undefined).pop();
-    return el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
-              el("span", {class: "num"}, text(last)));
-  }
+  const chart = view.sparkCell;
   const pollTelemetry = view.coalesced(async () => {
     const got = await view.json(api + "/telemetry");
     if (got.off || !got.devices) return;

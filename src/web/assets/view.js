@@ -84,6 +84,16 @@ const view = {
     return svg;
   },
 
+  // A table cell with spark(points, key, max) and text(the newest point) beside it, its key
+  // and newest value in data-key and data-value; "-" when no point has the key.
+  sparkCell(points, key, max, text) {
+    const svg = view.spark(points, key, max);
+    if (!svg) return view.el("td", {class: "muted"}, "-");
+    const last = points.filter((p) => p[key] !== undefined).pop();
+    return view.el("td", {class: "telemetry", "data-key": key, "data-value": last[key]}, svg,
+                   view.el("span", {class: "num"}, text(last)));
+  },
+
   // Follows `url` (server-sent events): calls onEvent(data) for each, shows the state in the
   // header's badge, and falls back to polling every `pollMs` while the stream is refused.
   follow(url, onEvent, pollMs) {
