@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define RAYACCEL_HOST_API_VERSION_MAJOR 1
-#define RAYACCEL_HOST_API_VERSION_MINOR 0
+#define RAYACCEL_HOST_API_VERSION_MINOR 1
 
 /* The library's version of this API: (major << 16) | minor. */
 RAYACCEL_HOST_EXPORT uint32_t rayaccel_host_api_version(void);
@@ -414,6 +414,59 @@ typedef struct rayaccel_registry_stats {
 RAYACCEL_HOST_EXPORT rayaccel_status rayaccel_registry_get_stats(rayaccel_registry *registry,
                                                                  rayaccel_registry_stats *out,
                                                                  rayaccel_error *error);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Telemetry (since 1.1)                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One sample of the node: each device of a plugin with get_telemetry (plugin ABI 1.6). */
+typedef struct rayaccel_telemetry rayaccel_telemetry;
+
+/* Asks every plugin with get_telemetry once, one after another; blocks up to each isolated
+ * plugin's call timeout. A plugin whose call fails, times out or crashes has its error in its
+ * view and no samples; the others are unaffected. Calls no other hook. Since 1.1. */
+RAYACCEL_HOST_EXPORT rayaccel_status rayaccel_registry_sample_telemetry(
+    rayaccel_registry *registry, rayaccel_telemetry **out, rayaccel_error *error);
+RAYACCEL_HOST_EXPORT void rayaccel_telemetry_destroy(rayaccel_telemetry *telemetry);
+
+typedef struct rayaccel_telemetry_info {
+  size_t struct_size;
+  int64_t unix_ms;     /* when it was taken */
+  size_t device_count; /* rayaccel_telemetry_get_device */
+  size_t plugin_count; /* rayaccel_telemetry_get_plugin: those with the hook */
+} rayaccel_telemetry_info;
+
+RAYACCEL_HOST_EXPORT rayaccel_status rayaccel_telemetry_get_info(
+    const rayaccel_telemetry *telemetry, rayaccel_telemetry_info *out, rayaccel_error *error);
+
+typedef struct rayaccel_telemetry_device_view {
+  size_t struct_size;
+  const char *device_id; /* the snapshot's device */
+  const char *plugin;
+  /* plugin.h's sample, as the host checked it: a value holds only where its
+   * RAYACCEL_SAMPLE_* bit is set in sample.known; sample.device_index is the plugin's index. */
+  rayaccel_device_sample sample;
+} rayaccel_telemetry_device_view;
+
+RAYACCEL_HOST_EXPORT rayaccel_status rayaccel_telemetry_get_device(
+    const rayaccel_telemetry *telemetry, size_t i, rayaccel_telemetry_device_view *out,
+    rayaccel_error *error);
+
+typedef struct rayaccel_telemetry_plugin_view {
+  size_t struct_size;
+  const char *name;
+  const char *error; /* "" unless the call failed (no samples then) */
+  double seconds;    /* how long the plugin took */
+  /* Why fields are unknown on every device: unknown_fields[k] (RAYACCEL_SAMPLE_* bits) for
+   * the reason unknown_reasons[k]. */
+  size_t unknown_count;
+  const uint32_t *unknown_fields;
+  const char *const *unknown_reasons;
+} rayaccel_telemetry_plugin_view;
+
+RAYACCEL_HOST_EXPORT rayaccel_status rayaccel_telemetry_get_plugin(
+    const rayaccel_telemetry *telemetry, size_t i, rayaccel_telemetry_plugin_view *out,
+    rayaccel_error *error);
 
 /* ---------------------------------------------------------------------------------------- */
 /* The raylet's side of publishing                                                           */

@@ -127,6 +127,25 @@ struct Stats {
   double scan_seconds = 0;
 };
 
+// Registry::SampleTelemetry (host API 1.1): each device's sample, a value holding only where
+// its RAYACCEL_SAMPLE_* bit is in `sample.known`, and each plugin's error and unknown fields.
+struct DeviceTelemetry {
+  std::string device_id;
+  std::string plugin;
+  rayaccel_device_sample sample{};
+};
+struct PluginTelemetry {
+  std::string name;
+  std::string error;
+  double seconds = 0;
+  std::map<uint32_t, std::string> unknown;  // RAYACCEL_SAMPLE_* bits -> why
+};
+struct Telemetry {
+  int64_t unix_ms = 0;
+  std::vector<DeviceTelemetry> devices;
+  std::vector<PluginTelemetry> plugins;
+};
+
 struct Options {
   std::vector<std::string> search_path;
   std::vector<std::string> plugins;
@@ -401,6 +420,37 @@ class Registry {
     rayaccel_registry_stats s{sizeof(s)};
     rayaccel_registry_get_stats(registry_, &s, nullptr);
     return {s.scans, s.changes, s.health_events, s.plugin_restarts, s.scan_seconds};
+  }
+
+  // Blocks up to each isolated plugin's call timeout; a library older than host API 1.1 has
+  // no such call (check rayaccel_host_api_version() first).
+  Result<Telemetry> SampleTelemetry() const {
+    rayaccel_telemetry* t = nullptr;
+    internal::Error e;
+    if (rayaccel_status st = rayaccel_registry_sample_telemetry(registry_, &t, e.get());
+        st != RAYACCEL_STATUS_OK) {
+      return e.status(st);
+    }
+    Telemetry out;
+    rayaccel_telemetry_info info{sizeof(info)};
+    rayaccel_telemetry_get_info(t, &info, nullptr);
+    out.unix_ms = info.unix_ms;
+    for (size_t i = 0; i < info.device_count; ++i) {
+      rayaccel_telemetry_device_view v{sizeof(v)};
+      if (rayaccel_telemetry_get_device(t, i, &v, nullptr) != RAYACCEL_STATUS_OK) continue;
+      out.devices.push_back({internal::Str(v.device_id), internal::Str(v.plugin), v.sample});
+    }
+    for (size_t i = 0; i < info.plugin_count; ++i) {
+      rayaccel_telemetry_plugin_view v{sizeof(v)};
+      if (rayaccel_telemetry_get_plugin(t, i, &v, nullptr) != RAYACCEL_STATUS_OK) continue;
+      PluginTelemetry p{internal::Str(v.name), internal::Str(v.error), v.seconds, {}};
+      for (size_t k = 0; k < v.unknown_count; ++k) {
+        p.unknown[v.unknown_fields[k]] = v.unknown_reasons[k];
+      }
+      out.plugins.push_back(std::move(p));
+    }
+    rayaccel_telemetry_destroy(t);
+    return out;
   }
 
   void Shutdown() { rayaccel_registry_shutdown(registry_); }

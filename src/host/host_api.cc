@@ -44,6 +44,13 @@ struct rayaccel_publication_order {
   rayaccel::PublicationOrder order;
 };
 
+// A sample and the arrays its plugin views point into (built once, with it).
+struct rayaccel_telemetry {
+  rayaccel::Telemetry telemetry;
+  std::vector<std::vector<uint32_t>> unknown_fields;      // per plugin
+  std::vector<std::vector<const char*>> unknown_reasons;  // per plugin
+};
+
 struct rayaccel_environment {
   std::vector<std::pair<std::string, std::string>> variables;
 };
@@ -639,6 +646,80 @@ rayaccel_status rayaccel_registry_get_stats(rayaccel_registry* registry,
     v.scan_seconds = s.scan_seconds;
     return FillView(out, v, error);
   });
+}
+
+rayaccel_status rayaccel_registry_sample_telemetry(rayaccel_registry* registry,
+                                                   rayaccel_telemetry** out,
+                                                   rayaccel_error* error) {
+  if (registry == nullptr || out == nullptr) return BadHandle(error, "registry or output");
+  *out = nullptr;
+  return Guard(error, [&] {
+    auto handle = std::make_unique<rayaccel_telemetry>();
+    handle->telemetry = registry->registry->SampleTelemetry();
+    for (const rayaccel::PluginTelemetry& p : handle->telemetry.plugins) {
+      handle->unknown_fields.emplace_back();
+      handle->unknown_reasons.emplace_back();
+      for (const auto& [fields, why] : p.unknown) {
+        handle->unknown_fields.back().push_back(fields);
+        handle->unknown_reasons.back().push_back(why.c_str());
+      }
+    }
+    *out = handle.release();
+    return RAYACCEL_STATUS_OK;
+  });
+}
+
+void rayaccel_telemetry_destroy(rayaccel_telemetry* telemetry) { delete telemetry; }
+
+rayaccel_status rayaccel_telemetry_get_info(const rayaccel_telemetry* telemetry,
+                                            rayaccel_telemetry_info* out, rayaccel_error* error) {
+  if (telemetry == nullptr) return BadHandle(error, "telemetry");
+  rayaccel_telemetry_info v{};
+  v.unix_ms = telemetry->telemetry.unix_ms;
+  v.device_count = telemetry->telemetry.devices.size();
+  v.plugin_count = telemetry->telemetry.plugins.size();
+  return FillView(out, v, error);
+}
+
+rayaccel_status rayaccel_telemetry_get_device(const rayaccel_telemetry* telemetry, size_t i,
+                                              rayaccel_telemetry_device_view* out,
+                                              rayaccel_error* error) {
+  if (telemetry == nullptr) return BadHandle(error, "telemetry");
+  const std::vector<rayaccel::DeviceSample>& devices = telemetry->telemetry.devices;
+  if (i >= devices.size()) return OutOfRange(error, "telemetry device", i, devices.size());
+  const rayaccel::DeviceSample& d = devices[i];
+  rayaccel_telemetry_device_view v{};
+  v.device_id = d.device_id.c_str();
+  v.plugin = d.plugin.c_str();
+  v.sample.struct_size = sizeof(v.sample);
+  v.sample.device_index = d.index;
+  v.sample.known = d.known;
+  v.sample.utilization_percent = d.utilization_percent;
+  v.sample.memory_used_bytes = d.memory_used_bytes;
+  v.sample.memory_total_bytes = d.memory_total_bytes;
+  v.sample.power_mw = d.power_mw;
+  v.sample.temperature_c = d.temperature_c;
+  v.sample.ecc_corrected = d.ecc_corrected;
+  v.sample.ecc_uncorrected = d.ecc_uncorrected;
+  v.sample.retired_pages = d.retired_pages;
+  v.sample.link_errors = d.link_errors;
+  return FillView(out, v, error);
+}
+
+rayaccel_status rayaccel_telemetry_get_plugin(const rayaccel_telemetry* telemetry, size_t i,
+                                              rayaccel_telemetry_plugin_view* out,
+                                              rayaccel_error* error) {
+  if (telemetry == nullptr) return BadHandle(error, "telemetry");
+  const std::vector<rayaccel::PluginTelemetry>& plugins = telemetry->telemetry.plugins;
+  if (i >= plugins.size()) return OutOfRange(error, "telemetry plugin", i, plugins.size());
+  rayaccel_telemetry_plugin_view v{};
+  v.name = plugins[i].plugin.c_str();
+  v.error = plugins[i].error.c_str();
+  v.seconds = plugins[i].seconds;
+  v.unknown_count = telemetry->unknown_fields[i].size();
+  v.unknown_fields = telemetry->unknown_fields[i].data();
+  v.unknown_reasons = telemetry->unknown_reasons[i].data();
+  return FillView(out, v, error);
 }
 
 rayaccel_status rayaccel_publication_check(const rayaccel_publication* publication,

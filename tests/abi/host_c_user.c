@@ -226,6 +226,29 @@ int main(int argc, char **argv) {
     CHECK(stats.scans >= 1);
   }
 
+  /* Telemetry (host API 1.1): the sim plugin's 8 GPUs, each with its memory known, and the
+   * plugin's view; an index past the end is an error, not a crash. */
+  {
+    rayaccel_telemetry *telemetry = NULL;
+    rayaccel_telemetry_info info = {sizeof(info)};
+    rayaccel_telemetry_device_view device = {sizeof(device)};
+    rayaccel_telemetry_plugin_view plugin = {sizeof(plugin)};
+    CHECK((rayaccel_host_api_version() & 0xffff) >= 1);
+    CHECK(rayaccel_registry_sample_telemetry(registry, &telemetry, &error) == RAYACCEL_STATUS_OK);
+    CHECK(rayaccel_telemetry_get_info(telemetry, &info, &error) == RAYACCEL_STATUS_OK);
+    CHECK(info.device_count == 8 && info.plugin_count == 1 && info.unix_ms > 0);
+    CHECK(rayaccel_telemetry_get_device(telemetry, 0, &device, &error) == RAYACCEL_STATUS_OK);
+    CHECK(strncmp(device.device_id, "GPU-", 4) == 0 && strcmp(device.plugin, "sim") == 0);
+    CHECK((device.sample.known & RAYACCEL_SAMPLE_MEMORY) != 0);
+    CHECK(device.sample.memory_used_bytes <= device.sample.memory_total_bytes);
+    CHECK(rayaccel_telemetry_get_device(telemetry, 8, &device, &error) ==
+          RAYACCEL_STATUS_INVALID_ARGUMENT);
+    CHECK(rayaccel_telemetry_get_plugin(telemetry, 0, &plugin, &error) == RAYACCEL_STATUS_OK);
+    CHECK(strcmp(plugin.name, "sim") == 0 && strcmp(plugin.error, "") == 0);
+    CHECK(plugin.unknown_count == 0 || plugin.unknown_reasons[0][0] != '\0');
+    rayaccel_telemetry_destroy(telemetry);
+  }
+
   /* A raylet's own sink checks what agents publish as rayaccel's does. */
   {
     const char *names[2] = {"GPU", "accelerator_type:H100"};

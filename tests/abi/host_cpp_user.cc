@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   check(!refused.ok() && refused.status().message().find("GPU-no-such-device") != std::string::npos,
         "an unknown device refused by name");
   check(registry->stats().scans >= 1, "stats");
+  auto telemetry = registry->SampleTelemetry();
+  check(telemetry.ok() && telemetry->devices.size() == 8 && telemetry->plugins.size() == 1 &&
+            (telemetry->devices[0].sample.known & RAYACCEL_SAMPLE_MEMORY) != 0,
+        "telemetry");
   subscription->reset();
   if (failures != 0) return 1;
   std::printf("ok\n");
