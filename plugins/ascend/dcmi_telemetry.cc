@@ -45,9 +45,11 @@ bool Dcmi::Open(const std::string& library, std::string* why) {
   }
   if (handle_ != nullptr) {
     why_.clear();
+// NOLINTBEGIN(bugprone-macro-parentheses): `f` names a member and a symbol, not a value
 #define RAYACCEL_DCMI_LOAD(f)                               \
   f = reinterpret_cast<decltype(&::f)>(dlsym(handle_, #f)); \
   if (f == nullptr && why_.empty()) why_ = "libdcmi.so lacks " #f;
+    // NOLINTEND(bugprone-macro-parentheses)
     RAYACCEL_DCMI_FUNCTIONS(RAYACCEL_DCMI_LOAD)
 #undef RAYACCEL_DCMI_LOAD
     if (int rc = why_.empty() ? dcmi_init() : DCMI_OK; rc != DCMI_OK) {

@@ -33,7 +33,7 @@ class Dcmi {
   X(dcmi_get_device_utilization_rate)      \
   X(dcmi_get_device_hbm_info)              \
   X(dcmi_get_device_power_info) X(dcmi_get_device_temperature) X(dcmi_get_device_ecc_info)
-#define RAYACCEL_DCMI_MEMBER(f) decltype(&::f) f = nullptr;
+#define RAYACCEL_DCMI_MEMBER(f) decltype(&::f) f = nullptr;  // NOLINT(bugprone-macro-parentheses)
   RAYACCEL_DCMI_FUNCTIONS(RAYACCEL_DCMI_MEMBER)
 #undef RAYACCEL_DCMI_MEMBER
   void* handle_ = nullptr;

@@ -15,13 +15,14 @@ namespace rayaccel::gaudi {
 
 // HLML's telemetry calls, each null when this libhlml.so lacks it (an older release).
 struct HlmlTelemetryCalls {
-#define RAYACCEL_HLML_TELEMETRY_FUNCTIONS(X)                         \
-  X(hlml_device_get_utilization_rates)                               \
-  X(hlml_device_get_memory_info)                                     \
-  X(hlml_device_get_power_usage)                                     \
-  X(hlml_device_get_temperature) X(hlml_device_get_total_ecc_errors) \
-      X(hlml_device_get_replaced_rows)
-#define RAYACCEL_HLML_TELEMETRY_MEMBER(f) decltype(&::f) f = nullptr;
+#define RAYACCEL_HLML_TELEMETRY_FUNCTIONS(X) \
+  X(hlml_device_get_utilization_rates)       \
+  X(hlml_device_get_memory_info)             \
+  X(hlml_device_get_power_usage)             \
+  X(hlml_device_get_temperature)             \
+  X(hlml_device_get_total_ecc_errors) X(hlml_device_get_replaced_rows)
+#define RAYACCEL_HLML_TELEMETRY_MEMBER(f) \
+  decltype(&::f) f = nullptr;  // NOLINT(bugprone-macro-parentheses)
   RAYACCEL_HLML_TELEMETRY_FUNCTIONS(RAYACCEL_HLML_TELEMETRY_MEMBER)
 #undef RAYACCEL_HLML_TELEMETRY_MEMBER
 };

@@ -47,8 +47,8 @@ DeviceLossWatch::DeviceLossWatch(Registry* registry, DeviceLossOptions options)
   }
   if (options_.policy == OnDeviceLoss::kDrain) drainer_ = std::thread([this] { DrainLoop(); });
   // Called at once with the current snapshot, then with each newer one.
-  subscription_ =
-      registry->Subscribe([this](std::shared_ptr<const NodeSnapshot> snap) { Observe(*snap); });
+  subscription_ = registry->Subscribe(
+      [this](const std::shared_ptr<const NodeSnapshot>& snap) { Observe(*snap); });
 }
 
 DeviceLossWatch::~DeviceLossWatch() {

@@ -35,7 +35,7 @@ def machine_losing_a_gpu(tmp_path, name):
     return str(path), trigger
 
 
-def cuda_args(address_flag=None):
+def cuda_args():
     return ["--plugin", "cuda", "--plugin-path", PLUGINS, "--config",
             "cuda.nvml_library=" + FAKE_NVML, "--no-host-topology"]
 
