@@ -14,7 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d /tmp/rayaccel-telemetry-cpu-XXXXXX)
 agent=
 sink=
-trap 'kill "$agent" $sink 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'kill $agent $sink 2>/dev/null || true; rm -rf "$dir"' EXIT
 publish=
 if [ "${PUBLISH:-0}" = 1 ]; then
   "$build/bin/rayaccel" sink --listen "unix:$dir/sink.sock" >/dev/null 2>&1 &
