@@ -262,6 +262,9 @@ class TensorTransport(TensorTransportManager):
         # peer -> (the object, when) whose abort or failed recv closed its shared connection
         # here: other objects' reads that failed with it are tried again.
         self._closed_here: Dict[bytes, Tuple[str, float]] = {}
+        # Actors (by id) that answered they can open a transport: Ray asks before every
+        # .remote() of an RDT method, and the answer is a round trip to the actor.
+        self._actors_with_transport: set = set()
         # How the most recent recv_multiple_tensors moved each tensor ("fabric", "staged",
         # "device-ipc", "same-host"; none for an empty one): what an operator checks first when a transfer
         # is slower than the fabric.
@@ -315,8 +318,25 @@ class TensorTransport(TensorTransportManager):
         return True
 
     def actor_has_tensor_transport(self, actor) -> bool:
+        """Asked by Ray in the caller before every .remote() of an RDT method. The actor is
+        asked once, on its system concurrency group (not behind its running methods); a yes is
+        kept for the actor's id (a restarted actor is the same environment, and its transports
+        are registered again by the hook), a no is asked again next time."""
         import ray
-        return ray.get(actor.__ray_call__.remote(_has_transport))
+        actor_id = actor._actor_id.hex()
+        with self._lock:
+            if actor_id in self._actors_with_transport:
+                return True
+        try:
+            asked = actor.__ray_call__.options(concurrency_group="_ray_system").remote(
+                _has_transport)
+        except Exception:  # an actor without Ray's RDT concurrency groups
+            asked = actor.__ray_call__.remote(_has_transport)
+        has = bool(ray.get(asked))
+        if has:
+            with self._lock:
+                self._actors_with_transport.add(actor_id)
+        return has
 
     def get_communicator_metadata(self, src_actor, dst_actor, backend=None):
         return CommunicatorMetadata()

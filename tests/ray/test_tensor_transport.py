@@ -72,6 +72,9 @@ class Source:
         return {"f": np.arange(12, dtype=np.float64).reshape(3, 4),
                 "i": np.arange(7, dtype=np.int16)[::-2]}
 
+    def sleep(self, seconds):
+        time.sleep(seconds)
+
     def put(self, seed):
         return [ray.put(expected_tensors(seed)[0], _tensor_transport="RAYACCEL")]
 
@@ -123,6 +126,21 @@ def test_torch_tensors_move_between_actors_over_rayaccel(nodes):
     got = ray.get(ref)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     ray.kill(source), ray.kill(sink)
+
+
+def test_whether_an_actor_has_the_transport_is_asked_once(nodes):
+    """Ray asks before every .remote() of an RDT method. The actor answers on its system
+    concurrency group (so a method it is running does not hold the answer up), and a yes is
+    kept: asked again once the actor is gone, the driver answers without it."""
+    source = Source.options(**on(nodes["a"])).remote()
+    ray.get(source.pid.remote())
+    asked = TensorTransport()
+    busy = source.sleep.remote(30)  # the actor's main thread is taken
+    assert asked.actor_has_tensor_transport(source) is True
+    ray.kill(source, no_restart=True)
+    assert asked.actor_has_tensor_transport(source) is True
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(busy)
 
 
 def test_numpy_arrays_and_ray_put(nodes):
