@@ -145,6 +145,13 @@ class Certifier:
         from ray.cluster_utils import Cluster
         # Ray's temp dir (sessions, sockets, ray_current_cluster) is $RAY_TMPDIR/ray.
         os.environ["RAY_TMPDIR"] = self.root
+        # Ray gives up on an RDT object after its own fetch timeout (60 s by default), counted
+        # from when the read is queued: on a loaded machine the ring's actors start slower than
+        # that, and Ray's TimeoutError would hide which hop hung. The suite's bounds (the
+        # longest is the first round's) come first; a user's own setting is kept.
+        longest = self.args.timeout * 6 + 10 * 8
+        os.environ.setdefault("RAY_rdt_fetch_fail_timeout_milliseconds",
+                              str(int((longest + 60) * 1000)))
         self.cluster = Cluster(initialize_head=True, head_node_args=dict(
             num_cpus=1, include_dashboard=False))
         options = self.add_node_options()
