@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ray/rpc/drain_node.grpc.pb.h"
+#include "ray/rpc/node_info.grpc.pb.h"
 #include "support/test_support.h"
 
 namespace rayaccel::rpc {
@@ -238,6 +240,63 @@ TEST_F(DeviceLossTest, ADeviceUnhealthyAtStartWasNotGivenAndIsNotLost) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(watch.state().lost.empty());
   EXPECT_TRUE(gcs_.calls().empty());
+}
+
+// Ray's NodeInfoGcsService, GetAllNodeInfo alone, answering with `nodes` as a GCS (or
+// something posing as one) would: what FindNodeOnThisHost takes from it and what it leaves.
+class NodeInfo final : public ::ray::rpc::NodeInfoGcsService::Service {
+ public:
+  std::vector<::ray::rpc::GcsNodeInfo> nodes;
+  grpc::Status GetAllNodeInfo(grpc::ServerContext*, const ::ray::rpc::GetAllNodeInfoRequest*,
+                              ::ray::rpc::GetAllNodeInfoReply* reply) override {
+    for (const auto& n : nodes) *reply->add_node_info_list() = n;
+    return grpc::Status::OK;
+  }
+};
+
+::ray::rpc::GcsNodeInfo Node(const std::string& id_bytes, const std::string& address, bool alive,
+                             std::map<std::string, std::string> labels = {}) {
+  ::ray::rpc::GcsNodeInfo n;
+  n.set_node_id(id_bytes);
+  n.set_node_manager_address(address);
+  n.set_state(alive ? ::ray::rpc::GcsNodeInfo::ALIVE : ::ray::rpc::GcsNodeInfo::DEAD);
+  for (const auto& [k, v] : labels) (*n.mutable_labels())[k] = v;
+  return n;
+}
+
+// The node on this host is the live one at one of its addresses (loopback here) with every
+// label rayaccel gave Ray; a malformed id, a dead node or another host's is never taken, and
+// two that match are an error naming --node-id rather than a guess.
+TEST_F(DeviceLossTest, FindsItsNodeInRaysGcsAndNeverGuesses) {
+  char dir[] = "/tmp/rayaccel-gcs-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string target = std::string("unix:") + dir + "/gcs.sock";
+  NodeInfo gcs;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(target, grpc::InsecureServerCredentials());
+  builder.RegisterService(&gcs);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::map<std::string, std::string> ours = {{"rayaccel.io/gpu-count", "8"}};
+  const GcsOptions options{target, "", std::chrono::milliseconds(5000)};
+
+  EXPECT_EQ(FindNodeOnThisHost(options, ours).status().code(), absl::StatusCode::kNotFound);
+  gcs.nodes = {Node(std::string(27, 'x'), "127.0.0.1", true, ours),    // a short id
+               Node(std::string(28, 'd'), "127.0.0.1", false, ours),   // dead
+               Node(std::string(28, 'o'), "192.0.2.254", true, ours),  // another host
+               Node(std::string(28, 'h'), "127.0.0.1", true),          // the head, unlabelled
+               Node(std::string(28, 'g'), "127.0.0.1", true, ours)};   // ours
+  absl::StatusOr<std::string> found = FindNodeOnThisHost(options, ours);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, absl::BytesToHexString(std::string(28, 'g')));
+
+  gcs.nodes.push_back(Node(std::string(28, 'k'), "127.0.0.1", true, ours));
+  absl::Status twice = FindNodeOnThisHost(options, ours).status();
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.message().find("--node-id"), std::string::npos) << twice;
+  server->Shutdown(std::chrono::system_clock::now());
+  unlink((std::string(dir) + "/gcs.sock").c_str());
+  rmdir(dir);
 }
 
 }  // namespace
