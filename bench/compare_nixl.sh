@@ -6,6 +6,8 @@
 # --veth: across two network namespaces joined by a veth pair (created here, removed at exit;
 # root), TCP on the veth alone (UCX_TLS=tcp, UCX_NET_DEVICES), the two namespaces standing for two
 # hosts (RAYACCEL_TRANSPORT_SAME_HOST=0: no copies between the processes); else both on this host.
+# --own-memory: a second table, rayaccel on memory each process allocated and registered (as a
+# tensor is) rather than memory the transport allocated.
 # Needs NIXL (requirements.txt pins nixl-cu12, installed by make into BUILD_DIR/venv).
 set -eu
 build=${1:-build}

@@ -14,20 +14,10 @@
 #include "common/ucx/memory.h"
 #include "common/ucx/messages.h"
 #include "common/ucx/requests.h"
+#include "common/ucx/ring.h"
 #include "common/ucx/transfer.h"
 
 namespace rayaccel::plugin::ucx {
-
-namespace {
-
-// One small range of a batch, on its way into a chunk.
-struct ChunkItem {
-  uint32_t entry;
-  char* local;
-  uint64_t region, offset, length;
-};
-
-}  // namespace
 
 // Sends `items` as one chunk of `batch`: one message with every range (and, for a write, their
 // bytes), answered by one with each range's status (and, for a read, the bytes). Numbered as a
@@ -240,7 +230,9 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
         bytes = 0;
       };
       auto send_copied = [&] {
-        if (!copied.empty()) StartChunkLocked(ep, c, tracked(), a->op, copied, /*copied=*/true);
+        if (!copied.empty() && !StartRingChunkLocked(ep, c, tracked(), a->op, copied)) {
+          StartChunkLocked(ep, c, tracked(), a->op, copied, /*copied=*/true);
+        }
         copied.clear();
         copied_bytes = 0;
       };

@@ -21,6 +21,7 @@
 #include "common/ucx/messages.h"
 #include "common/ucx/progress.h"
 #include "common/ucx/requests.h"
+#include "common/ucx/ring.h"
 #include "common/ucx/transfer.h"
 
 namespace rayaccel::plugin::ucx {
@@ -45,6 +46,12 @@ static void DestroyEndpoint(Ep* ep) {
     (void)!write(ep->stop_fd, &one, sizeof(one));
     ep->progress.join();
   }
+  {
+    // The rings' threads serve under the lock: stopped and joined before it is taken for good.
+    std::lock_guard<std::mutex> lock(ep->mu);
+    for (auto& [token, p] : ep->peers) StopRing(ep, p.get());
+  }
+  JoinStoppedRings(ep);
   if (ep->stop_fd >= 0) close(ep->stop_fd);
   std::lock_guard<std::mutex> lock(ep->mu);
   if (ep->control != nullptr) {
@@ -114,7 +121,10 @@ static rayaccel_status Wait(rayaccel_transport_endpoint* handle, uint32_t timeou
       if (now - start > std::chrono::microseconds(50)) {
         pause = std::min(std::chrono::microseconds(1000),
                          std::max(std::chrono::microseconds(20), pause * 2));
-        ep->progressed.wait_for(lock, std::min<Clock::duration>(pause, deadline - now));
+        // A request waiting on an owner's ring is woken by the owner's answer, not by the
+        // progress thread.
+        const Clock::duration nap = std::min<Clock::duration>(pause, deadline - now);
+        if (!SleepOnRing(ep, lock, nap)) ep->progressed.wait_for(lock, nap);
         if (ep->activity != seen) return RAYACCEL_STATUS_OK;
       }
     }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 
 #include "common/plugin_util.h"
 #include "common/same_host_copy.h"
+#include "common/same_host_ring.h"
 #include "common/transport_args.h"
 #include "common/transport_handles.h"
 #include "common/transport_peers.h"
@@ -49,11 +51,25 @@ constexpr uint64_t kSameHostCopyMin = 16 << 10;
 // A copied range costs about a microsecond of its own (the kernel pins its pages), as much as
 // 512 bytes cost in a message chunk: smaller entries of a batch travel in messages.
 constexpr uint64_t kCopiedEntryMin = 512;
+// A ring transfer of at most this many bytes travels in its slot (two memcpy) rather than by the
+// owner's system call into or out of the reader; the most request rings one owner serves.
+constexpr uint64_t kRingInlineMax = 8 << 10;
+constexpr uint32_t kMaxRings = 64;
+// How long a reader spins within the call for the owner's answer before leaving a request: an
+// owner awake answers within microseconds, one asleep wakes in tens.
+constexpr std::chrono::microseconds kRingReaderSpin(100);
 
 // A peer's region as its descriptor names it.
 struct RemoteRegion {
   uint64_t owner = 0, id = 0, length = 0;
   uint16_t flags = 0;
+};
+
+// One range of a batch, on its way into a chunk.
+struct ChunkItem {
+  uint32_t entry;
+  char* local;
+  uint64_t region, offset, length;
 };
 
 // The helper's handles (transport_handles.h), each naming the helper's hooks.
@@ -75,6 +91,8 @@ struct Request : rayaccel_request {
   ucp_mem_h memh = nullptr;
   bool replied = false;    // a read: the owner's reply arrived; a write: its acknowledgement
   bool same_host = false;  // the owner copies the bytes between the processes (same_host_copy.h)
+  uint32_t ring_n = 0;       // its number on the connection's ring, while in ring_requests
+  bool ring_inline = false;  // a ring READ's bytes come back in its slot
   rayaccel_status reply = RAYACCEL_STATUS_OK;
   int ucx = 0;  // UCX operations that still hold this request
   bool done = false;
@@ -209,6 +227,10 @@ struct Connection : rayaccel_connection {
   Mac same_host_proof{};
   bool same_host = false;  // the owner's welcome: it copies host memory to and from this process
   pid_t owner_pid = 0;     // the owner's process, as its welcome says (a same-host owner's)
+  // The owner's request ring (same_host_ring.h), shared with a transfer spinning on it outside
+  // the lock; its requests not yet answered, in the order posted.
+  std::shared_ptr<RingReader> ring;
+  std::deque<Request*> ring_requests;
 };
 
 struct Endpoint : rayaccel_transport_endpoint {
@@ -257,6 +279,7 @@ struct Endpoint : rayaccel_transport_endpoint {
     std::chrono::steady_clock::time_point deadline;  // for the handshake, then the heartbeat
     uint32_t serving = 0;                            // operations in flight for it
     std::unique_ptr<PeerProcess> process;  // on this host, proven: copies go straight to it
+    std::unique_ptr<RingOwner> ring;       // its request ring (same_host_ring.h), served
   };
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {
@@ -297,6 +320,11 @@ struct Endpoint : rayaccel_transport_endpoint {
   // Staged groups with a piece ended in a UCX callback: their next pieces go out after
   // progress returns (IssueReadyGroups), as replies do, never from inside a callback.
   std::vector<Request*> ready_groups;
+  // Request rings: how many this owner serves, those stopped and not yet joined, and how many
+  // of this reader's requests wait on an owner's ring.
+  uint32_t rings = 0;
+  std::vector<std::unique_ptr<RingOwner>> stopped_rings;
+  uint32_t ring_waiting = 0;
 
   peers::NotificationQueue notifications;
   peers::EventCount refused;    // peers refused, for the log

@@ -16,6 +16,7 @@
 #include "common/ucx/mappings.h"
 #include "common/ucx/messages.h"
 #include "common/ucx/requests.h"
+#include "common/ucx/ring.h"
 
 namespace rayaccel::plugin::ucx {
 
@@ -26,6 +27,7 @@ void FailConnection(Conn* c, rayaccel_status status, std::string why) {
   c->failure = status;
   c->failure_text = std::move(why);
   c->endpoint->activity++;
+  DropRing(c->endpoint, c);  // its requests are among the transfers failed below
   std::map<uint64_t, Request*> transfers;
   transfers.swap(c->transfers);
   for (auto& [id, r] : transfers) {

@@ -17,6 +17,7 @@
 #include "common/ucx/messages.h"
 #include "common/ucx/owner.h"
 #include "common/ucx/requests.h"
+#include "common/ucx/ring.h"
 
 namespace rayaccel::plugin::ucx {
 
@@ -78,6 +79,7 @@ void ClosePeer(Ep* ep, Peer* p) {
   }
   if (p->link != nullptr) p->link->users--;
   p->link = nullptr;
+  StopRing(ep, p);
   // A reader gone (or declared lost) holds no mapping the owner waits for: if it lives on,
   // cut off, the driver keeps its mapping (docs/transport.md, "Threat model").
   for (auto it = ep->mapped.begin(); it != ep->mapped.end();) {
@@ -150,6 +152,7 @@ void ServeControl(Ep* ep) {
       w.U64(token).U64(ep->uuid).U32(static_cast<uint32_t>(getpid()));
       w.U32(static_cast<uint32_t>(BootId().size())).Bytes(BootId().data(), BootId().size());
       w.U32(p->process != nullptr ? 1 : 0);
+      OfferRing(ep, p.get(), &w);
       SendMessage(p->link->control, kWelcome, {}, std::move(w.str()));
     }
     if (now > p->deadline) {
@@ -191,6 +194,7 @@ void ServeControl(Ep* ep) {
 
 bool Progress(Ep* ep) {
   bool any = false;
+  DrainRings(ep);
   for (int i = 0; i < 64 && ProgressWorkers(ep) != 0; ++i) any = true;
   SendOutbox(ep);
   ServeGets(ep);
@@ -226,12 +230,14 @@ void ProgressThread(Ep* ep) {
   microseconds pause(0);
   const int heartbeat_ms = static_cast<int>(HeartbeatInterval(ep).count());
   while (true) {
-    bool armed = wakeup, busy = false;
+    bool armed = wakeup, busy = false, ring_waiting = false, rings_stopped = false;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
       const uint64_t before = ep->activity;
       if (Progress(ep)) last_moved = Clock::now();
       if (ep->activity != before) ep->progressed.notify_all();
+      ring_waiting = ep->ring_waiting != 0;
+      rings_stopped = !ep->stopped_rings.empty();
       // BUSY: work is pending that no event will announce, such as a large reply waiting for
       // room in a shared-memory queue. This thread is then what serves the peer, so it comes
       // back soon.
@@ -241,6 +247,7 @@ void ProgressThread(Ep* ep) {
         busy = s == UCS_ERR_BUSY;
       }
     }
+    if (rings_stopped) JoinStoppedRings(ep);
     if (busy) {
       if (poll(fds.data(), 1, 0) > 0) return;
       if (Clock::now() - last_moved < microseconds(100)) {
@@ -253,8 +260,9 @@ void ProgressThread(Ep* ep) {
       continue;
     }
     pause = microseconds(0);
-    // Back at least once per heartbeat; without armed event fds, in 1 ms.
-    int n = poll(fds.data(), armed ? fds.size() : 1, armed ? heartbeat_ms : 1);
+    // Back at least once per heartbeat; without armed event fds, or while a request waits on an
+    // owner's ring (no event fd announces its answer), in 1 ms.
+    int n = poll(fds.data(), armed ? fds.size() : 1, armed && !ring_waiting ? heartbeat_ms : 1);
     if (n > 0 && (fds[0].revents & POLLIN) != 0) return;
   }
 }

@@ -11,6 +11,7 @@
 
 #include "common/ucx/links.h"
 #include "common/ucx/progress.h"
+#include "common/ucx/ring.h"
 #include "common/ucx/transfer.h"
 
 namespace rayaccel::plugin::ucx {
@@ -27,8 +28,7 @@ void MaybeFree(Request* r) {
 static void PieceDone(Request* group, rayaccel_status status, const std::string& why);
 static void BatchPartDone(Request* batch, Request* part);
 
-// Why an owner refused a range, in the words a reader's error gives.
-static const char* RefusalText(rayaccel_status status) {
+const char* RefusalText(rayaccel_status status) {
   switch (status) {
     case RAYACCEL_STATUS_OK:
       return "";
@@ -262,6 +262,7 @@ rayaccel_status Poll(rayaccel_request* handle, rayaccel_error* error) {
     Ep* ep = r->endpoint;
     std::lock_guard<std::mutex> lock(ep->mu);
     if (!r->done) {
+      DrainRings(ep);
       ProgressData(ep);  // transfers ride the data workers
       if (!ep->ready_notifications.empty()) SendReadyNotifications(ep);
       if (!ep->ready_groups.empty()) IssueReadyGroups(ep);

@@ -10,6 +10,9 @@ namespace rayaccel::plugin::ucx {
 // Frees a request once it is done, nobody will poll it, and UCX holds it no more.
 void MaybeFree(Request* r);
 
+// Why an owner refused a range, in the words a reader's error gives.
+const char* RefusalText(rayaccel_status status);
+
 // Only the statuses an owner gives for a range; anything else is the owner's bug.
 rayaccel_status OwnerStatus(uint32_t status);
 

@@ -12,6 +12,7 @@
 #include "common/ucx/memory.h"
 #include "common/ucx/progress.h"
 #include "common/ucx/requests.h"
+#include "common/ucx/ring.h"
 
 namespace rayaccel::plugin::ucx {
 
@@ -187,6 +188,12 @@ rayaccel_status Transfer(rayaccel_transfer_args* a, rayaccel_error* error) {
       if (m != nullptr) return CopyMapped(ep, c, a, remote.id, m, error);
     }
     const bool staged = Of(a->local)->staged || (remote.flags & kStagedByOwner) != 0;
+    // Host memory here and the owner's, not mapped: on the owner's request ring where it offered
+    // one (the connection's same-host proof), else by message.
+    if (!staged && Of(a->local)->host && (remote.flags & kHostMemory) != 0 && c->same_host) {
+      rayaccel_status st = RAYACCEL_STATUS_OK;
+      if (RingTransfer(ep, c, a, remote, &st, error)) return st;
+    }
     if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) {
       // The owner's side as its descriptor says: a forged flag misreports only the forger's own.
       a->path = staged ? RAYACCEL_PATH_STAGED : RAYACCEL_PATH_FABRIC;

@@ -1,0 +1,242 @@
+#include "common/same_host_ring.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <new>
+#include <utility>
+
+namespace rayaccel::plugin {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x47525852;  // "RXRG"
+constexpr uint32_t kVersion = 1;
+
+// The ring's first bytes. Each side's futex word and flag on a cache line of their own, so that
+// the two sides' spinning does not bounce one line between them.
+struct Header {
+  uint32_t magic, version, slots, slot_data;
+  // The owner sleeps on `doorbell` while `owner_sleeping`; a reader that posts then rings it.
+  alignas(64) std::atomic<uint32_t> doorbell;
+  std::atomic<uint32_t> owner_sleeping;
+  // Readers sleep on `answered` (bumped by every answer) while `readers_sleeping` counts them.
+  alignas(64) std::atomic<uint32_t> answered;
+  std::atomic<uint32_t> readers_sleeping;
+};
+
+// One request. Numbers wrap at 2^32, a multiple of kRingSlots, so slot n % kRingSlots stays in
+// order; a slot's `posted` and `done` only ever hold numbers of requests it carried.
+struct Slot {
+  alignas(64) std::atomic<uint32_t> posted;  // written last by the reader
+  std::atomic<uint32_t> done;                // written last by the owner
+  uint32_t op, count;
+  uint64_t region, offset, length, address;
+  uint32_t status;
+  alignas(64) char data[kRingSlotData];
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain words");
+static_assert(sizeof(Header) % 64 == 0 && sizeof(Slot) % 64 == 0, "cache-line aligned");
+
+Header* HeaderAt(char* base) { return reinterpret_cast<Header*>(base); }
+Slot* SlotAt(char* base, uint32_t n) {
+  return reinterpret_cast<Slot*>(base + sizeof(Header)) + n % kRingSlots;
+}
+
+// FUTEX_WAIT and FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the word is in memory two processes map.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microseconds timeout) {
+  timespec t{static_cast<time_t>(timeout.count() / 1000000),
+             static_cast<long>(timeout.count() % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &t, nullptr, 0);
+}
+void FutexWake(std::atomic<uint32_t>* word, int count) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A field of shared memory read once: the other side may change it meanwhile.
+template <typename T>
+T Once(const T& field) {
+  return __atomic_load_n(&field, __ATOMIC_RELAXED);
+}
+
+bool Off(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
+  std::string s(v);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s == "0" || s == "off" || s == "false" || s == "no";
+}
+
+}  // namespace
+
+uint64_t RingBytes() { return sizeof(Header) + uint64_t{kRingSlots} * sizeof(Slot); }
+
+std::chrono::microseconds RingSpin() {
+  const char* v = std::getenv("RAYACCEL_TRANSPORT_SPIN_US");
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    if (*end == '\0' && us >= 0 && us <= 10000) return std::chrono::microseconds(us);
+  }
+  return std::chrono::microseconds(50);
+}
+
+bool RingEnabled() { return !Off("RAYACCEL_TRANSPORT_RING"); }
+
+// --- The owner
+
+std::unique_ptr<RingOwner> RingOwner::Create(std::string* why) {
+  auto memory = SharedMemory::Create(RingBytes(), why);
+  if (memory == nullptr) return nullptr;
+  char* base = static_cast<char*>(memory->data());
+  auto* h = new (base) Header{};
+  h->magic = kMagic;
+  h->version = kVersion;
+  h->slots = kRingSlots;
+  h->slot_data = kRingSlotData;
+  for (uint32_t i = 0; i < kRingSlots; ++i) new (SlotAt(base, i)) Slot{};
+  std::unique_ptr<RingOwner> ring(new RingOwner());
+  ring->memory_ = std::move(memory);
+  return ring;
+}
+
+RingOwner::~RingOwner() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RingOwner::Start(Handler handler, std::chrono::microseconds spin) {
+  thread_ = std::thread([this, handler = std::move(handler), spin] { Serve(handler, spin); });
+}
+
+void RingOwner::Stop() {
+  stop_.store(true);
+  Header* h = HeaderAt(static_cast<char*>(memory_->data()));
+  h->doorbell.fetch_add(1);
+  FutexWake(&h->doorbell, 1);
+}
+
+void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin) {
+  char* base = static_cast<char*>(memory_->data());
+  Header* h = HeaderAt(base);
+  uint32_t next = 1;
+  Clock::time_point last = Clock::now();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    Slot* s = SlotAt(base, next);
+    if (s->posted.load(std::memory_order_acquire) == next) {
+      const RingCall call{static_cast<RingOp>(Once(s->op)),
+                          Once(s->count),
+                          Once(s->region),
+                          Once(s->offset),
+                          Once(s->length),
+                          Once(s->address)};
+      uint32_t status;
+      try {
+        status = handler(call, s->data);
+      } catch (...) {
+        status = 13;  // RAYACCEL_STATUS_INTERNAL: the handler's own fault, this request's alone
+      }
+      __atomic_store_n(&s->status, status, __ATOMIC_RELAXED);
+      s->done.store(next, std::memory_order_release);
+      h->answered.fetch_add(1);
+      if (h->readers_sleeping.load() != 0) FutexWake(&h->answered, INT_MAX);
+      ++next;
+      last = Clock::now();
+      continue;
+    }
+    if (Clock::now() - last < spin) {
+      CpuRelax();
+      continue;
+    }
+    // Asleep until a reader rings. The flag before the last look, the reader's post before its
+    // look at the flag (both sequentially consistent): one of the two sees the other.
+    h->owner_sleeping.store(1);
+    const uint32_t bell = h->doorbell.load();
+    if (s->posted.load() != next && !stop_.load()) {
+      FutexWait(&h->doorbell, bell, std::chrono::milliseconds(100));
+    }
+    h->owner_sleeping.store(0);
+    last = Clock::now();
+  }
+}
+
+// --- The reader
+
+std::unique_ptr<RingReader> RingReader::Map(pid_t pid, int fd, uint64_t device, uint64_t inode,
+                                            uint64_t length, std::string* why) {
+  if (length != RingBytes()) {
+    *why = "the owner's ring is of another size";
+    return nullptr;
+  }
+  auto memory = PeerMemory::Map(pid, fd, device, inode, length, why);
+  if (memory == nullptr) return nullptr;
+  const Header* h = HeaderAt(memory->data());
+  if (Once(h->magic) != kMagic || Once(h->version) != kVersion || Once(h->slots) != kRingSlots ||
+      Once(h->slot_data) != kRingSlotData) {
+    *why = "the owner's ring is of another layout";
+    return nullptr;
+  }
+  return std::unique_ptr<RingReader>(new RingReader(std::move(memory)));
+}
+
+bool RingReader::Next(uint32_t* n) const {
+  if (posted_ - taken_ >= kRingSlots) return false;
+  *n = posted_ + 1;
+  return true;
+}
+
+char* RingReader::data(uint32_t n) const { return SlotAt(memory_->data(), n)->data; }
+
+void RingReader::Post(uint32_t n, const RingCall& call) {
+  char* base = memory_->data();
+  Slot* s = SlotAt(base, n);
+  s->op = static_cast<uint32_t>(call.op);
+  s->count = call.count;
+  s->region = call.region;
+  s->offset = call.offset;
+  s->length = call.length;
+  s->address = call.address;
+  s->posted.store(n, std::memory_order_release);
+  posted_ = n;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  Header* h = HeaderAt(base);
+  if (h->owner_sleeping.load() != 0) {
+    h->doorbell.fetch_add(1);
+    FutexWake(&h->doorbell, 1);
+  }
+}
+
+bool RingReader::Done(uint32_t n, uint32_t* status) const {
+  Slot* s = SlotAt(memory_->data(), n);
+  if (s->done.load(std::memory_order_acquire) != n) return false;
+  *status = Once(s->status);
+  return true;
+}
+
+void RingReader::Sleep(uint32_t n, std::chrono::microseconds timeout) const {
+  Header* h = HeaderAt(memory_->data());
+  h->readers_sleeping.fetch_add(1);
+  const uint32_t seen = h->answered.load();
+  uint32_t status = 0;
+  if (!Done(n, &status)) FutexWait(&h->answered, seen, timeout);
+  h->readers_sleeping.fetch_sub(1);
+}
+
+}  // namespace rayaccel::plugin

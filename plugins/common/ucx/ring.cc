@@ -1,0 +1,297 @@
+#include "common/ucx/ring.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/ucx/links.h"
+#include "common/ucx/owner.h"
+#include "common/ucx/requests.h"
+
+namespace rayaccel::plugin::ucx {
+
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A single READ or WRITE of the reader's: inline in the slot, or copied by the kernel between
+// the region and the reader's address. Caller holds mu.
+uint32_t ServeTransfer(Ep* ep, Peer* p, const RingCall& call, char* data) {
+  Region* region = nullptr;
+  rayaccel_status st = CheckRange(ep, call.region, call.offset, call.length, &region);
+  if (st != RAYACCEL_STATUS_OK) return st;
+  if (!region->host) return RAYACCEL_STATUS_INVALID_ARGUMENT;  // device memory goes by message
+  char* at = static_cast<char*>(region->base) + call.offset;
+  const bool read = call.op == RingOp::kRead;
+  if (call.address == 0) {
+    if (call.length > kRingSlotData) return RAYACCEL_STATUS_INVALID_ARGUMENT;
+    if (read) {
+      CopyMemory(data, at, call.length);
+    } else {
+      CopyMemory(at, data, call.length);
+    }
+    return RAYACCEL_STATUS_OK;
+  }
+  iovec local{at, call.length};
+  iovec remote{InPeer(call.address), call.length};
+  std::string why;
+  if (!(read ? p->process->Write(&local, &remote, 1, &why)
+             : p->process->Read(&local, &remote, 1, &why))) {
+    LogTo(ep, RAYACCEL_LOG_WARN,
+          std::string("a ring copy ") + (read ? "to" : "from") + " a reader failed: " + why);
+    return RAYACCEL_STATUS_INTERNAL;
+  }
+  return RAYACCEL_STATUS_OK;
+}
+
+// A batch's ranges: copied out of the slot first (the reader may change it), then each checked
+// and all moved in one system call; their statuses go back at the start of the slot.
+uint32_t ServeRanges(Ep* ep, Peer* p, const RingCall& call, char* data) {
+  if (call.count == 0 || call.count > kRingMaxRanges) return RAYACCEL_STATUS_INVALID_ARGUMENT;
+  std::vector<RingRange> in(call.count);
+  std::memcpy(in.data(), data, call.count * sizeof(RingRange));
+  std::vector<std::array<uint64_t, 3>> ranges(call.count);
+  std::vector<uint64_t> to(call.count);
+  for (uint32_t i = 0; i < call.count; ++i) {
+    ranges[i] = {in[i].region, in[i].offset, in[i].length};
+    to[i] = in[i].address;
+  }
+  const std::string statuses =
+      CopyRanges(ep, p, /*write=*/call.op == RingOp::kReadRanges, ranges, to.data());
+  std::memcpy(data, statuses.data(), statuses.size());
+  return RAYACCEL_STATUS_OK;
+}
+
+// One request of reader `token`'s ring, on the ring's thread. Under the endpoint's lock, as a
+// message is served: deregistration waits for it, and once Deregister returned no request
+// reaches the region. A reader this owner no longer admits, or has not heard from within the
+// peer timeout (it may have given up on this owner), is served nothing.
+uint32_t ServeRing(Ep* ep, uint64_t token, const RingCall& call, char* data) {
+  std::lock_guard<std::mutex> lock(ep->mu);
+  Peer* p = PeerByToken(ep, token);
+  if (p == nullptr || p->failed || !p->authenticated || p->process == nullptr ||
+      Clock::now() > p->deadline) {
+    return RAYACCEL_STATUS_PEER_LOST;
+  }
+  switch (call.op) {
+    case RingOp::kRead:
+    case RingOp::kWrite:
+      return ServeTransfer(ep, p, call, data);
+    case RingOp::kReadRanges:
+    case RingOp::kWriteRanges:
+      return ServeRanges(ep, p, call, data);
+  }
+  return RAYACCEL_STATUS_INVALID_ARGUMENT;
+}
+
+// What a reader takes from the owner's word: the statuses an owner gives, and PEER_LOST.
+rayaccel_status RingStatus(uint32_t status) {
+  return status == RAYACCEL_STATUS_PEER_LOST ? RAYACCEL_STATUS_PEER_LOST : OwnerStatus(status);
+}
+
+// Request `r`, the oldest on `c`'s ring, answered with `status`: its bytes (an inline READ) or
+// its ranges' statuses land, its slot is free, and it completes. Caller holds mu.
+void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
+  c->ring_requests.pop_front();
+  ep->ring_waiting--;
+  const rayaccel_status st = RingStatus(status);
+  const char* slot = c->ring->data(r->ring_n);
+  if (st == RAYACCEL_STATUS_OK && r->ring_inline) CopyMemory(r->local, slot, r->length);
+  if (st == RAYACCEL_STATUS_OK && !r->chunk.empty()) {
+    Reader in(slot, r->chunk.size() * 4);
+    for (Request::ChunkEntry& e : r->chunk) e.status = OwnerStatus(in.U32());
+  }
+  c->ring->Take(r->ring_n);
+  Complete(r, st,
+           st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader"
+                                           : RefusalText(st));
+  MaybeFree(r);
+}
+
+void DrainRing(Ep* ep, Conn* c) {
+  while (!c->ring_requests.empty()) {
+    Request* r = c->ring_requests.front();
+    uint32_t status = 0;
+    if (!c->ring->Done(r->ring_n, &status)) return;
+    Land(ep, c, r, status);
+  }
+}
+
+// A request on `c`'s ring, numbered as a transfer so that flushes and notifications wait for it.
+// Caller holds mu.
+Request* NewRingRequest(Ep* ep, Conn* c, rayaccel_transfer_op op, uint32_t n) {
+  auto* r = new Request();
+  r->endpoint = ep;
+  r->connection = c;
+  r->kind = op == RAYACCEL_TRANSFER_READ ? Request::Kind::kRead : Request::Kind::kWrite;
+  r->id = c->next_id++;
+  r->same_host = true;
+  r->ring_n = n;
+  ep->requests[r] = true;
+  c->transfers[r->id] = r;
+  c->ring_requests.push_back(r);
+  ep->ring_waiting++;
+  return r;
+}
+
+}  // namespace
+
+// --- The owner's side
+
+void OfferRing(Ep* ep, Peer* p, Writer* welcome) {
+  if (p->process == nullptr || !ep->same_host_copy || !RingEnabled() || ep->rings >= kMaxRings) {
+    return;
+  }
+  std::string why;
+  p->ring = RingOwner::Create(&why);
+  if (p->ring == nullptr) {
+    LogTo(ep, RAYACCEL_LOG_DEBUG, "no request ring for a reader on this host: " + why);
+    return;
+  }
+  ep->rings++;
+  const uint64_t token = p->token;
+  p->ring->Start(
+      [ep, token](const RingCall& call, char* data) { return ServeRing(ep, token, call, data); },
+      RingSpin());
+  const SharedMemory& m = p->ring->memory();
+  welcome->U32(static_cast<uint32_t>(m.fd())).U64(m.device()).U64(m.inode()).U64(m.length());
+}
+
+void StopRing(Ep* ep, Peer* p) {
+  if (p->ring == nullptr) return;
+  p->ring->Stop();
+  ep->stopped_rings.push_back(std::move(p->ring));
+  ep->rings--;
+}
+
+void JoinStoppedRings(Ep* ep) {
+  std::vector<std::unique_ptr<RingOwner>> stopped;
+  {
+    std::lock_guard<std::mutex> lock(ep->mu);
+    stopped.swap(ep->stopped_rings);
+  }
+  stopped.clear();  // joins each thread, now free to take the lock and end
+}
+
+// --- The reader's side
+
+void MapRing(Ep* ep, Conn* c, const RingOffer& offer) {
+  if (!c->same_host || !RingEnabled()) return;
+  std::string why;
+  std::unique_ptr<RingReader> ring = RingReader::Map(
+      c->owner_pid, static_cast<int>(offer.fd), offer.device, offer.inode, offer.length, &why);
+  if (ring == nullptr) {
+    LogTo(ep, RAYACCEL_LOG_DEBUG, "the owner's request ring is not used: " + why);
+    return;
+  }
+  c->ring = std::move(ring);
+}
+
+bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion& remote,
+                  rayaccel_status* status, rayaccel_error* error) {
+  const bool read = a->op == RAYACCEL_TRANSFER_READ;
+  char* local = static_cast<char*>(Of(a->local)->base) + a->local_offset;
+  const bool in_slot = a->length <= kRingInlineMax;
+  std::shared_ptr<RingReader> ring;
+  Request* r = nullptr;
+  uint32_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(ep->mu);
+    if (c->failure != RAYACCEL_STATUS_OK) {
+      *status = Fail(error, c->failure, c->failure_text);
+      return true;
+    }
+    if (c->ring == nullptr || !c->ring->Next(&n)) return false;
+    if (remote.owner != c->peer_uuid) {
+      *status = Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT,
+                     "the descriptor belongs to another peer than this connection's");
+      return true;
+    }
+    ring = c->ring;
+    if (!read && in_slot) CopyMemory(ring->data(n), local, a->length);
+    r = NewRingRequest(ep, c, a->op, n);
+    r->local = local;
+    r->length = a->length;
+    r->ring_inline = read && in_slot;
+    ring->Post(n, {read ? RingOp::kRead : RingOp::kWrite, 0, remote.id, a->remote_offset,
+                   a->length, in_slot ? 0 : reinterpret_cast<uintptr_t>(local)});
+  }
+  if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_SAME_HOST;
+  // The answer usually comes within microseconds: waited for here, without the lock, so that
+  // the transfer ends within the call.
+  const Clock::time_point until = Clock::now() + kRingReaderSpin;
+  uint32_t answer = 0;
+  while (!ring->Done(n, &answer) && Clock::now() < until) CpuRelax();
+  std::lock_guard<std::mutex> lock(ep->mu);
+  if (c->ring == ring) DrainRing(ep, c);
+  *status = RAYACCEL_STATUS_OK;
+  if (r->done && r->status == RAYACCEL_STATUS_OK) {
+    ep->requests.erase(r);
+    delete r;
+    a->request = nullptr;
+  } else {
+    a->request = r;  // a refusal, or an owner still copying: Wait says
+  }
+  return true;
+}
+
+bool StartRingChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
+                          const std::vector<ChunkItem>& items) {
+  uint32_t n = 0;
+  if (c->ring == nullptr || items.size() > kRingMaxRanges || !c->ring->Next(&n)) return false;
+  auto* ranges = reinterpret_cast<RingRange*>(c->ring->data(n));
+  Request* r = NewRingRequest(ep, c, op, n);
+  r->abandoned = true;  // the batch's: freed once it ends
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ChunkItem& item = items[i];
+    RingRange range{item.region, item.offset, item.length, reinterpret_cast<uintptr_t>(item.local)};
+    std::memcpy(&ranges[i], &range, sizeof(range));
+    r->chunk.push_back({item.entry, item.local, item.length, RAYACCEL_STATUS_OK});
+    r->length += item.length;
+  }
+  r->batch = batch;
+  batch->parts_running++;
+  c->ring->Post(n, {op == RAYACCEL_TRANSFER_READ ? RingOp::kReadRanges : RingOp::kWriteRanges,
+                    static_cast<uint32_t>(items.size()), 0, 0, 0, 0});
+  return true;
+}
+
+void DrainRings(Ep* ep) {
+  if (ep->ring_waiting == 0) return;
+  for (auto& [token, c] : ep->connections) {
+    if (!c->ring_requests.empty() && c->ring != nullptr) DrainRing(ep, c);
+  }
+}
+
+void DropRing(Ep* ep, Conn* c) {
+  ep->ring_waiting -= static_cast<uint32_t>(c->ring_requests.size());
+  c->ring_requests.clear();  // still in c->transfers, which the caller fails
+  c->ring.reset();
+}
+
+bool SleepOnRing(Ep* ep, std::unique_lock<std::mutex>& lock, Clock::duration timeout) {
+  if (ep->ring_waiting == 0) return false;
+  for (auto& [token, c] : ep->connections) {
+    if (c->ring_requests.empty() || c->ring == nullptr) continue;
+    std::shared_ptr<RingReader> ring = c->ring;
+    const uint32_t n = c->ring_requests.front()->ring_n;
+    lock.unlock();
+    ring->Sleep(n, std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+    lock.lock();
+    return true;
+  }
+  return false;
+}
+
+}  // namespace rayaccel::plugin::ucx

@@ -1,0 +1,65 @@
+// The same-host request ring (same_host_ring.h) in the UCX helper: the owner offers one to each
+// reader it proved on its host and serves it under the endpoint's lock, with the checks a
+// message gets; the reader sends its transfers of host memory the owner does not map there.
+#ifndef RAYACCEL_PLUGINS_COMMON_UCX_RING_H_
+#define RAYACCEL_PLUGINS_COMMON_UCX_RING_H_
+
+#include <mutex>
+#include <vector>
+
+#include "common/ucx/handles.h"
+
+namespace rayaccel::plugin::ucx {
+
+// --- The owner's side
+
+// A ring for `p`, a reader proven on this host, served from now on: written to `welcome` (its
+// descriptor in this process, the file's device and inode, its length) when there is one.
+// Caller holds mu.
+void OfferRing(Ep* ep, Peer* p, Writer* welcome);
+
+// `p` is going: its ring stops, to be joined outside the lock (JoinStoppedRings). Caller holds mu.
+void StopRing(Ep* ep, Peer* p);
+
+// Joins the rings' threads StopRing stopped. Caller does not hold mu.
+void JoinStoppedRings(Ep* ep);
+
+// --- The reader's side
+
+// The owner's ring as its welcome names it: its descriptor in the owner's process, the file's
+// device and inode, its length.
+struct RingOffer {
+  uint32_t fd = 0;
+  uint64_t device = 0, inode = 0, length = 0;
+};
+
+// The owner's ring, mapped, or left (served by messages) with the reason logged. Caller holds mu.
+void MapRing(Ep* ep, Conn* c, const RingOffer& offer);
+
+// A READ or WRITE between host memory here and the owner's, posted on the ring: true with the
+// transfer's outcome in `status` (`a->request` null when it ended within the call), false when
+// the connection has no ring or no free slot (the caller sends it as a message). Caller does not
+// hold mu.
+bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion& remote,
+                  rayaccel_status* status, rayaccel_error* error);
+
+// A batch's copied chunk (ranges of host memory here the owner copies), posted on the ring as
+// one request counted as a part of `batch`; false when there is no ring or no free slot.
+// Caller holds mu.
+bool StartRingChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
+                          const std::vector<ChunkItem>& items);
+
+// Completes the ring requests the owners answered, in order. Caller holds mu.
+void DrainRings(Ep* ep);
+
+// The connection failed: its ring requests are left to FailConnection, the ring unmapped.
+// Caller holds mu.
+void DropRing(Ep* ep, Conn* c);
+
+// Sleeps on the ring of the oldest request waiting for an owner, up to `timeout`, with the lock
+// let go meanwhile; false (at once) when none waits.
+bool SleepOnRing(Ep* ep, std::unique_lock<std::mutex>& lock, Clock::duration timeout);
+
+}  // namespace rayaccel::plugin::ucx
+
+#endif  // RAYACCEL_PLUGINS_COMMON_UCX_RING_H_
