@@ -17,14 +17,6 @@ namespace rayaccel::plugin::ucx {
 
 namespace {
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // A single READ or WRITE of the reader's: inline in the slot, or copied by the kernel between
 // the region and the reader's address. Caller holds mu.
 uint32_t ServeTransfer(Ep* ep, Peer* p, const RingCall& call, char* data) {
@@ -230,9 +222,7 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
   if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_SAME_HOST;
   // The answer usually comes within microseconds: waited for here, without the lock, so that
   // the transfer ends within the call.
-  const Clock::time_point until = Clock::now() + kRingReaderSpin;
-  uint32_t answer = 0;
-  while (!ring->Done(n, &answer) && Clock::now() < until) CpuRelax();
+  ring->Await(n, kRingReaderSpin);
   std::lock_guard<std::mutex> lock(ep->mu);
   if (c->ring == ring) DrainRing(ep, c);
   *status = RAYACCEL_STATUS_OK;
