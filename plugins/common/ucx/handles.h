@@ -55,6 +55,10 @@ constexpr uint64_t kCopiedEntryMin = 512;
 // owner's system call into or out of the reader; the most request rings one owner serves.
 constexpr uint64_t kRingInlineMax = 8 << 10;
 constexpr uint32_t kMaxRings = 64;
+// From this size a copy between an owner and its reader is split across threads
+// (ring.cc's CopyWithReader), in at most this many parts.
+constexpr uint64_t kParallelCopyMin = 4 << 20;
+constexpr uint32_t kParallelCopyParts = 4;
 // How long a reader spins within the call for the owner's answer before leaving a request: an
 // owner awake answers within microseconds, one asleep wakes in tens.
 constexpr std::chrono::microseconds kRingReaderSpin(100);

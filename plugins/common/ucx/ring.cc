@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,44 @@
 namespace rayaccel::plugin::ucx {
 
 namespace {
+
+// `length` bytes between `mine` and the reader's `address`: into the reader (`to_reader`) or out
+// of it. From kParallelCopyMin up in as many parts as this host has CPUs for (at most
+// kParallelCopyParts), each on a thread of its own: the kernel's copy between two processes
+// pins each page first and runs at about half memcpy's speed on one CPU (5.6 GB/s against 11
+// for 64 MiB here), two at once at 7.7 to 9.7.
+bool CopyWithReader(PeerProcess* reader, bool to_reader, char* mine, uint64_t address,
+                    uint64_t length, std::string* why) {
+  auto copy = [reader, to_reader](char* at, uint64_t theirs, uint64_t n, std::string* why) {
+    iovec local{at, n};
+    iovec remote{InPeer(theirs), n};
+    return to_reader ? reader->Write(&local, &remote, 1, why) : reader->Read(&local, &remote, 1, why);
+  };
+  static const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  const uint32_t parts = length < kParallelCopyMin ? 1 : std::min(cpus, kParallelCopyParts);
+  if (parts == 1) return copy(mine, address, length, why);
+  // Parts of whole pages (the last takes the rest), all but the first on threads of their own.
+  const uint64_t part = (length / parts + 4095) & ~uint64_t{4095};
+  std::vector<std::thread> threads;
+  std::vector<std::string> whys(parts);
+  std::vector<char> ok(parts, 0);
+  for (uint32_t i = 1; i < parts; ++i) {
+    const uint64_t at = i * part;
+    if (at >= length) break;
+    threads.emplace_back([&, i, at] {
+      ok[i] = copy(mine + at, address + at, std::min(part, length - at), &whys[i]);
+    });
+  }
+  ok[0] = copy(mine, address, std::min(part, length), &whys[0]);
+  for (std::thread& t : threads) t.join();
+  for (uint32_t i = 0; i <= threads.size(); ++i) {
+    if (!ok[i]) {
+      *why = whys[i];
+      return false;
+    }
+  }
+  return true;
+}
 
 // A single READ or WRITE of the reader's: inline in the slot, or copied by the kernel between
 // the region and the reader's address. Caller holds mu.
@@ -35,11 +74,8 @@ uint32_t ServeTransfer(Ep* ep, Peer* p, const RingCall& call, char* data) {
     }
     return RAYACCEL_STATUS_OK;
   }
-  iovec local{at, call.length};
-  iovec remote{InPeer(call.address), call.length};
   std::string why;
-  if (!(read ? p->process->Write(&local, &remote, 1, &why)
-             : p->process->Read(&local, &remote, 1, &why))) {
+  if (!CopyWithReader(p->process.get(), read, at, call.address, call.length, &why)) {
     LogTo(ep, RAYACCEL_LOG_WARN,
           std::string("a ring copy ") + (read ? "to" : "from") + " a reader failed: " + why);
     return RAYACCEL_STATUS_INTERNAL;
