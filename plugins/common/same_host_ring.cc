@@ -168,6 +168,12 @@ void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin) {
   while (!stop_.load(std::memory_order_relaxed)) {
     Slot* s = SlotAt(base, next);
     if (s->posted.load(std::memory_order_acquire) == next) {
+      // Where the request is served from: a reader waiting on this CPU sleeps rather than spin
+      // against the copy.
+      const uint32_t serving_cpu = ThisCpu();
+      if (h->owner_cpu.load(std::memory_order_relaxed) != serving_cpu) {
+        h->owner_cpu.store(serving_cpu);
+      }
       const RingCall call{static_cast<RingOp>(Once(s->op)),
                           Once(s->count),
                           Once(s->region),

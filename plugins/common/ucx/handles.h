@@ -263,6 +263,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   uint32_t peer_timeout_ms = 0;
   peers::RegionTable<Region> regions;             // the owner's live regions: what it serves
   std::map<uint64_t, uint32_t> serving;           // region id -> owner operations using its memory
+  std::map<uint64_t, uint32_t> ring_holds;        // region id -> ring copies outside the lock
   std::map<uint64_t, std::set<uint64_t>> mapped;  // region id -> readers (tokens) that map it
   std::map<uint64_t, Connection*> connections;    // by token
   std::map<Request*, bool> requests;              // every live request
@@ -282,7 +283,9 @@ struct Endpoint : rayaccel_transport_endpoint {
     uint32_t refuse = 0;                             // a RefusedReason to send before closing
     std::chrono::steady_clock::time_point deadline;  // for the handshake, then the heartbeat
     uint32_t serving = 0;                            // operations in flight for it
-    std::unique_ptr<PeerProcess> process;  // on this host, proven: copies go straight to it
+    // On this host, proven: copies go straight to it (shared with a ring copy running outside
+    // the lock).
+    std::shared_ptr<PeerProcess> process;
     std::unique_ptr<RingOwner> ring;       // its request ring (same_host_ring.h), served
   };
   std::map<uint64_t, std::unique_ptr<Peer>> peers;

@@ -180,12 +180,28 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error*
   if (region == nullptr) return Fail(error, RAYACCEL_STATUS_INVALID_ARGUMENT, "no region");
   return Guard(error, [&] {
     Ep* ep = region->endpoint;
-    std::lock_guard<std::mutex> lock(ep->mu);
+    std::unique_lock<std::mutex> lock(ep->mu);
     // From here every new transfer naming the region is refused as stale; the ones the owner
     // is serving finish first (a reader that does not let them finish within the peer timeout
     // is dropped, which cancels them).
     ep->regions.Remove(region->id);
     const uint64_t id = region->id;
+    // A request ring's copy (ring.cc) runs outside the lock and ends on its own: a copy by the
+    // kernel cannot be called back, so the memory stays until it has, however long it takes
+    // (it waits only on the reader's memory, which a reader backed by a file system that does
+    // not answer could hold up).
+    bool warned = false;
+    for (Clock::time_point deadline = PeerDeadline(ep); ep->ring_holds.count(id) != 0;) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+      if (!warned && Clock::now() > deadline) {
+        warned = true;
+        LogTo(ep, RAYACCEL_LOG_WARN,
+              "a copy into or out of a reader's memory outlasts the peer timeout; the region "
+              "being deregistered stays until it ends");
+      }
+    }
     Clock::time_point deadline = PeerDeadline(ep);
     while (ep->serving.count(id) != 0 && Clock::now() < deadline) {
       if (!Progress(ep)) std::this_thread::yield();

@@ -166,7 +166,10 @@ void ServeGets(Ep* ep) {
   }
 }
 
-std::string CopyRanges(Ep* ep, Peer* p, bool write,
+// A copied chunk's ranges, each checked against the live regions (and host memory, as the
+// reader's flag says it is), moved in one system call into the reader's addresses (`write`) or
+// out of them: each range's status, INTERNAL for all that were to move if the copy failed.
+static std::string CopyRanges(Ep* ep, Peer* p, bool write,
                               const std::vector<std::array<uint64_t, 3>>& ranges,
                               const uint64_t* to) {
   std::vector<rayaccel_status> st(ranges.size());

@@ -4,10 +4,6 @@
 #ifndef RAYACCEL_PLUGINS_COMMON_UCX_OWNER_H_
 #define RAYACCEL_PLUGINS_COMMON_UCX_OWNER_H_
 
-#include <array>
-#include <string>
-#include <vector>
-
 #include "common/ucx/handles.h"
 
 namespace rayaccel::plugin::ucx {
@@ -23,13 +19,6 @@ struct BatchPut {
 // The owner's bounds check (peers::RegionTable::Check): OK with the region in *out when the
 // range lies in a live region; else STALE or INVALID_ARGUMENT.
 rayaccel_status CheckRange(Ep* ep, uint64_t region, uint64_t offset, uint64_t length, Region** out);
-
-// A copied chunk's ranges, each checked against the live regions (and host memory, as the
-// reader's flag says it is), moved in one system call into the reader's addresses (`write`) or
-// out of them: each range's status (4 bytes each), INTERNAL for all that were to move if the
-// copy failed.
-std::string CopyRanges(Ep* ep, Peer* p, bool write,
-                       const std::vector<std::array<uint64_t, 3>>& ranges, const uint64_t* to);
 
 std::string ReplyHeader(uint64_t token, uint64_t id, rayaccel_status status);
 

@@ -18,47 +18,101 @@ namespace rayaccel::plugin::ucx {
 
 namespace {
 
-// `length` bytes between `mine` and the reader's `address`: into the reader (`to_reader`) or out
-// of it. From kParallelCopyMin up in as many parts as this host has CPUs for (at most
-// kParallelCopyParts), each on a thread of its own: the kernel's copy between two processes
-// pins each page first and runs at about half memcpy's speed on one CPU (5.6 GB/s against 11
-// for 64 MiB here), two at once at 7.7 to 9.7.
-bool CopyWithReader(PeerProcess* reader, bool to_reader, char* mine, uint64_t address,
-                    uint64_t length, std::string* why) {
-  auto copy = [reader, to_reader](char* at, uint64_t theirs, uint64_t n, std::string* why) {
-    iovec local{at, n};
-    iovec remote{InPeer(theirs), n};
-    return to_reader ? reader->Write(&local, &remote, 1, why) : reader->Read(&local, &remote, 1, why);
-  };
+// Copies between this process and a reader: `mine[i]` into the reader's `theirs[i]`
+// (`to_reader`) or back, each pair of one length. From kParallelCopyMin bytes up in as many
+// parts as this host has CPUs for (at most kParallelCopyParts), each on a thread of its own:
+// the kernel's copy between two processes pins each page first and runs at about half memcpy's
+// speed on one CPU (5.6 GB/s against 11 for 64 MiB here), two at once at 7.7 to 9.7. A single
+// range is cut in whole pages; many are parted at range boundaries by their bytes.
+bool CopyWithReader(PeerProcess* reader, bool to_reader, std::vector<iovec> mine,
+                    std::vector<iovec> theirs, std::string* why) {
+  uint64_t total = 0;
+  for (const iovec& v : mine) total += v.iov_len;
   static const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
-  const uint32_t parts = length < kParallelCopyMin ? 1 : std::min(cpus, kParallelCopyParts);
-  if (parts == 1) return copy(mine, address, length, why);
-  // Parts of whole pages (the last takes the rest), all but the first on threads of their own.
-  const uint64_t part = (length / parts + 4095) & ~uint64_t{4095};
-  std::vector<std::thread> threads;
-  std::vector<std::string> whys(parts);
-  std::vector<char> ok(parts, 0);
-  for (uint32_t i = 1; i < parts; ++i) {
-    const uint64_t at = i * part;
-    if (at >= length) break;
-    threads.emplace_back([&, i, at] {
-      ok[i] = copy(mine + at, address + at, std::min(part, length - at), &whys[i]);
-    });
+  const uint32_t parts = total < kParallelCopyMin ? 1 : std::min(cpus, kParallelCopyParts);
+  if (parts > 1 && mine.size() == 1) {  // one range: cut it
+    const uint64_t piece = (total / parts + 4095) & ~uint64_t{4095};
+    std::vector<iovec> a, b;
+    for (uint64_t at = 0; at < total; at += piece) {
+      const uint64_t n = std::min(piece, total - at);
+      a.push_back({static_cast<char*>(mine[0].iov_base) + at, n});
+      b.push_back({static_cast<char*>(theirs[0].iov_base) + at, n});
+    }
+    mine.swap(a);
+    theirs.swap(b);
   }
-  ok[0] = copy(mine, address, std::min(part, length), &whys[0]);
+  // Groups [from, to) of ranges of about total / parts bytes each.
+  std::vector<std::pair<size_t, size_t>> groups;
+  size_t from = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    bytes += mine[i].iov_len;
+    if (bytes * parts >= total * (groups.size() + 1) || i + 1 == mine.size()) {
+      groups.emplace_back(from, i + 1);
+      from = i + 1;
+    }
+  }
+  auto copy = [&](size_t g, std::string* why) {
+    const auto [first, last] = groups[g];
+    return to_reader ? reader->Write(&mine[first], &theirs[first], last - first, why)
+                     : reader->Read(&mine[first], &theirs[first], last - first, why);
+  };
+  std::vector<std::thread> threads;
+  std::vector<std::string> whys(groups.size());
+  std::vector<char> ok(groups.size(), 0);
+  for (size_t g = 1; g < groups.size(); ++g) {
+    threads.emplace_back([&, g] { ok[g] = copy(g, &whys[g]); });
+  }
+  if (!groups.empty()) ok[0] = copy(0, &whys[0]);
   for (std::thread& t : threads) t.join();
-  for (uint32_t i = 0; i <= threads.size(); ++i) {
-    if (!ok[i]) {
-      *why = whys[i];
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!ok[g]) {
+      *why = whys[g];
       return false;
     }
   }
   return true;
 }
 
-// A single READ or WRITE of the reader's: inline in the slot, or copied by the kernel between
-// the region and the reader's address. Caller holds mu.
-uint32_t ServeTransfer(Ep* ep, Peer* p, const RingCall& call, char* data) {
+// The owner's hold on regions while a ring copy runs outside the endpoint's lock: Deregister
+// waits for it (memory.cc). Taken and given back under the lock.
+struct RingHold {
+  Ep* ep;
+  std::vector<uint64_t> regions;
+  void Take(uint64_t region) {
+    ep->ring_holds[region]++;
+    regions.push_back(region);
+  }
+  void GiveBack() {
+    for (uint64_t id : regions) {
+      if (auto it = ep->ring_holds.find(id); it != ep->ring_holds.end() && --it->second == 0) {
+        ep->ring_holds.erase(it);
+      }
+    }
+    regions.clear();
+  }
+};
+
+// A request's copies, once checked: made with the lock let go (so that the owner's progress
+// thread, its notifications and other readers' requests go on meanwhile), its regions held.
+uint32_t CopyUnlocked(Ep* ep, std::unique_lock<std::mutex>& lock,
+                      const std::shared_ptr<PeerProcess>& reader, bool to_reader, RingHold* hold,
+                      std::vector<iovec> mine, std::vector<iovec> theirs) {
+  lock.unlock();
+  std::string why;
+  const bool ok = CopyWithReader(reader.get(), to_reader, std::move(mine), std::move(theirs), &why);
+  lock.lock();
+  hold->GiveBack();
+  if (ok) return RAYACCEL_STATUS_OK;
+  LogTo(ep, RAYACCEL_LOG_WARN,
+        std::string("a ring copy ") + (to_reader ? "to" : "from") + " a reader failed: " + why);
+  return RAYACCEL_STATUS_INTERNAL;
+}
+
+// A single READ or WRITE of the reader's: inline in the slot (under the lock: at most
+// kRingInlineMax bytes), or copied by the kernel between the region and the reader's address.
+uint32_t ServeTransfer(Ep* ep, std::unique_lock<std::mutex>& lock, Peer* p, const RingCall& call,
+                       char* data) {
   Region* region = nullptr;
   rayaccel_status st = CheckRange(ep, call.region, call.offset, call.length, &region);
   if (st != RAYACCEL_STATUS_OK) return st;
@@ -74,39 +128,51 @@ uint32_t ServeTransfer(Ep* ep, Peer* p, const RingCall& call, char* data) {
     }
     return RAYACCEL_STATUS_OK;
   }
-  std::string why;
-  if (!CopyWithReader(p->process.get(), read, at, call.address, call.length, &why)) {
-    LogTo(ep, RAYACCEL_LOG_WARN,
-          std::string("a ring copy ") + (read ? "to" : "from") + " a reader failed: " + why);
-    return RAYACCEL_STATUS_INTERNAL;
-  }
-  return RAYACCEL_STATUS_OK;
+  RingHold hold{ep, {}};
+  hold.Take(call.region);
+  return CopyUnlocked(ep, lock, p->process, read, &hold, {{at, call.length}},
+                      {{InPeer(call.address), call.length}});
 }
 
 // A batch's ranges: copied out of the slot first (the reader may change it), then each checked
-// and all moved in one system call; their statuses go back at the start of the slot.
-uint32_t ServeRanges(Ep* ep, Peer* p, const RingCall& call, char* data) {
+// and all moved at once; each range's status goes back at the start of the slot (4 bytes each),
+// INTERNAL for every range that was to move if the copy failed.
+uint32_t ServeRanges(Ep* ep, std::unique_lock<std::mutex>& lock, Peer* p, const RingCall& call,
+                     char* data) {
   if (call.count == 0 || call.count > kRingMaxRanges) return RAYACCEL_STATUS_INVALID_ARGUMENT;
   std::vector<RingRange> in(call.count);
   std::memcpy(in.data(), data, call.count * sizeof(RingRange));
-  std::vector<std::array<uint64_t, 3>> ranges(call.count);
-  std::vector<uint64_t> to(call.count);
+  std::vector<rayaccel_status> st(call.count);
+  std::vector<iovec> mine, theirs;
+  RingHold hold{ep, {}};
   for (uint32_t i = 0; i < call.count; ++i) {
-    ranges[i] = {in[i].region, in[i].offset, in[i].length};
-    to[i] = in[i].address;
+    Region* region = nullptr;
+    st[i] = CheckRange(ep, in[i].region, in[i].offset, in[i].length, &region);
+    if (st[i] == RAYACCEL_STATUS_OK && !region->host) st[i] = RAYACCEL_STATUS_INVALID_ARGUMENT;
+    if (st[i] != RAYACCEL_STATUS_OK) continue;
+    if (hold.regions.empty() || hold.regions.back() != in[i].region) hold.Take(in[i].region);
+    mine.push_back({static_cast<char*>(region->base) + in[i].offset, in[i].length});
+    theirs.push_back({InPeer(in[i].address), in[i].length});
   }
-  const std::string statuses =
-      CopyRanges(ep, p, /*write=*/call.op == RingOp::kReadRanges, ranges, to.data());
-  std::memcpy(data, statuses.data(), statuses.size());
+  if (!mine.empty() && CopyUnlocked(ep, lock, p->process, call.op == RingOp::kReadRanges, &hold,
+                                    std::move(mine), std::move(theirs)) != RAYACCEL_STATUS_OK) {
+    for (rayaccel_status& s : st) {
+      if (s == RAYACCEL_STATUS_OK) s = RAYACCEL_STATUS_INTERNAL;
+    }
+  }
+  Writer w;
+  for (rayaccel_status s : st) w.U32(static_cast<uint32_t>(s));
+  std::memcpy(data, w.str().data(), w.str().size());
   return RAYACCEL_STATUS_OK;
 }
 
-// One request of reader `token`'s ring, on the ring's thread. Under the endpoint's lock, as a
-// message is served: deregistration waits for it, and once Deregister returned no request
-// reaches the region. A reader this owner no longer admits, or has not heard from within the
-// peer timeout (it may have given up on this owner), is served nothing.
+// One request of reader `token`'s ring, on the ring's thread. Checked under the endpoint's lock
+// as a message is; copies of any size made with it let go and their regions held, so that
+// Deregister waits for them and, once it returned, no request reaches the region. A reader this
+// owner no longer admits, or has not heard from within the peer timeout (it may have given up
+// on this owner), is served nothing.
 uint32_t ServeRing(Ep* ep, uint64_t token, const RingCall& call, char* data) {
-  std::lock_guard<std::mutex> lock(ep->mu);
+  std::unique_lock<std::mutex> lock(ep->mu);
   Peer* p = PeerByToken(ep, token);
   if (p == nullptr || p->failed || !p->authenticated || p->process == nullptr ||
       Clock::now() > p->deadline) {
@@ -115,10 +181,10 @@ uint32_t ServeRing(Ep* ep, uint64_t token, const RingCall& call, char* data) {
   switch (call.op) {
     case RingOp::kRead:
     case RingOp::kWrite:
-      return ServeTransfer(ep, p, call, data);
+      return ServeTransfer(ep, lock, p, call, data);
     case RingOp::kReadRanges:
     case RingOp::kWriteRanges:
-      return ServeRanges(ep, p, call, data);
+      return ServeRanges(ep, lock, p, call, data);
   }
   return RAYACCEL_STATUS_INVALID_ARGUMENT;
 }
