@@ -112,10 +112,14 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     // "+messages": the owner on this host sends what it serves rather than copy it into us.
+    // "+no-ring": it copies, asked by message rather than on its request ring.
     absl::string_view tls = GetParam();
     const bool messages = absl::ConsumeSuffix(&tls, "+messages");
+    const bool no_ring = absl::ConsumeSuffix(&tls, "+no-ring");
+    ring_ = !messages && !no_ring;
     env_ = std::make_unique<ScopedEnv>("UCX_TLS", std::string(tls).c_str());
     same_host_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_SAME_HOST", messages ? "0" : "1");
+    ring_env_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_RING", no_ring ? "0" : "1");
     dir_ = MakeTempDir(absl::StrCat("transport-attack-", GetParam()));
     key_ = WriteKey(dir_, "key", 'k');
     owner_ = StartOwner(dir_, key_);
@@ -131,10 +135,21 @@ class TransportAttack : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(after.substr(0, 9), "canary ok") << after;
     EXPECT_EQ(after.substr(after.find(" b ")), before_.substr(before_.find(" b "))) << "B changed";
   }
-  std::unique_ptr<ScopedEnv> env_, same_host_;
+  std::unique_ptr<ScopedEnv> env_, same_host_, ring_env_;
   std::string dir_, key_, before_;
   std::unique_ptr<Owner> owner_;
+  bool ring_ = false;  // readers here are served on the owner's request ring
 };
+
+// The threads of process `pid`.
+size_t Threads(pid_t pid) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
 
 // FNV-1a, as the owner fingerprints its regions.
 uint64_t Fnv(const unsigned char* p, size_t n) {
@@ -522,10 +537,53 @@ TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted)
   ExpectOwnerUnharmed();
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack, ::testing::Values("all", "tcp", "tcp+messages"),
+// A reader stopped or killed in the middle of its requests (on the owner's request ring, or by
+// message) costs its own connection alone: the owner serves another reader meanwhile,
+// deregisters the region the stopped one was using without waiting for it, and once the reader
+// is gone, so are its ring, the ring's thread and every descriptor it held in the owner.
+TEST_P(TransportAttack, AReaderStoppedOrKilledMidRequestCostsItsOwnConnectionAlone) {
+  auto reader = Reader(key_);
+  ASSERT_NE(reader, nullptr);
+  std::vector<unsigned char> local(kUnit);
+  auto mine = reader->Register(local.data(), local.size());
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
+  const size_t threads = Threads(owner_->pid), files = owner_->OpenFiles();
+  for (bool stopped : {false, true}) {
+    SCOPED_TRACE(stopped ? "stopped, then killed" : "killed while running");
+    testing::PipedChild child(RAYACCEL_TRANSPORT_PEER, {"looping-reader", dir_ + "/owner.txt", key_});
+    ASSERT_EQ(child.Ask("start"), "looping");
+    if (ring_) EXPECT_EQ(Threads(owner_->pid), threads + 1) << "the reader's ring has a thread";
+    if (stopped) {
+      ASSERT_TRUE(testing::StopAndWait(child.pid()));
+      for (int i = 0; i < 50; ++i) {
+        ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok()) << i;
+      }
+      EXPECT_EQ(owner_->Ask("dereg-a"), "ok") << "A, which the stopped reader was using";
+    }
+    ASSERT_EQ(kill(child.pid(), SIGKILL), 0);
+    for (absl::Time until = absl::Now() + absl::Seconds(30);
+         (child.Alive() || Threads(owner_->pid) != threads || owner_->OpenFiles() != files) &&
+         absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(Threads(owner_->pid), threads) << "the dead reader's ring thread is gone";
+    EXPECT_EQ(owner_->OpenFiles(), files) << "and every descriptor it held";
+    EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
+  }
+  EXPECT_EQ(local[0], 'B');
+  ExpectOwnerUnharmed();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, TransportAttack,
+                         ::testing::Values("all", "tcp", "tcp+no-ring", "tcp+messages"),
                          [](const auto& info) {
                            const std::string p = info.param;
-                           return p == "all" ? "AllTransports" : p == "tcp" ? "Tcp" : "TcpMessages";
+                           return p == "all"           ? "AllTransports"
+                                  : p == "tcp"         ? "Tcp"
+                                  : p == "tcp+no-ring" ? "TcpNoRing"
+                                                       : "TcpMessages";
                          });
 
 // Keys from files: the checks a key file must pass, and the default key.

@@ -22,6 +22,21 @@
 //       write I SEED   -> "path P fnv F": its buffer filled from SEED, written to I whole
 //     and "error STATUS" when a transfer fails.
 //
+//   rayaccel_transport_peer looping-reader OUT KEY_FILE
+//     A reader of the owner whose OUT file is given, as an application mid-work when it is
+//     stopped or killed: on "start" it reads A whole into a buffer of its own, answers
+//     "looping", then writes the buffer back to A and reads A again, without end (A keeps its
+//     bytes whatever instant it dies at).
+//
+//   rayaccel_transport_peer kv-decode IN KEY_FILE LOOP
+//     A decode process of the KV-cache pattern: IN holds the prefill's address and its
+//     regions' descriptors, one per line (web-safe base64), each region of whole 16 KiB
+//     blocks. On "pull" it reads every block of every region, last block first within each
+//     region (into memory of its own, as one batch), issues the notification "pulled", then
+//     waits for the batch and answers "landed F", F the FNV-1a of what landed, or "error
+//     STATUS". With LOOP 1, "pull" answers "pulling" at once and pulls again and again until
+//     killed.
+//
 //   rayaccel_transport_peer raw OUT
 //     Speaks UCX itself to the owner whose OUT file is given, as an attacker that holds no key:
 //     RMA get and put aimed at the canary (UCX's software get and put, which serve any address
@@ -38,6 +53,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -47,6 +63,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "rayaccel/transport.h"
 
 namespace {
@@ -228,6 +245,97 @@ int Raw(const std::string& owner_out) {
   std::_Exit(0);  // without closing: a peer that vanishes
 }
 
+std::unique_ptr<rayaccel::Transport> OpenReader(const std::string& key_file) {
+  rayaccel::TransportOptions o;
+  o.plugin = "sim";
+  o.search_path = {RAYACCEL_PLUGIN_DIR};
+  o.key_file = key_file;
+  auto t = rayaccel::Transport::Open(o);
+  if (!t.ok()) {
+    std::cerr << t.status() << "\n";
+    return nullptr;
+  }
+  return *std::move(t);
+}
+
+int LoopingReader(const std::string& owner_out, const std::string& key_file) {
+  std::ifstream f(owner_out);
+  std::string address_b64, a_b64, address, a;
+  std::getline(f, address_b64);
+  std::getline(f, a_b64);
+  if (!absl::WebSafeBase64Unescape(address_b64, &address) ||
+      !absl::WebSafeBase64Unescape(a_b64, &a)) {
+    return 1;
+  }
+  auto t = OpenReader(key_file);
+  if (t == nullptr) return 1;
+  std::vector<unsigned char> buffer(kUnit);
+  auto region = t->Register(buffer.data(), buffer.size());
+  auto conn = t->Connect(address);
+  if (!region.ok() || !conn.ok()) return 1;
+  std::string line;
+  if (!std::getline(std::cin, line) || line != "start") return 1;
+  auto wait = [](absl::StatusOr<rayaccel::Request> r) {
+    return r.ok() ? r->Wait(absl::Now() + absl::Seconds(30)) : r.status();
+  };
+  absl::Status s = wait(t->Read(*conn, *region, 0, a, 0, kUnit));
+  std::cout << (s.ok() ? "looping" : "error " + s.ToString()) << std::endl;
+  while (s.ok()) {
+    s = wait(t->Write(*conn, *region, 0, a, 0, kUnit));
+    if (s.ok()) s = wait(t->Read(*conn, *region, 0, a, 0, kUnit));
+  }
+  return 1;
+}
+
+int KvDecode(const std::string& in, const std::string& key_file, bool loop) {
+  constexpr uint64_t kBlock = 16 << 10;
+  std::ifstream f(in);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) {
+    std::string raw;
+    if (!absl::WebSafeBase64Unescape(line, &raw)) return 1;
+    lines.push_back(raw);
+  }
+  if (lines.size() < 2) return 1;
+  auto t = OpenReader(key_file);
+  if (t == nullptr) return 1;
+  std::vector<std::vector<unsigned char>> memory;
+  std::vector<rayaccel::TransferEntry> entries;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    auto info = rayaccel::Transport::Inspect(lines[i]);
+    if (!info.ok() || info->length % kBlock != 0) return 1;
+    memory.emplace_back(info->length, 0);
+    auto region = t->Register(memory.back().data(), info->length);
+    if (!region.ok()) return 1;
+    for (uint64_t at = info->length; at >= kBlock; at -= kBlock) {
+      entries.push_back({*region, at - kBlock, lines[i], at - kBlock, kBlock});
+    }
+  }
+  auto conn = t->Connect(lines[0]);
+  if (!conn.ok()) return 1;
+  for (std::string command; std::getline(std::cin, command);) {
+    if (command != "pull") continue;
+    if (loop) std::cout << "pulling" << std::endl;
+    do {
+      for (auto& m : memory) std::fill(m.begin(), m.end(), 0);
+      auto batch = t->ReadBatch(*conn, entries);
+      auto notify = batch.ok() ? t->Notify(*conn, "pulled") : batch.status();
+      absl::Status s = batch.ok() ? batch->Wait(absl::Now() + absl::Seconds(60)) : batch.status();
+      if (s.ok()) s = notify.ok() ? notify->Wait(absl::Now() + absl::Seconds(60)) : notify.status();
+      if (!s.ok()) {
+        std::cout << "error " << s << std::endl;
+        break;
+      }
+      uint64_t h = 1469598103934665603ull;
+      for (const auto& m : memory) {
+        for (unsigned char c : m) h = (h ^ c) * 1099511628211ull;
+      }
+      if (!loop) std::cout << "landed " << h << std::endl;
+    } while (loop);
+  }
+  return 0;
+}
+
 }  // namespace
 
 // The fake CUDA driver, as the reader uses it to fill and read its own device buffer: the
@@ -336,6 +444,8 @@ int main(int argc, char** argv) {
     return Owner(args[1], args.size() >= 3 ? args[2] : "", timeout_ms);
   }
   if (args.size() == 2 && args[0] == "raw") return Raw(args[1]);
+  if (args.size() == 3 && args[0] == "looping-reader") return LoopingReader(args[1], args[2]);
+  if (args.size() == 4 && args[0] == "kv-decode") return KvDecode(args[1], args[2], args[3] == "1");
   if (args.size() >= 4 && args[0] == "cuda-reader") return CudaReader(args);
   std::cerr << "usage: rayaccel_transport_peer owner OUT [KEY_FILE [PEER_TIMEOUT_MS]] | raw OUT\n";
   return 2;
