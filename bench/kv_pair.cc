@@ -199,8 +199,7 @@ int Decode(const Plan& p) {
     }
     for (int r = 0; r < 2 * p.layers; ++r) {  // the last request's blocks landed whole
       for (uint64_t b = 0; b < k; ++b) {
-        if (!Holds(cache.memory[r].get() + local[b] * p.block_bytes, p.block_bytes, r,
-                   remote[b])) {
+        if (!Holds(cache.memory[r].get() + local[b] * p.block_bytes, p.block_bytes, r, remote[b])) {
           std::cerr << "rayaccel_bench_kv: block " << remote[b] << " of region " << r
                     << " arrived wrong\n";
           return 1;

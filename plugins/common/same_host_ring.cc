@@ -67,7 +67,6 @@ void FutexWake(std::atomic<uint32_t>* word, int count) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
 }
 
-
 // This thread's CPU (glibc reads it from rseq: a load); ~0u where unknown.
 uint32_t ThisCpu() {
   const int cpu = sched_getcpu();
@@ -109,7 +108,6 @@ bool Off(const char* name) {
 }
 
 }  // namespace
-
 
 uint64_t RingBytes() { return sizeof(Header) + uint64_t{kRingSlots} * sizeof(Slot); }
 

@@ -552,7 +552,8 @@ TEST_P(TransportAttack, AReaderStoppedOrKilledMidRequestCostsItsOwnConnectionAlo
   const size_t threads = Threads(owner_->pid), files = owner_->OpenFiles();
   for (bool stopped : {false, true}) {
     SCOPED_TRACE(stopped ? "stopped, then killed" : "killed while running");
-    testing::PipedChild child(RAYACCEL_TRANSPORT_PEER, {"looping-reader", dir_ + "/owner.txt", key_});
+    testing::PipedChild child(RAYACCEL_TRANSPORT_PEER,
+                              {"looping-reader", dir_ + "/owner.txt", key_});
     ASSERT_EQ(child.Ask("start"), "looping");
     if (ring_) EXPECT_EQ(Threads(owner_->pid), threads + 1) << "the reader's ring has a thread";
     if (stopped) {

@@ -32,8 +32,8 @@ using ::rayaccel::testing::MakeTempDir;
 using ::rayaccel::testing::ScopedEnv;
 
 constexpr uint64_t kBlock = 16 << 10;
-constexpr int kRegions = 16;           // 8 layers x K, V
-constexpr uint64_t kBlocks = 256;      // per region: 4 MiB, 64 MiB in all
+constexpr int kRegions = 16;       // 8 layers x K, V
+constexpr uint64_t kBlocks = 256;  // per region: 4 MiB, 64 MiB in all
 
 size_t Count(const std::string& dir) {
   size_t n = 0;
@@ -73,8 +73,8 @@ class TransportKv : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string mode = GetParam();
-    same_host_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_SAME_HOST",
-                                             mode == "messages" ? "0" : "1");
+    same_host_ =
+        std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_SAME_HOST", mode == "messages" ? "0" : "1");
     ring_ = std::make_unique<ScopedEnv>("RAYACCEL_TRANSPORT_RING", mode == "ring" ? "1" : "0");
     dir_ = MakeTempDir(absl::StrCat("transport-kv-", mode));
     key_ = dir_ + "/key";
@@ -82,8 +82,8 @@ class TransportKv : public ::testing::TestWithParam<const char*> {
       std::ofstream k(key_);
       k << std::string(32, 'k');
     }
-    std::filesystem::permissions(key_, std::filesystem::perms::owner_read |
-                                           std::filesystem::perms::owner_write);
+    std::filesystem::permissions(
+        key_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     TransportOptions o;
     o.plugin = "sim";
     o.search_path = {RAYACCEL_PLUGIN_DIR};

@@ -131,8 +131,8 @@ TEST(SameHostRing, ARingOfAnotherLayoutOrSizeIsNotMapped) {
   std::string why;
   auto plain = SharedMemory::Create(RingBytes(), &why);  // zeros: no ring header
   ASSERT_NE(plain, nullptr) << why;
-  EXPECT_EQ(RingReader::Map(getpid(), plain->fd(), plain->device(), plain->inode(),
-                            plain->length(), &why),
+  EXPECT_EQ(RingReader::Map(getpid(), plain->fd(), plain->device(), plain->inode(), plain->length(),
+                            &why),
             nullptr);
   EXPECT_NE(why.find("layout"), std::string::npos) << why;
   EchoOwner owner(microseconds(0));

@@ -93,8 +93,8 @@ struct Request : rayaccel_request {
   void* local = nullptr;  // a read: where the bytes go
   uint64_t length = 0;
   ucp_mem_h memh = nullptr;
-  bool replied = false;    // a read: the owner's reply arrived; a write: its acknowledgement
-  bool same_host = false;  // the owner copies the bytes between the processes (same_host_copy.h)
+  bool replied = false;      // a read: the owner's reply arrived; a write: its acknowledgement
+  bool same_host = false;    // the owner copies the bytes between the processes (same_host_copy.h)
   uint32_t ring_n = 0;       // its number on the connection's ring, while in ring_requests
   bool ring_inline = false;  // a ring READ's bytes come back in its slot
   rayaccel_status reply = RAYACCEL_STATUS_OK;
@@ -286,7 +286,7 @@ struct Endpoint : rayaccel_transport_endpoint {
     // On this host, proven: copies go straight to it (shared with a ring copy running outside
     // the lock).
     std::shared_ptr<PeerProcess> process;
-    std::unique_ptr<RingOwner> ring;       // its request ring (same_host_ring.h), served
+    std::unique_ptr<RingOwner> ring;  // its request ring (same_host_ring.h), served
   };
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
   struct Hello {

@@ -207,9 +207,9 @@ void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
     for (Request::ChunkEntry& e : r->chunk) e.status = OwnerStatus(in.U32());
   }
   c->ring->Take(r->ring_n);
-  Complete(r, st,
-           st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader"
-                                           : RefusalText(st));
+  Complete(
+      r, st,
+      st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader" : RefusalText(st));
   MaybeFree(r);
 }
 
@@ -283,8 +283,8 @@ void JoinStoppedRings(Ep* ep) {
 void MapRing(Ep* ep, Conn* c, const RingOffer& offer) {
   if (!c->same_host || !RingEnabled()) return;
   std::string why;
-  std::unique_ptr<RingReader> ring = RingReader::Map(
-      c->owner_pid, static_cast<int>(offer.fd), offer.device, offer.inode, offer.length, &why);
+  std::unique_ptr<RingReader> ring = RingReader::Map(c->owner_pid, static_cast<int>(offer.fd),
+                                                     offer.device, offer.inode, offer.length, &why);
   if (ring == nullptr) {
     LogTo(ep, RAYACCEL_LOG_DEBUG, "the owner's request ring is not used: " + why);
     return;
@@ -318,8 +318,8 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
     r->local = local;
     r->length = a->length;
     r->ring_inline = read && in_slot;
-    ring->Post(n, {read ? RingOp::kRead : RingOp::kWrite, 0, remote.id, a->remote_offset,
-                   a->length, in_slot ? 0 : reinterpret_cast<uintptr_t>(local)});
+    ring->Post(n, {read ? RingOp::kRead : RingOp::kWrite, 0, remote.id, a->remote_offset, a->length,
+                   in_slot ? 0 : reinterpret_cast<uintptr_t>(local)});
   }
   if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_SAME_HOST;
   // The answer usually comes within microseconds: waited for here, without the lock, so that
