@@ -310,8 +310,9 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
       std::lock_guard<std::mutex> lock(ep->mu);
       AttachPart(tracked(), i, st, text, t.request);
     }
-    std::lock_guard<std::mutex> lock(ep->mu);
+    std::unique_lock<std::mutex> lock(ep->mu);
     mapped_copies.Release(ep, c);
+    if (batch != nullptr) AwaitRingChunks(ep, c, lock);  // most end within microseconds
     if (batch == nullptr) {  // every entry was copied within the call
       std::fill_n(a->statuses, a->count, RAYACCEL_STATUS_OK);
       a->request = nullptr;

@@ -359,6 +359,16 @@ bool StartRingChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op 
   return true;
 }
 
+void AwaitRingChunks(Ep* ep, Conn* c, std::unique_lock<std::mutex>& lock) {
+  if (c->ring == nullptr || c->ring_requests.empty()) return;
+  std::shared_ptr<RingReader> ring = c->ring;
+  const uint32_t last = c->ring_requests.back()->ring_n;
+  lock.unlock();
+  ring->Await(last, kRingReaderSpin);
+  lock.lock();
+  if (c->ring == ring) DrainRing(ep, c);
+}
+
 void DrainRings(Ep* ep) {
   if (ep->ring_waiting == 0) return;
   for (auto& [token, c] : ep->connections) {

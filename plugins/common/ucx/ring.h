@@ -44,10 +44,15 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
                   rayaccel_status* status, rayaccel_error* error);
 
 // A batch's copied chunk (ranges of host memory here the owner copies), posted on the ring as
-// one request counted as a part of `batch`; false when there is no ring or no free slot.
-// Caller holds mu.
+// one request counted as a part of `batch`; false when there is no ring or no free slot. Caller
+// holds mu.
 bool StartRingChunkLocked(Ep* ep, Conn* c, Request* batch, rayaccel_transfer_op op,
                           const std::vector<ChunkItem>& items);
+
+// After a batch posted chunks on `c`'s ring: waits (spins, the lock let go) as a single transfer
+// does for the last one's answer, then lands what was answered, so that a batch the owner
+// served at once ends within the call. Caller holds mu (through `lock`).
+void AwaitRingChunks(Ep* ep, Conn* c, std::unique_lock<std::mutex>& lock);
 
 // Completes the ring requests the owners answered, in order. Caller holds mu.
 void DrainRings(Ep* ep);
