@@ -271,6 +271,10 @@ bool RingReader::Done(uint32_t n, uint32_t* status) const {
   return true;
 }
 
+bool RingReader::OwnerAsleep() const {
+  return HeaderAt(memory_->data())->owner_sleeping.load(std::memory_order_relaxed) != 0;
+}
+
 bool RingReader::Await(uint32_t n, std::chrono::microseconds spin) const {
   Header* h = HeaderAt(memory_->data());
   const Clock::time_point until = Clock::now() + spin;

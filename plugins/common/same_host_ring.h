@@ -119,6 +119,8 @@ class RingReader {
   bool Done(uint32_t n, uint32_t* status) const;
   // Request `n`, answered, is taken back: its slot is free. In order of posting.
   void Take(uint32_t n) { taken_ = n; }
+  // Whether the owner's thread sleeps (a request would wait for its wake-up).
+  bool OwnerAsleep() const;
   // Sleeps until the owner has answered `n` (or another request), or `timeout`.
   void Sleep(uint32_t n, std::chrono::microseconds timeout) const;
   // Waits up to `spin` for the answer to `n`, spinning while the owner's thread runs on another

@@ -213,8 +213,16 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     };
     std::vector<uint32_t> own;
     MappedCopies mapped_copies;
+    // READs this process makes itself from the owner's published regions (ring.h), and the
+    // entries they are.
+    std::shared_ptr<PublishedRegionsReader> published;
+    std::vector<DirectRead> direct;
+    std::vector<ChunkItem> direct_items;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < a->count; ++i) total += a->entries[i].length;
     {
       std::lock_guard<std::mutex> lock(ep->mu);
+      if (a->op == RAYACCEL_TRANSFER_READ) published = ReadsDirectly(c, total);
       if (c->failure != RAYACCEL_STATUS_OK || DataOf(c->link) == nullptr) {
         rayaccel_status st =
             c->failure != RAYACCEL_STATUS_OK ? c->failure : RAYACCEL_STATUS_PEER_LOST;
@@ -266,6 +274,13 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
           SetEntry(tracked(), i, c->failure, c->failure_text);
           continue;
         }
+        if (published != nullptr && OwnerCopies(c, Of(e.local), remotes[i])) {
+          a->paths[i] = RAYACCEL_PATH_SAME_HOST;
+          char* mine = static_cast<char*>(Of(e.local)->base) + e.local_offset;
+          direct.push_back({remotes[i].id, e.remote_offset, e.length, mine, false});
+          direct_items.push_back({i, mine, remotes[i].id, e.remote_offset, e.length});
+          continue;
+        }
         // Host memory of a reader the owner copies for: a system call per chunk; an entry of
         // more than a chunk's bytes goes alone, a tiny one in a message chunk.
         if (OwnerCopies(c, Of(e.local), remotes[i]) && e.length >= kCopiedEntryMin &&
@@ -301,6 +316,7 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     }
     // The mappings are held: the owner's memory stays until they are given back below.
     mapped_copies.Run(a->op);
+    if (!direct.empty()) ReadDirectly(*published, &direct);
     for (uint32_t i : own) {
       rayaccel_transfer_args t = EntryAsTransfer(*a, i);
       char text[512] = {};
@@ -312,8 +328,21 @@ rayaccel_status TransferBatch(rayaccel_transfer_batch_args* a, rayaccel_error* e
     }
     std::unique_lock<std::mutex> lock(ep->mu);
     mapped_copies.Release(ep, c);
+    // What the published regions did not give goes to the owner, as copied chunks.
+    std::vector<ChunkItem> to_owner;
+    for (size_t j = 0; j < direct.size(); ++j) {
+      if (!direct[j].done) to_owner.push_back(direct_items[j]);
+    }
+    for (size_t at = 0; at < to_owner.size(); at += kCopiedChunkEntries) {
+      std::vector<ChunkItem> chunk(
+          to_owner.begin() + at,
+          to_owner.begin() + std::min<size_t>(to_owner.size(), at + kCopiedChunkEntries));
+      if (!StartRingChunkLocked(ep, c, tracked(), a->op, chunk)) {
+        StartChunkLocked(ep, c, tracked(), a->op, chunk, /*copied=*/true);
+      }
+    }
     if (batch != nullptr) AwaitRingChunks(ep, c, lock);  // most end within microseconds
-    if (batch == nullptr) {  // every entry was copied within the call
+    if (batch == nullptr) {                              // every entry was copied within the call
       std::fill_n(a->statuses, a->count, RAYACCEL_STATUS_OK);
       a->request = nullptr;
       return RAYACCEL_STATUS_OK;

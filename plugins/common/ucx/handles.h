@@ -21,6 +21,7 @@
 
 #include "common/plugin_util.h"
 #include "common/same_host_copy.h"
+#include "common/same_host_regions.h"
 #include "common/same_host_ring.h"
 #include "common/transport_args.h"
 #include "common/transport_handles.h"
@@ -235,6 +236,8 @@ struct Connection : rayaccel_connection {
   // the lock; its requests not yet answered, in the order posted.
   std::shared_ptr<RingReader> ring;
   std::deque<Request*> ring_requests;
+  // The owner's published host regions (same_host_regions.h): READs it need not wake for.
+  std::shared_ptr<PublishedRegionsReader> published;
 };
 
 struct Endpoint : rayaccel_transport_endpoint {
@@ -331,6 +334,9 @@ struct Endpoint : rayaccel_transport_endpoint {
   // of this reader's requests wait on an owner's ring.
   uint32_t rings = 0;
   std::vector<std::unique_ptr<RingOwner>> stopped_rings;
+  // Host regions published to readers with rings (same_host_regions.h): made with the first
+  // host region while the same-host paths are on; null otherwise.
+  std::unique_ptr<PublishedRegions> published;
   uint32_t ring_waiting = 0;
 
   peers::NotificationQueue notifications;

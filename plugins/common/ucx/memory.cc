@@ -11,6 +11,7 @@
 #include "common/ucx/links.h"
 #include "common/ucx/mappings.h"
 #include "common/ucx/progress.h"
+#include "common/ucx/ring.h"
 
 namespace rayaccel::plugin::ucx {
 
@@ -52,6 +53,7 @@ static void Publish(Ep* ep, rayaccel_register_args* args, std::unique_ptr<Region
   region->base = args->address;
   region->length = args->length;
   region->id = ep->regions.Add(region.get());
+  PublishRegion(ep, region.get());
   // Names the region, nothing more: the owner checks every transfer against its own record
   // of the region, so the bytes grant nothing a forger could widen.
   Writer w;
@@ -186,6 +188,7 @@ rayaccel_status DeregisterMemory(rayaccel_memory_region* handle, rayaccel_error*
     // is dropped, which cancels them).
     ep->regions.Remove(region->id);
     const uint64_t id = region->id;
+    if (ep->published != nullptr) ep->published->Withdraw(id);  // before any wait: READs stop
     // A request ring's copy (ring.cc) runs outside the lock and ends on its own: a copy by the
     // kernel cannot be called back, so the memory stays until it has, however long it takes
     // (it waits only on the reader's memory, which a reader backed by a file system that does

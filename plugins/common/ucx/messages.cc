@@ -182,9 +182,12 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
       const uint32_t n = in.U32();
       const uint8_t* boot = in.Bytes(n);
       const uint32_t same_host = in.U32();
-      RingOffer ring;  // an owner that copies for us may offer a request ring
+      // An owner that copies for us may offer a request ring, and then its published regions.
+      SharedFileOffer ring, published;
       const bool offered = same_host == 1 && !in.at_end();
       if (offered) ring = {in.U32(), in.U64(), in.U64(), in.U64()};
+      const bool publishes = offered && !in.at_end();
+      if (publishes) published = {in.U32(), in.U64(), in.U64(), in.U64()};
       if (!in.at_end() || same_host > 1) break;
       Conn* c = ConnectionByToken(ep, token);
       if (c == nullptr || c->state != Conn::State::kProven || owner != c->peer_uuid) {
@@ -195,7 +198,7 @@ ucs_status_t OnMessage(Ep* ep, Ep::Fabric* fabric, unsigned id, const void* head
                    std::string_view(reinterpret_cast<const char*>(boot), n) == BootId();
       c->same_host = c->may_map && same_host == 1 && ep->same_host_copy;
       c->owner_pid = c->may_map ? pid : 0;
-      if (offered) MapRing(ep, c, ring);
+      if (offered) MapRing(ep, c, ring, publishes ? &published : nullptr);
       c->state = Conn::State::kWelcomed;
       c->last_heard = Clock::now();
       return UCS_OK;

@@ -18,6 +18,10 @@ namespace rayaccel::plugin::ucx {
 // Caller holds mu.
 void OfferRing(Ep* ep, Peer* p, Writer* welcome);
 
+// A region just registered: published to readers with rings (same_host_regions.h) when it is
+// host memory. Caller holds mu.
+void PublishRegion(Ep* ep, const Region* region);
+
 // `p` is going: its ring stops, to be joined outside the lock (JoinStoppedRings). Caller holds mu.
 void StopRing(Ep* ep, Peer* p);
 
@@ -26,15 +30,32 @@ void JoinStoppedRings(Ep* ep);
 
 // --- The reader's side
 
-// The owner's ring as its welcome names it: its descriptor in the owner's process, the file's
-// device and inode, its length.
-struct RingOffer {
+// The owner's ring, or its published regions, as its welcome names them: the file's descriptor
+// in the owner's process, its device and inode, its length.
+struct SharedFileOffer {
   uint32_t fd = 0;
   uint64_t device = 0, inode = 0, length = 0;
 };
 
-// The owner's ring, mapped, or left (served by messages) with the reason logged. Caller holds mu.
-void MapRing(Ep* ep, Conn* c, const RingOffer& offer);
+// The owner's ring (and its published regions, where offered), mapped, or left (served by
+// messages) with the reason logged. Caller holds mu.
+void MapRing(Ep* ep, Conn* c, const SharedFileOffer& ring, const SharedFileOffer* published);
+
+// A READ the reader makes itself from the owner's published regions (same_host_regions.h).
+struct DirectRead {
+  uint64_t region, offset, length;
+  char* local;
+  bool done;  // copied whole, from a region live throughout
+};
+
+// The owner's published regions where READs of `bytes` in all are best made here: its thread
+// asleep (a request would wait for its wake-up) and less than the owner copies in parallel
+// parts; null otherwise. Caller holds mu.
+std::shared_ptr<PublishedRegionsReader> ReadsDirectly(Conn* c, uint64_t bytes);
+
+// Makes `reads` from `published` (no lock needed): each `done` when it may be kept; the rest
+// go to the owner.
+void ReadDirectly(const PublishedRegionsReader& published, std::vector<DirectRead>* reads);
 
 // A READ or WRITE between host memory here and the owner's, posted on the ring: true with the
 // transfer's outcome in `status` (`a->request` null when it ended within the call), false when
