@@ -1,5 +1,6 @@
 #include "common/same_host_regions.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -102,11 +103,35 @@ std::unique_ptr<PublishedRegionsReader> PublishedRegionsReader::Map(pid_t owner,
     *why = std::string("pidfd_open: ") + std::strerror(errno);
     return nullptr;
   }
+  const std::string stat = "/proc/" + std::to_string(owner) + "/stat";
+  const int stat_fd = open(stat.c_str(), O_RDONLY | O_CLOEXEC);
+  if (stat_fd < 0) {
+    *why = "open " + stat + ": " + std::strerror(errno);
+    close(pidfd);
+    return nullptr;
+  }
   return std::unique_ptr<PublishedRegionsReader>(
-      new PublishedRegionsReader(std::move(memory), owner, pidfd));
+      new PublishedRegionsReader(std::move(memory), owner, pidfd, stat_fd));
 }
 
-PublishedRegionsReader::~PublishedRegionsReader() { close(pidfd_); }
+PublishedRegionsReader::~PublishedRegionsReader() {
+  close(pidfd_);
+  close(stat_);
+}
+
+bool PublishedRegionsReader::Running() const {
+  pollfd p{pidfd_, POLLIN, 0};
+  if (poll(&p, 1, 0) != 0) return false;  // readable once the owner has exited
+  // The state after the command's closing parenthesis: T stopped, t traced (stopped too).
+  char buffer[512];
+  const ssize_t n = pread(stat_, buffer, sizeof(buffer) - 1, 0);
+  if (n <= 0) return false;
+  buffer[n] = '\0';
+  const char* close_paren = std::strrchr(buffer, ')');
+  if (close_paren == nullptr || close_paren[1] != ' ') return false;
+  const char state = close_paren[2];
+  return state != 'T' && state != 't' && state != 'Z' && state != 'X';
+}
 
 bool PublishedRegionsReader::Find(uint64_t region, uint64_t offset, uint64_t length,
                                   Range* out) const {
@@ -141,9 +166,8 @@ void PublishedRegionsReader::Copy(const Range* ranges, const iovec* local, size_
     const bool whole = moved >= 0 && static_cast<uint64_t>(moved) == total;
     for (size_t i = 0; i < n; ++i) ok[at + i] = whole;
   }
-  pollfd p{pidfd_, POLLIN, 0};
-  const bool alive = poll(&p, 1, 0) == 0;  // readable once the owner has exited
-  for (size_t i = 0; i < count; ++i) ok[i] = ok[i] && alive && Unchanged(ranges[i]);
+  const bool running = Running();
+  for (size_t i = 0; i < count; ++i) ok[i] = ok[i] && running && Unchanged(ranges[i]);
 }
 
 }  // namespace rayaccel::plugin

@@ -65,16 +65,19 @@ class PublishedRegionsReader {
   bool Find(uint64_t region, uint64_t offset, uint64_t length, Range* out) const;
   // Copies `count` ranges (Find's) into this process's `local` ranges, in one system call per
   // 1024; ok[i] says whether range i's bytes may be kept: copied whole while its entry held
-  // still and the owner lived.
+  // still, and the owner lives and is not stopped (a request to a stopped owner fails once its
+  // peer timeout passes, as every request does: its memory is not read meanwhile either).
   void Copy(const Range* ranges, const iovec* local, size_t count, bool* ok) const;
 
  private:
-  PublishedRegionsReader(std::unique_ptr<PeerMemory> memory, pid_t owner, int pidfd)
-      : memory_(std::move(memory)), owner_(owner), pidfd_(pidfd) {}
+  PublishedRegionsReader(std::unique_ptr<PeerMemory> memory, pid_t owner, int pidfd, int stat)
+      : memory_(std::move(memory)), owner_(owner), pidfd_(pidfd), stat_(stat) {}
+  bool Running() const;
   bool Unchanged(const Range& r) const;
   std::unique_ptr<PeerMemory> memory_;
   pid_t owner_;
   int pidfd_;
+  int stat_;  // /proc/<owner>/stat, open: whether it is stopped
 };
 
 }  // namespace rayaccel::plugin

@@ -509,10 +509,10 @@ TEST_P(TransportAttack, WrongKeysAreRefusedAndAFloodLeaksNothing) {
   ExpectOwnerUnharmed();
 }
 
-// An owner that stops without dying (SIGSTOP: a frozen process, a paused VM): every request that
-// needs it fails PEER_LOST within the peer timeout, every request at all once it is declared
-// lost, and once it resumes it is not let back into the old connection. (A READ of a region
-// the owner published to readers on its host needs no owner: until then it may succeed.)
+// An owner that stops without dying (SIGSTOP: a frozen process, a paused VM): every request to
+// it fails PEER_LOST within the peer timeout (a READ of a region it published too: its memory
+// is not read while it is stopped), and once it resumes it is not let back into the old
+// connection.
 TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted) {
   auto reader = Reader(key_, absl::Seconds(1));
   std::vector<unsigned char> local(kUnit);
@@ -522,11 +522,11 @@ TEST_P(TransportAttack, AStoppedOwnerIsLostWithinThePeerTimeoutAndNotReadmitted)
   ASSERT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
   ASSERT_TRUE(testing::StopAndWait(owner_->pid));
   absl::Time stopped = absl::Now();
-  absl::Status write = Done(reader->Write(*conn, *mine, 0, owner_->b, 0, kUnit), absl::Seconds(30));
+  absl::Status read = Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit), absl::Seconds(30));
   absl::Duration noticed = absl::Now() - stopped;
-  EXPECT_TRUE(IsPeerLost(write)) << write;
+  EXPECT_TRUE(IsPeerLost(read)) << read;
   EXPECT_LT(noticed, absl::Seconds(3)) << "a 1 s peer timeout, noticed after " << noticed;
-  EXPECT_TRUE(IsPeerLost(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit))));
+  EXPECT_TRUE(IsPeerLost(Done(reader->Write(*conn, *mine, 0, owner_->b, 0, kUnit))));
   ASSERT_EQ(kill(owner_->pid, SIGCONT), 0);
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_TRUE(IsPeerLost(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit))))

@@ -67,7 +67,7 @@ TEST(PublishedRegions, ARangeIsReadOnlyWhileItsRegionHoldsStill) {
 }
 
 // An address the owner no longer has (or never had) fails the copy, and so does an owner
-// that has died (its pid may be another process's by then).
+// that is stopped or has died (its pid may be another process's by then).
 TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   std::string why;
   auto table = PublishedRegions::Create(&why);
@@ -110,6 +110,15 @@ TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   theirs->Copy(&range, &local, 1, &ok);
   EXPECT_TRUE(ok);
   EXPECT_EQ(mine[0], 'c');
+  // Stopped, its memory is not read (a request to it fails once the peer timeout passes).
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  theirs->Copy(&range, &local, 1, &ok);
+  EXPECT_FALSE(ok) << "read from a stopped owner";
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  theirs->Copy(&range, &local, 1, &ok);
+  EXPECT_TRUE(ok) << "and again once it runs";
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   ASSERT_TRUE(theirs->Find(3, 0, 64, &range)) << "the table outlives its owner in our mapping";
