@@ -18,7 +18,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -39,7 +38,7 @@
 namespace {
 
 struct Plan {
-  int layers = 32;
+  uint64_t layers = 32;  // each with a K and a V region
   uint64_t blocks = 512;
   uint64_t block_bytes = 16 << 10;
   std::vector<uint64_t> requests = {16, 64, 256, 512};
@@ -87,7 +86,7 @@ struct Cache {
 Cache Allocate(rayaccel::Transport& t, const Plan& p, bool fill) {
   Cache c;
   const uint64_t bytes = p.blocks * p.block_bytes;
-  for (int r = 0; r < 2 * p.layers; ++r) {
+  for (uint64_t r = 0; r < 2 * p.layers; ++r) {
     c.memory.emplace_back(new char[bytes]);
     char* at = c.memory.back().get();
     for (uint64_t b = 0; b < p.blocks; ++b) {
@@ -144,12 +143,12 @@ int Prefill(const Plan& p) {
 int Decode(const Plan& p) {
   std::string line;
   std::vector<std::string> lines;
-  while (lines.size() < static_cast<size_t>(1 + 2 * p.layers) && std::getline(std::cin, line)) {
+  while (lines.size() < 1 + 2 * p.layers && std::getline(std::cin, line)) {
     std::string raw;
     if (!absl::WebSafeBase64Unescape(line, &raw)) return 2;
     lines.push_back(raw);
   }
-  if (lines.size() != static_cast<size_t>(1 + 2 * p.layers)) return 2;
+  if (lines.size() != 1 + 2 * p.layers) return 2;
   auto t = Open();
   Cache cache = Allocate(*t, p, /*fill=*/false);
   auto conn = t->Connect(lines[0]);
@@ -172,7 +171,7 @@ int Decode(const Plan& p) {
       // The request: every layer's K and V blocks, one batch, then the notification.
       std::vector<rayaccel::TransferEntry> entries;
       entries.reserve(2 * p.layers * k);
-      for (int r = 0; r < 2 * p.layers; ++r) {
+      for (uint64_t r = 0; r < 2 * p.layers; ++r) {
         for (uint64_t b = 0; b < k; ++b) {
           entries.push_back({cache.regions[r], local[b] * p.block_bytes, lines[1 + r],
                              remote[b] * p.block_bytes, p.block_bytes});
@@ -197,7 +196,7 @@ int Decode(const Plan& p) {
         starts.push_back(start);
       }
     }
-    for (int r = 0; r < 2 * p.layers; ++r) {  // the last request's blocks landed whole
+    for (uint64_t r = 0; r < 2 * p.layers; ++r) {  // the last request's blocks landed whole
       for (uint64_t b = 0; b < k; ++b) {
         if (!Holds(cache.memory[r].get() + local[b] * p.block_bytes, p.block_bytes, r, remote[b])) {
           std::cerr << "rayaccel_bench_kv: block " << remote[b] << " of region " << r
@@ -215,15 +214,15 @@ int Decode(const Plan& p) {
       absl::StrAppend(&starts_json, i ? ", " : "",
                       absl::StrFormat("[\"%d/%d\", %.1f]", k, p.warmup + i, starts[i]));
     }
-    std::printf(
-        "{\"blocks_per_layer\": %llu, \"bytes\": %llu, \"entries\": %llu, "
-        "\"bandwidth_bytes_per_s\": %.0f, \"latency_us_p50\": %.1f, \"latency_us_p99\": %.1f, "
-        "\"starts\": [%s]}\n",
-        static_cast<unsigned long long>(k), static_cast<unsigned long long>(bytes),
-        static_cast<unsigned long long>(2 * p.layers * k), bytes * latencies.size() / total * 1e6,
-        sorted[sorted.size() / 2], sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)],
-        starts_json.c_str());
-    std::fflush(stdout);
+    const uint64_t entries = 2 * p.layers * k;
+    std::cout << absl::StrFormat(
+                     "{\"blocks_per_layer\": %d, \"bytes\": %d, \"entries\": %d, "
+                     "\"bandwidth_bytes_per_s\": %.0f, \"latency_us_p50\": %.1f, "
+                     "\"latency_us_p99\": %.1f, \"starts\": [%s]}",
+                     k, bytes, entries, bytes * latencies.size() / total * 1e6,
+                     sorted[sorted.size() / 2],
+                     sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)], starts_json)
+              << std::endl;
   }
   return 0;
 }

@@ -72,7 +72,7 @@ TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   std::string why;
   auto table = PublishedRegions::Create(&why);
   ASSERT_NE(table, nullptr) << why;
-  table->Publish(1, reinterpret_cast<void*>(uintptr_t{4096}), 4096);  // not this process's
+  table->Publish(1, InPeer(4096), 4096);  // not this process's
   auto reader = ReaderOf(getpid(), *table, &why);
   ASSERT_NE(reader, nullptr) << why;
   PublishedRegionsReader::Range range;

@@ -95,10 +95,11 @@ struct RingHold {
 
 // A request's copies, once checked: made with the lock let go (so that the owner's progress
 // thread, its notifications and other readers' requests go on meanwhile), its regions held.
-uint32_t CopyUnlocked(Ep* ep, std::unique_lock<std::mutex>& lock,
-                      std::shared_ptr<PeerProcess> reader,  // a copy: the peer may go meanwhile
-                      bool to_reader, RingHold* hold, std::vector<iovec> mine,
-                      std::vector<iovec> theirs) {
+uint32_t CopyUnlocked(
+    Ep* ep, std::unique_lock<std::mutex>& lock,
+    // A copy, taken with the lock held: the peer may go while it is let go.
+    std::shared_ptr<PeerProcess> reader,  // NOLINT(performance-unnecessary-value-param)
+    bool to_reader, RingHold* hold, std::vector<iovec> mine, std::vector<iovec> theirs) {
   lock.unlock();
   std::string why;
   const bool ok = CopyWithReader(reader.get(), to_reader, std::move(mine), std::move(theirs), &why);
