@@ -48,9 +48,10 @@ struct DirectRead {
   bool done;  // copied whole, from a region live throughout
 };
 
-// The owner's published regions where READs of `bytes` in all are best made here: its thread
-// asleep (a request would wait for its wake-up) and less than the owner copies in parallel
-// parts; null otherwise. Caller holds mu.
+// The owner's published regions where READs of `bytes` in all are best made here: more than a
+// slot holds and less than the owner copies in parallel parts, its thread asleep (a request
+// would wait for its wake-up), and, below kReadsDirectlyAlways, the first READ after a pause
+// (kReadBurstGap) rather than one of a burst; null otherwise. Caller holds mu.
 std::shared_ptr<PublishedRegionsReader> ReadsDirectly(Conn* c, uint64_t bytes);
 
 // Makes `reads` from `published` (no lock needed): each `done` when it may be kept; the rest
