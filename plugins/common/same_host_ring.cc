@@ -254,9 +254,10 @@ void RingReader::Post(uint32_t n, const RingCall& call) {
   s->offset = call.offset;
   s->length = call.length;
   s->address = call.address;
-  s->posted.store(n, std::memory_order_release);
+  // Sequentially consistent, as the owner's flag and its last look are: one of the two sides
+  // sees the other's write.
+  s->posted.store(n, std::memory_order_seq_cst);
   posted_ = n;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   Header* h = HeaderAt(base);
   if (h->owner_sleeping.load() != 0) {
     h->doorbell.fetch_add(1);

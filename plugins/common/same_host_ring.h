@@ -17,6 +17,14 @@
 // does, against its live regions), and bounds every length by the slot; the reader bounds what
 // it takes back by what it asked. A slot's bytes may change under either side while it reads
 // them; a liar gets only garbage of its own.
+//
+// Each side says in the ring which CPU it spins on: two spinning threads the scheduler put on
+// one CPU (a thread woken runs where its waker ran) take turns by time slices, each waiting
+// milliseconds for the other's answer until the load balancer moves one (seen on a 2-vCPU VM as
+// 0.2 to 2.5 ms stalls in the first thousand requests of a connection). A side that finds its
+// peer on its own CPU sleeps on the ring's futex instead, which hands the CPU over at once, and
+// the owner's thread (the ring's own, never the application's) moves to another CPU it may run
+// on.
 #ifndef RAYACCEL_PLUGINS_COMMON_SAME_HOST_RING_H_
 #define RAYACCEL_PLUGINS_COMMON_SAME_HOST_RING_H_
 
@@ -135,13 +143,6 @@ class RingReader {
 
 // The bytes a ring takes: header and slots.
 uint64_t RingBytes();
-
-// Why each side says which CPU it spins on: two spinning threads the scheduler put on one CPU (a
-// thread woken runs where its waker ran) take turns by time slices, each waiting milliseconds for
-// the other's answer until the load balancer moves one; seen on a 2-vCPU VM as 0.2 to 2.5 ms
-// stalls in the first thousand requests of a connection. A side that finds its peer on its own
-// CPU sleeps on the ring's futex instead, which hands the CPU over at once, and the owner's thread
-// (the ring's own, never the application's) moves to another CPU it may run on.
 
 }  // namespace rayaccel::plugin
 
