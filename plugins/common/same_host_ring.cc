@@ -211,7 +211,7 @@ void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin) {
     h->owner_sleeping.store(1);
     const uint32_t bell = h->doorbell.load();
     if (s->posted.load() != next && !stop_.load()) {
-      FutexWait(&h->doorbell, bell, std::chrono::milliseconds(100));
+      FutexWait(&h->doorbell, bell, std::chrono::seconds(1));  // a post or Stop() wakes it
     }
     h->owner_sleeping.store(0);
     last = Clock::now();
