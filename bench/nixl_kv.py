@@ -23,16 +23,7 @@ import time
 import numpy as np
 
 os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # its INFO lines go to stdout, where ours go
-try:
-    from nixl._api import nixl_agent, nixl_agent_config
-except ImportError:  # the CUDA-12 build alone, without the meta package
-    from nixl_cu12._api import nixl_agent, nixl_agent_config
-
-
-def agent(name, error_mode):
-    a = nixl_agent(name, nixl_agent_config(backends=[]))
-    a.create_backend("UCX", {} if error_mode == "peer" else {"ucx_error_handling_mode": error_mode})
-    return a
+from nixl_pair import agent  # noqa: E402 - NIXL reads its log level as it is imported
 
 
 def now_us():

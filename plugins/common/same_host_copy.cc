@@ -34,13 +34,15 @@ std::string Errno(const char* what, int e) { return std::string(what) + ": " + s
 
 }  // namespace
 
-bool SameHostCopyEnabled() {
-  const char* v = std::getenv("RAYACCEL_TRANSPORT_SAME_HOST");
-  if (v == nullptr) return true;
+bool EnvironmentSaysOff(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
   std::string s(v);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
+  return s == "0" || s == "off" || s == "false" || s == "no";
 }
+
+bool SameHostCopyEnabled() { return !EnvironmentSaysOff("RAYACCEL_TRANSPORT_SAME_HOST"); }
 
 std::unique_ptr<PeerProcess> PeerProcess::Open(pid_t pid, uint64_t address, const void* expected,
                                                size_t size, std::string* why) {

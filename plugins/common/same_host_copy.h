@@ -25,6 +25,9 @@
 
 namespace rayaccel::plugin {
 
+// Whether the variable `name` says off: 0, off, false or no, in any case.
+bool EnvironmentSaysOff(const char* name);
+
 // Whether the operator left the same-host path on (RAYACCEL_TRANSPORT_SAME_HOST unset, or not
 // one of 0, off, false, no): off makes two processes of one host talk as two hosts would, which
 // a benchmark of the network path between network namespaces wants.

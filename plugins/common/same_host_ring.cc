@@ -5,8 +5,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -99,14 +97,6 @@ T Once(const T& field) {
   return __atomic_load_n(&field, __ATOMIC_RELAXED);
 }
 
-bool Off(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return false;
-  std::string s(v);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s == "0" || s == "off" || s == "false" || s == "no";
-}
-
 }  // namespace
 
 uint64_t RingBytes() { return sizeof(Header) + uint64_t{kRingSlots} * sizeof(Slot); }
@@ -121,7 +111,7 @@ std::chrono::microseconds RingSpin() {
   return std::chrono::microseconds(50);
 }
 
-bool RingEnabled() { return !Off("RAYACCEL_TRANSPORT_RING"); }
+bool RingEnabled() { return !EnvironmentSaysOff("RAYACCEL_TRANSPORT_RING"); }
 
 // --- The owner
 
@@ -145,8 +135,10 @@ RingOwner::~RingOwner() {
   if (thread_.joinable()) thread_.join();
 }
 
-void RingOwner::Start(Handler handler, std::chrono::microseconds spin) {
-  thread_ = std::thread([this, handler = std::move(handler), spin] { Serve(handler, spin); });
+void RingOwner::Start(Handler handler, std::chrono::microseconds spin,
+                      std::chrono::microseconds idle) {
+  thread_ =
+      std::thread([this, handler = std::move(handler), spin, idle] { Serve(handler, spin, idle); });
 }
 
 void RingOwner::Stop() {
@@ -156,7 +148,8 @@ void RingOwner::Stop() {
   FutexWake(&h->doorbell, 1);
 }
 
-void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin) {
+void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin,
+                      std::chrono::microseconds idle) {
   char* base = static_cast<char*>(memory_->data());
   Header* h = HeaderAt(base);
   uint32_t next = 1;
@@ -211,7 +204,7 @@ void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin) {
     h->owner_sleeping.store(1);
     const uint32_t bell = h->doorbell.load();
     if (s->posted.load() != next && !stop_.load()) {
-      FutexWait(&h->doorbell, bell, std::chrono::seconds(1));  // a post or Stop() wakes it
+      FutexWait(&h->doorbell, bell, idle);
     }
     h->owner_sleeping.store(0);
     last = Clock::now();

@@ -92,8 +92,10 @@ class RingOwner {
   RingOwner(const RingOwner&) = delete;
   RingOwner& operator=(const RingOwner&) = delete;
 
-  // Serves the ring on a thread of its own until Stop().
-  void Start(Handler handler, std::chrono::microseconds spin);
+  // Serves the ring on a thread of its own until Stop(). Asleep, the thread looks again unasked
+  // after `idle` (a post or Stop() wakes it: the look is a safety net, not the mechanism).
+  void Start(Handler handler, std::chrono::microseconds spin,
+             std::chrono::microseconds idle = std::chrono::seconds(1));
   // Tells the thread to end (it does after the request it is serving); returns at once.
   void Stop();
 
@@ -102,7 +104,8 @@ class RingOwner {
 
  private:
   RingOwner() = default;
-  void Serve(const Handler& handler, std::chrono::microseconds spin);
+  void Serve(const Handler& handler, std::chrono::microseconds spin,
+             std::chrono::microseconds idle);
 
   std::unique_ptr<SharedMemory> memory_;
   std::atomic<bool> stop_{false};

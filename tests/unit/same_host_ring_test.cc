@@ -45,7 +45,7 @@ bool Answered(const RingReader& reader, uint32_t n, uint32_t* status) {
 struct EchoOwner {
   std::unique_ptr<RingOwner> ring;
   std::atomic<int> calls{0};
-  explicit EchoOwner(microseconds spin) {
+  explicit EchoOwner(microseconds spin, microseconds idle = std::chrono::seconds(1)) {
     std::string why;
     ring = RingOwner::Create(&why);
     EXPECT_NE(ring, nullptr) << why;
@@ -56,7 +56,7 @@ struct EchoOwner {
           for (uint64_t i = 0; i < call.length; ++i) data[i] = static_cast<char>(call.offset + i);
           return 0;
         },
-        spin);
+        spin, idle);
   }
 };
 
@@ -107,7 +107,9 @@ TEST(SameHostRing, AFullRingTakesNoMoreUntilAnAnswerIsTakenBack) {
 }
 
 TEST(SameHostRing, AnOwnerAsleepIsWokenByAPostAndStopsWhenTold) {
-  EchoOwner owner(microseconds(0));  // asleep as soon as nothing is posted
+  // Asleep as soon as nothing is posted, and never looking again unasked: a post whose wake-up
+  // were lost would leave its request unanswered past Answered's deadline.
+  EchoOwner owner(microseconds(0), std::chrono::hours(1));
   std::string why;
   auto reader = MapOf(*owner.ring, &why);
   ASSERT_NE(reader, nullptr) << why;
@@ -115,7 +117,6 @@ TEST(SameHostRing, AnOwnerAsleepIsWokenByAPostAndStopsWhenTold) {
   uint32_t n = 0, status = 0;
   ASSERT_TRUE(reader->Next(&n));
   reader->Post(n, {RingOp::kRead, 0, 1, 0, 8, 0});
-  // Each post finds the owner asleep (no spin) and is answered.
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(Answered(*reader, n, &status));
     reader->Take(n);

@@ -184,6 +184,7 @@ rayaccel_status OpenEndpoint(rayaccel_endpoint_args* args, const EndpointOptions
     }
     ep->shared_memory = tls.shared_memory;
     ep->same_host_copy = SameHostCopyEnabled();
+    ep->request_rings = RingEnabled();
     if (tls.shared_memory) {
       static std::once_flag warned;
       std::call_once(warned, [&] {

@@ -267,6 +267,7 @@ struct Endpoint : rayaccel_transport_endpoint {
   } fabrics[2];
   bool shared_memory = false;      // the operator put posix or sysv in UCX_TLS
   bool same_host_copy = true;      // SameHostCopyEnabled() when the endpoint opened
+  bool request_rings = true;       // RingEnabled() then (same_host_ring.h)
   ucp_worker_h control = nullptr;  // handshake, heartbeats, bye: on the network fabric's
                                    // context where there is one
   uint64_t memory_types = 0;       // UCS_MEMORY_TYPE_* bits UCX can reach

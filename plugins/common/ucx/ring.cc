@@ -247,7 +247,7 @@ Request* NewRingRequest(Ep* ep, Conn* c, rayaccel_transfer_op op, uint32_t n) {
 
 // The endpoint's published regions, made on first use while the same-host paths are on.
 static PublishedRegions* Published(Ep* ep) {
-  if (ep->published == nullptr && ep->same_host_copy && RingEnabled()) {
+  if (ep->published == nullptr && ep->same_host_copy && ep->request_rings) {
     std::string why;
     ep->published = PublishedRegions::Create(&why);
     if (ep->published == nullptr) {  // READs keep the ring
@@ -264,7 +264,8 @@ void PublishRegion(Ep* ep, const Region* region) {
 }
 
 void OfferRing(Ep* ep, Peer* p, Writer* welcome) {
-  if (p->process == nullptr || !ep->same_host_copy || !RingEnabled() || ep->rings >= kMaxRings) {
+  if (p->process == nullptr || !ep->same_host_copy || !ep->request_rings ||
+      ep->rings >= kMaxRings) {
     return;
   }
   std::string why;
@@ -305,7 +306,7 @@ void JoinStoppedRings(Ep* ep) {
 // --- The reader's side
 
 void MapRing(Ep* ep, Conn* c, const SharedFileOffer& offer, const SharedFileOffer* published) {
-  if (!c->same_host || !RingEnabled()) return;
+  if (!c->same_host || !ep->request_rings) return;
   std::string why;
   std::unique_ptr<RingReader> ring = RingReader::Map(c->owner_pid, static_cast<int>(offer.fd),
                                                      offer.device, offer.inode, offer.length, &why);
