@@ -72,6 +72,33 @@ def test_the_interface_is_rays():
         TensorTransport().send_multiple_tensors([], None, None)
 
 
+def test_rays_import_cycle_is_whole_before_its_failure_monitor_and_shutdown_race():
+    """Ray's RDT failure monitor imports ray.experimental.collective from a thread while
+    ray.shutdown() imports ray.dag from the driver's; the two import each other. Once the
+    transport is loaded both are plain lookups, whichever thread comes first."""
+    pytest.importorskip("ray")
+    code = """if True:
+        import sys, threading
+        import rayaccel.transport
+        assert "ray.dag" in sys.modules, "ray.dag not loaded with the transport"
+        errors, start = [], threading.Barrier(2)
+        def load(name):
+            start.wait()
+            try:
+                __import__(name)
+            except BaseException as e:
+                errors.append(repr(e))
+        threads = [threading.Thread(target=load, args=(n,)) for n in
+                   ("ray.experimental.collective", "ray.dag.compiled_dag_node")]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_bytes_arrive_whole_from_1_KiB_to_256_MiB(destination):
     sizes = [1024, 1 << 20, (64 << 20, "float32"), 256 << 20]
     peer = Peer(*[f"{s[0]}:{s[1]}" if isinstance(s, tuple) else s for s in sizes])
