@@ -23,6 +23,7 @@ CUDA.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import threading
@@ -39,12 +40,6 @@ from .errors import AbortedError, Error, InvalidArgumentError, UnavailableError
 try:  # Ray's interface and metadata types, when Ray is installed
     from ray.experimental import (CommunicatorMetadata, TensorTransportManager,
                                   TensorTransportMetadata)
-    # ray.dag and ray.experimental.collective import each other. When a transfer fails, Ray's
-    # RDT failure monitor imports the second from its own thread, while ray.shutdown() imports
-    # the first from the driver's: two threads entering the cycle from both ends see a module
-    # half made (ImportError, KeyError 'ray.dag'). Loaded here, in the thread that registers
-    # the transport, both later imports find it whole (50 ms, once).
-    import ray.dag  # noqa: F401
 except ImportError:  # pragma: no cover - Ray is optional
     try:
         from ray.experimental.rdt.tensor_transport_manager import (  # older layouts
@@ -62,6 +57,16 @@ except ImportError:  # pragma: no cover - Ray is optional
 
             tensor_meta: List[Tuple[Any, Any]]
             tensor_device: Optional[str] = None
+
+# ray.dag and ray.experimental.collective import each other. When a transfer fails, Ray's RDT
+# failure monitor imports the second from its own thread while ray.shutdown() imports the first
+# from the driver's: two threads entering the cycle from both ends see a module half made
+# (ImportError, KeyError 'ray.dag'). Loaded here, in the thread that registers the transport,
+# both later imports find it whole (50 ms, once).
+try:
+    importlib.import_module("ray.dag")
+except ImportError:  # pragma: no cover - Ray is optional
+    pass
 
 try:
     import torch
