@@ -31,7 +31,8 @@ struct Entry {
 static_assert(sizeof(Entry) == 32, "entries are 32 bytes");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "a plain word in shared memory");
 
-uint64_t TableBytes() { return kHeaderBytes + uint64_t{kPublishedRegions} * sizeof(Entry); }
+static_assert(kHeaderBytes + uint64_t{kPublishedRegions} * sizeof(Entry) == kPublishedRegionsBytes,
+              "the table's bytes as same_host_regions.h says");
 Entry* EntryAt(char* base, uint32_t index) {
   return reinterpret_cast<Entry*>(base + kHeaderBytes) + index;
 }
@@ -61,7 +62,7 @@ void Write(Entry* e, uint64_t id, uint64_t base, uint64_t length) {
 }  // namespace
 
 std::unique_ptr<PublishedRegions> PublishedRegions::Create(std::string* why) {
-  auto memory = SharedMemory::Create(TableBytes(), why);
+  auto memory = SharedMemory::Create(kPublishedRegionsBytes, why);
   if (memory == nullptr) return nullptr;
   auto* h = static_cast<Header*>(memory->data());
   h->magic = kMagic;
@@ -86,7 +87,7 @@ std::unique_ptr<PublishedRegionsReader> PublishedRegionsReader::Map(pid_t owner,
                                                                     uint64_t device, uint64_t inode,
                                                                     uint64_t length,
                                                                     std::string* why) {
-  if (length != TableBytes()) {
+  if (length != kPublishedRegionsBytes) {
     *why = "the owner's region table is of another size";
     return nullptr;
   }

@@ -28,6 +28,8 @@ namespace rayaccel::plugin {
 // Entries of the table: region ids (from 1, never reused) at id % kPublishedRegions, so a
 // region whose place a newer one took is simply not found there (its READs go to the owner).
 constexpr uint32_t kPublishedRegions = 4096;
+// The table's bytes: a 64-byte header, then 32 bytes an entry.
+constexpr uint64_t kPublishedRegionsBytes = 64 + uint64_t{kPublishedRegions} * 32;
 
 // The owner's side. Not thread-safe: the endpoint's lock guards it.
 class PublishedRegions {

@@ -17,42 +17,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMagic = 0x47525852;  // "RXRG"
-constexpr uint32_t kVersion = 1;
-
-// The ring's first bytes. Each side's futex word and flag on a cache line of their own, so that
-// the two sides' spinning does not bounce one line between them (the padding is the point).
-struct Header {  // NOLINT(clang-analyzer-optin.performance.Padding)
-  uint32_t magic, version, slots, slot_data;
-  // The owner sleeps on `doorbell` while `owner_sleeping`; a reader that posts then rings it.
-  // `owner_cpu`: the CPU the owner's thread last spun on (same_host_ring.h says why).
-  alignas(64) std::atomic<uint32_t> doorbell;
-  std::atomic<uint32_t> owner_sleeping;
-  std::atomic<uint32_t> owner_cpu;
-  // Readers sleep on `answered` (bumped by every answer) while `readers_sleeping` counts them;
-  // `reader_cpu`: the CPU a reader last waited on.
-  alignas(64) std::atomic<uint32_t> answered;
-  std::atomic<uint32_t> readers_sleeping;
-  std::atomic<uint32_t> reader_cpu;
-};
-
-// One request. Numbers wrap at 2^32, a multiple of kRingSlots, so slot n % kRingSlots stays in
-// order; a slot's `posted` and `done` only ever hold numbers of requests it carried.
-struct Slot {
-  alignas(64) std::atomic<uint32_t> posted;  // written last by the reader
-  std::atomic<uint32_t> done;                // written last by the owner
-  uint32_t op, count;
-  uint64_t region, offset, length, address;
-  uint32_t status;
-  alignas(64) char data[kRingSlotData];
-};
-
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain words");
-static_assert(sizeof(Header) % 64 == 0 && sizeof(Slot) % 64 == 0, "cache-line aligned");
-
-Header* HeaderAt(char* base) { return reinterpret_cast<Header*>(base); }
-Slot* SlotAt(char* base, uint32_t n) {
-  return reinterpret_cast<Slot*>(base + sizeof(Header)) + n % kRingSlots;
+RingHeader* HeaderAt(char* base) { return reinterpret_cast<RingHeader*>(base); }
+RingSlot* SlotAt(char* base, uint32_t n) {
+  return reinterpret_cast<RingSlot*>(base + sizeof(RingHeader)) + n % kRingSlots;
 }
 
 // FUTEX_WAIT and FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the word is in memory two processes map.
@@ -99,8 +66,6 @@ T Once(const T& field) {
 
 }  // namespace
 
-uint64_t RingBytes() { return sizeof(Header) + uint64_t{kRingSlots} * sizeof(Slot); }
-
 std::chrono::microseconds RingSpin() {
   const char* v = std::getenv("RAYACCEL_TRANSPORT_SPIN_US");
   if (v != nullptr && *v != '\0') {
@@ -116,15 +81,15 @@ bool RingEnabled() { return !EnvironmentSaysOff("RAYACCEL_TRANSPORT_RING"); }
 // --- The owner
 
 std::unique_ptr<RingOwner> RingOwner::Create(std::string* why) {
-  auto memory = SharedMemory::Create(RingBytes(), why);
+  auto memory = SharedMemory::Create(kRingBytes, why);
   if (memory == nullptr) return nullptr;
   char* base = static_cast<char*>(memory->data());
-  auto* h = new (base) Header{};
-  h->magic = kMagic;
-  h->version = kVersion;
+  auto* h = new (base) RingHeader{};
+  h->magic = kRingMagic;
+  h->version = kRingVersion;
   h->slots = kRingSlots;
   h->slot_data = kRingSlotData;
-  for (uint32_t i = 0; i < kRingSlots; ++i) new (SlotAt(base, i)) Slot{};
+  for (uint32_t i = 0; i < kRingSlots; ++i) new (SlotAt(base, i)) RingSlot{};
   std::unique_ptr<RingOwner> ring(new RingOwner());
   ring->memory_ = std::move(memory);
   return ring;
@@ -143,7 +108,7 @@ void RingOwner::Start(Handler handler, std::chrono::microseconds spin,
 
 void RingOwner::Stop() {
   stop_.store(true);
-  Header* h = HeaderAt(static_cast<char*>(memory_->data()));
+  RingHeader* h = HeaderAt(static_cast<char*>(memory_->data()));
   h->doorbell.fetch_add(1);
   FutexWake(&h->doorbell, 1);
 }
@@ -151,13 +116,13 @@ void RingOwner::Stop() {
 void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin,
                       std::chrono::microseconds idle) {
   char* base = static_cast<char*>(memory_->data());
-  Header* h = HeaderAt(base);
+  RingHeader* h = HeaderAt(base);
   uint32_t next = 1;
   Clock::time_point last = Clock::now(), moved;
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_ZERO(&allowed);
   while (!stop_.load(std::memory_order_relaxed)) {
-    Slot* s = SlotAt(base, next);
+    RingSlot* s = SlotAt(base, next);
     if (s->posted.load(std::memory_order_acquire) == next) {
       // Where the request is served from: a reader waiting on this CPU sleeps rather than spin
       // against the copy.
@@ -215,15 +180,15 @@ void RingOwner::Serve(const Handler& handler, std::chrono::microseconds spin,
 
 std::unique_ptr<RingReader> RingReader::Map(pid_t pid, int fd, uint64_t device, uint64_t inode,
                                             uint64_t length, std::string* why) {
-  if (length != RingBytes()) {
+  if (length != kRingBytes) {
     *why = "the owner's ring is of another size";
     return nullptr;
   }
   auto memory = PeerMemory::Map(pid, fd, device, inode, length, why);
   if (memory == nullptr) return nullptr;
-  const Header* h = HeaderAt(memory->data());
-  if (Once(h->magic) != kMagic || Once(h->version) != kVersion || Once(h->slots) != kRingSlots ||
-      Once(h->slot_data) != kRingSlotData) {
+  const RingHeader* h = HeaderAt(memory->data());
+  if (Once(h->magic) != kRingMagic || Once(h->version) != kRingVersion ||
+      Once(h->slots) != kRingSlots || Once(h->slot_data) != kRingSlotData) {
     *why = "the owner's ring is of another layout";
     return nullptr;
   }
@@ -240,7 +205,7 @@ char* RingReader::data(uint32_t n) const { return SlotAt(memory_->data(), n)->da
 
 void RingReader::Post(uint32_t n, const RingCall& call) {
   char* base = memory_->data();
-  Slot* s = SlotAt(base, n);
+  RingSlot* s = SlotAt(base, n);
   s->op = static_cast<uint32_t>(call.op);
   s->count = call.count;
   s->region = call.region;
@@ -251,7 +216,7 @@ void RingReader::Post(uint32_t n, const RingCall& call) {
   // sees the other's write.
   s->posted.store(n, std::memory_order_seq_cst);
   posted_ = n;
-  Header* h = HeaderAt(base);
+  RingHeader* h = HeaderAt(base);
   if (h->owner_sleeping.load() != 0) {
     h->doorbell.fetch_add(1);
     FutexWake(&h->doorbell, 1);
@@ -259,7 +224,7 @@ void RingReader::Post(uint32_t n, const RingCall& call) {
 }
 
 bool RingReader::Done(uint32_t n, uint32_t* status) const {
-  Slot* s = SlotAt(memory_->data(), n);
+  RingSlot* s = SlotAt(memory_->data(), n);
   if (s->done.load(std::memory_order_acquire) != n) return false;
   *status = Once(s->status);
   return true;
@@ -270,7 +235,7 @@ bool RingReader::OwnerAsleep() const {
 }
 
 bool RingReader::Await(uint32_t n, std::chrono::microseconds spin) const {
-  Header* h = HeaderAt(memory_->data());
+  RingHeader* h = HeaderAt(memory_->data());
   const Clock::time_point until = Clock::now() + spin;
   uint32_t status = 0;
   while (!Done(n, &status)) {
@@ -288,7 +253,7 @@ bool RingReader::Await(uint32_t n, std::chrono::microseconds spin) const {
 }
 
 void RingReader::Sleep(uint32_t n, std::chrono::microseconds timeout) const {
-  Header* h = HeaderAt(memory_->data());
+  RingHeader* h = HeaderAt(memory_->data());
   h->readers_sleeping.fetch_add(1);
   const uint32_t seen = h->answered.load();
   uint32_t status = 0;

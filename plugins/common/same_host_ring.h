@@ -39,6 +39,7 @@
 #include <thread>
 
 #include "common/same_host_copy.h"
+#include "common/same_host_ring_layout.h"
 
 namespace rayaccel::plugin {
 
@@ -63,10 +64,7 @@ struct RingCall {
   uint64_t region, offset, length, address;
 };
 
-// The ring's size: slots in flight per connection, and each slot's data, which holds a
-// transfer's bytes inline (READ and WRITE up to kRingInlineMax) or a batch's ranges.
-constexpr uint32_t kRingSlots = 16;
-constexpr uint32_t kRingSlotData = 32 << 10;
+// The most ranges a slot's data holds.
 constexpr uint32_t kRingMaxRanges = kRingSlotData / sizeof(RingRange);
 
 // How long the owner keeps looking for the next request after serving one before it sleeps:
@@ -143,9 +141,6 @@ class RingReader {
   std::unique_ptr<PeerMemory> memory_;
   uint32_t posted_ = 0, taken_ = 0;
 };
-
-// The bytes a ring takes: header and slots.
-uint64_t RingBytes();
 
 }  // namespace rayaccel::plugin
 

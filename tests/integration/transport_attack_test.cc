@@ -26,6 +26,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/same_host_regions.h"
+#include "common/same_host_ring_layout.h"
 #include "gtest/gtest.h"
 #include "rayaccel/transport.h"
 #include "support/child_process.h"
@@ -575,6 +577,188 @@ TEST_P(TransportAttack, AReaderStoppedOrKilledMidRequestCostsItsOwnConnectionAlo
     EXPECT_TRUE(Done(reader->Read(*conn, *mine, 0, owner_->b, 0, kUnit)).ok());
   }
   EXPECT_EQ(local[0], 'B');
+  ExpectOwnerUnharmed();
+}
+
+// The owner's memfds of `length` bytes (its request rings, its table of published regions) but
+// those of inodes in `skip`, mapped here as a reader on its host may map them: through /proc.
+struct OwnersFile {
+  char* data;
+  size_t length;
+  ino_t inode;
+};
+std::vector<OwnersFile> MapOwnersFiles(pid_t owner, uint64_t length,
+                                       const std::set<ino_t>& skip = {}) {
+  std::vector<OwnersFile> files;
+  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", owner, "/fd"))) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (ec || !absl::StartsWith(target, "/memfd:rayaccel-")) continue;
+    const int fd = open(e.path().c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == length &&
+        skip.count(st.st_ino) == 0) {
+      void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) files.push_back({static_cast<char*>(p), length, st.st_ino});
+    }
+    if (fd >= 0) close(fd);
+  }
+  return files;
+}
+
+// Writes what an owner could into its side of a ring and its table, until it is destroyed:
+// answers claimed before they were made (or never), statuses of any value, garbage in the
+// slots' data, its CPU and sleep flags at random, the table's words scribbled over.
+class LyingOwner {
+ public:
+  LyingOwner(OwnersFile ring, OwnersFile table)
+      : ring_(ring), table_(table), thread_([this] { Lie(); }) {}
+  ~LyingOwner() {
+    stop_ = true;
+    thread_.join();
+    munmap(ring_.data, ring_.length);
+    munmap(table_.data, table_.length);
+  }
+  uint64_t rounds() const { return rounds_.load(); }
+
+ private:
+  void Lie() {
+    std::mt19937_64 rng(7);
+    auto any = [&rng]() -> uint32_t {
+      switch (rng() % 4) {
+        case 0:
+          return 0;
+        case 1:
+          return 1;
+        case 2:
+          return ~0u;
+        default:
+          return static_cast<uint32_t>(rng());
+      }
+    };
+    auto* h = reinterpret_cast<plugin::RingHeader*>(ring_.data);
+    auto* slots = reinterpret_cast<plugin::RingSlot*>(ring_.data + sizeof(plugin::RingHeader));
+    auto* table = reinterpret_cast<uint64_t*>(table_.data);
+    while (!stop_.load()) {
+      for (uint32_t i = 0; i < plugin::kRingSlots; ++i) {
+        plugin::RingSlot& slot = slots[i];
+        slot.done.store(rng() % 2 ? slot.posted.load() : any());
+        __atomic_store_n(&slot.status, rng() % 2 ? static_cast<uint32_t>(rng() % 24) : any(),
+                         __ATOMIC_RELAXED);
+        const uint64_t word = rng();
+        std::memcpy(slot.data + rng() % (plugin::kRingSlotData - 8), &word, 8);
+      }
+      for (std::atomic<uint32_t>* w : {&h->doorbell, &h->owner_sleeping, &h->owner_cpu,
+                                       &h->answered, &h->readers_sleeping, &h->reader_cpu}) {
+        w->store(any());
+      }
+      for (int i = 0; i < 64; ++i) {
+        __atomic_store_n(&table[rng() % (table_.length / 8)], rng() % 2 ? rng() : rng() % (1 << 20),
+                         __ATOMIC_RELAXED);
+      }
+      rounds_++;
+      std::this_thread::yield();
+    }
+  }
+  OwnersFile ring_, table_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> rounds_{0};
+  std::thread thread_;
+};
+
+// An owner that lies on its side of one reader's ring and in its table of published regions.
+// A liar of the same user could do anything to its reader's memory through the kernel anyway;
+// what the reader's own code takes from the owner's word is bounded by what it asked: never a
+// byte past a transfer's range, never a crash or a call that does not return. The lies cost
+// that connection alone (another on its own ring reads on meanwhile), a new one is served, and
+// the closed connections' rings leave nothing behind in the owner.
+TEST_P(TransportAttack, AnOwnerLyingInItsRingAndTableReachesNothingPastWhatTheReaderAsked) {
+  if (!ring_) GTEST_SKIP() << "no ring: readers here are served by messages";
+  auto reader = Reader(key_, absl::Seconds(5));
+  ASSERT_NE(reader, nullptr);
+  // Guard, inline READs' buffer, guard, larger READs' buffer, guard; and B as it is, to write.
+  std::vector<unsigned char> local(5 * kUnit, kCanary), b(kUnit), kept(4 << 10);
+  auto mine = reader->Register(local.data(), local.size());
+  auto pristine = reader->Register(b.data(), b.size());
+  auto keep = reader->Register(kept.data(), kept.size());
+  ASSERT_TRUE(mine.ok() && pristine.ok() && keep.ok());
+  auto keeper = reader->Connect(owner_->address);
+  ASSERT_TRUE(keeper.ok()) << keeper.status();
+  ASSERT_TRUE(Done(reader->Read(*keeper, *pristine, 0, owner_->b, 0, kUnit)).ok());
+  const size_t threads = Threads(owner_->pid), files = owner_->OpenFiles();
+  std::set<ino_t> keepers;
+  for (const OwnersFile& f : MapOwnersFiles(owner_->pid, plugin::kRingBytes)) {
+    keepers.insert(f.inode);
+    munmap(f.data, f.length);
+  }
+  auto conn = reader->Connect(owner_->address);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE(Done(reader->Read(*conn, *mine, kUnit, owner_->b, 0, 8)).ok());
+  auto rings = MapOwnersFiles(owner_->pid, plugin::kRingBytes, keepers);
+  auto tables = MapOwnersFiles(owner_->pid, plugin::kPublishedRegionsBytes);
+  ASSERT_EQ(rings.size(), 1u) << "the new connection's ring";
+  ASSERT_EQ(tables.size(), 1u) << "the owner's table";
+
+  int ok = 0, refused = 0;
+  uint64_t rounds = 0;
+  {
+    LyingOwner liar(rings[0], tables[0]);
+    std::mt19937 pick(11);
+    // 300 transfers, or what 5 s hold once 20 ran: a ring the lies wedged times each one out.
+    const absl::Time until = absl::Now() + absl::Seconds(5);
+    for (int i = 0; i < 300 && (i < 20 || absl::Now() < until); ++i) {
+      const int kind = static_cast<int>(pick() % 3);
+      const uint64_t length = kind == 0 ? 1 + pick() % (8 << 10) : kUnit;
+      std::memset(local.data() + kUnit, kCanary, kUnit);
+      const absl::Time start = absl::Now();
+      const absl::Duration limit = absl::Milliseconds(100);
+      const absl::Status st =
+          kind == 0   ? Done(reader->Read(*conn, *mine, kUnit, owner_->b, 0, length), limit)
+          : kind == 1 ? Done(reader->Read(*conn, *mine, 3 * kUnit, owner_->b, 0, kUnit), limit)
+                      : Done(reader->Write(*conn, *pristine, 0, owner_->b, 0, kUnit), limit);
+      ASSERT_LT(absl::Now() - start, absl::Seconds(10)) << "a call that did not return: " << st;
+      (st.ok() ? ok : refused)++;
+      // What a reader says of an owner's answer: served, refused as a live owner refuses,
+      // lost, or not yet; an owner's word of any other kind reads as its fault (INTERNAL).
+      ASSERT_TRUE(st.ok() || absl::IsDeadlineExceeded(st) || absl::IsFailedPrecondition(st) ||
+                  absl::IsInvalidArgument(st) || absl::IsInternal(st) || absl::IsUnavailable(st))
+          << st;
+      for (size_t at : {size_t{0}, 2 * kUnit, 4 * kUnit}) {
+        ASSERT_TRUE(std::all_of(local.begin() + at, local.begin() + at + kUnit,
+                                [](unsigned char c) { return c == kCanary; }))
+            << "a guard changed, transfer " << i << " (" << st << ")";
+      }
+      if (kind == 0) {
+        ASSERT_TRUE(std::all_of(local.begin() + kUnit + length, local.begin() + 2 * kUnit,
+                                [](unsigned char c) { return c == kCanary; }))
+            << "an inline READ of " << length << " bytes took more (" << st << ")";
+      }
+      if (i % 10 == 0) {  // another connection of this reader, on a ring of its own
+        std::fill(kept.begin(), kept.end(), 0);
+        ASSERT_TRUE(Done(reader->Read(*keeper, *keep, 0, owner_->b, 0, kept.size())).ok()) << i;
+        ASSERT_TRUE(
+            std::all_of(kept.begin(), kept.end(), [](unsigned char c) { return c == 'B'; }));
+      }
+    }
+    rounds = liar.rounds();
+  }
+  EXPECT_GT(rounds, 0u);
+  EXPECT_GT(refused, 0) << "the lies were heard (" << ok << " transfers passed)";
+
+  // The connection the liar spoiled closes; a new one, on a new ring, is served whole.
+  EXPECT_TRUE(reader->Close(*conn).ok());
+  auto again = reader->Connect(owner_->address);
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::fill(local.begin() + 3 * kUnit, local.begin() + 4 * kUnit, 0);
+  EXPECT_TRUE(Done(reader->Read(*again, *mine, 3 * kUnit, owner_->b, 0, kUnit)).ok());
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), local.begin() + 3 * kUnit)) << "B read whole";
+  EXPECT_TRUE(reader->Close(*again).ok());
+  for (absl::Time until = absl::Now() + absl::Seconds(30);
+       (Threads(owner_->pid) != threads || owner_->OpenFiles() != files) && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Threads(owner_->pid), threads) << "the closed connections' ring threads are gone";
+  EXPECT_EQ(owner_->OpenFiles(), files) << "and their descriptors";
   ExpectOwnerUnharmed();
 }
 

@@ -130,7 +130,7 @@ TEST(SameHostRing, AnOwnerAsleepIsWokenByAPostAndStopsWhenTold) {
 
 TEST(SameHostRing, ARingOfAnotherLayoutOrSizeIsNotMapped) {
   std::string why;
-  auto plain = SharedMemory::Create(RingBytes(), &why);  // zeros: no ring header
+  auto plain = SharedMemory::Create(kRingBytes, &why);  // zeros: no ring header
   ASSERT_NE(plain, nullptr) << why;
   EXPECT_EQ(RingReader::Map(getpid(), plain->fd(), plain->device(), plain->inode(), plain->length(),
                             &why),
