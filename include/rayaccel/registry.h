@@ -34,7 +34,8 @@
 
 namespace rayaccel {
 
-struct RegistryOptions {
+// Fields grouped by meaning, not packed: one is built per process.
+struct RegistryOptions {  // NOLINT(clang-analyzer-optin.performance.Padding)
   // Folders to search for plugin files (librayaccel-<name>.so). Empty: RAYACCEL_PLUGIN_PATH
   // (colon-separated), then ../lib/rayaccel/plugins next to the running binary and next to
   // librayaccel itself.
