@@ -150,7 +150,8 @@ Options:
   --on-device-loss report|drain
                               serve: when a device the node had at start is lost, only report
                               it (default), or also ask Ray's GCS to drain the node
-  --gcs-address HOST:PORT     Ray's GCS, to drain through (serve --on-device-loss drain)
+  --gcs-address HOST:PORT     Ray's GCS, to drain through (serve --on-device-loss drain);
+                              with TLS where Ray's RAY_USE_TLS says so, with its files
   --gcs-token-file FILE       the token of a Ray with token authentication (default: Ray's
                               own: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)
   --raylet-token-file FILE    the bearer token to present to the sink (serve)

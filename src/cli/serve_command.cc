@@ -137,6 +137,9 @@ int RunServe(ServeArgs args) {
                                                 : rpc::ReadTokenFile(args.gcs_token_file);
     if (!gcs_token.ok()) return Fail("--gcs-token-file: ", gcs_token.status(), 2);
     loss.gcs.token = *std::move(gcs_token);
+    absl::StatusOr<rpc::GcsOptions::Tls> gcs_tls = rpc::GcsTlsFromEnvironment();
+    if (!gcs_tls.ok()) return Fail("Ray's GCS: ", gcs_tls.status(), 2);
+    loss.gcs.tls = *std::move(gcs_tls);
     if (!args.node_id.empty()) {
       if (absl::Status st = rpc::CheckNodeId(args.node_id); !st.ok()) {
         return Fail("--node-id: ", st, 2);

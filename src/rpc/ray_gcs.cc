@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/validate.h"
@@ -26,7 +27,11 @@ namespace autoscaler = ::ray::rpc::autoscaler;
 namespace {
 
 std::shared_ptr<grpc::Channel> Channel(const GcsOptions& gcs) {
-  return grpc::CreateChannel(gcs.address, grpc::InsecureChannelCredentials());
+  if (gcs.tls.ca.empty())
+    return grpc::CreateChannel(gcs.address, grpc::InsecureChannelCredentials());
+  return grpc::CreateChannel(
+      gcs.address, grpc::SslCredentials(grpc::SslCredentialsOptions{gcs.tls.ca, gcs.tls.private_key,
+                                                                    gcs.tls.cert_chain}));
 }
 
 void Prepare(const GcsOptions& gcs, grpc::ClientContext* context) {
@@ -78,6 +83,29 @@ absl::StatusOr<std::string> GcsTokenFromEnvironment() {
   const std::string path = absl::StrCat(home, "/.ray/auth_token");
   if (access(path.c_str(), F_OK) != 0) return std::string();
   return ReadTokenFile(path);
+}
+
+absl::StatusOr<GcsOptions::Tls> GcsTlsFromEnvironment() {
+  const char* use = std::getenv("RAY_USE_TLS");
+  if (use == nullptr ||
+      (!absl::EqualsIgnoreCase(use, "1") && !absl::EqualsIgnoreCase(use, "true"))) {
+    return GcsOptions::Tls{};
+  }
+  GcsOptions::Tls tls;
+  for (const auto& [variable, field] :
+       {std::pair<const char*, std::string*>{"RAY_TLS_CA_CERT", &tls.ca},
+        {"RAY_TLS_SERVER_CERT", &tls.cert_chain},
+        {"RAY_TLS_SERVER_KEY", &tls.private_key}}) {
+    const char* path = std::getenv(variable);
+    if (path == nullptr || path[0] == '\0') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RAY_USE_TLS=", use, " needs ", variable, " (as Ray's processes do)"));
+    }
+    absl::StatusOr<std::string> pem = ReadCredentialFile(path, variable);
+    if (!pem.ok()) return pem.status();
+    *field = *std::move(pem);
+  }
+  return tls;
 }
 
 absl::Status DrainNode(const GcsOptions& gcs, const std::string& node_id,

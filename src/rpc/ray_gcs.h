@@ -20,12 +20,23 @@ struct GcsOptions {
   // (RAY_AUTH_MODE=token) refuses calls without it. GcsTokenFromEnvironment finds Ray's.
   std::string token;
   std::chrono::milliseconds timeout{10000};  // per call
+  // Mutual TLS, as Ray's own clients speak to a GCS started with RAY_USE_TLS: PEM contents,
+  // not paths. GcsTlsFromEnvironment finds Ray's. Empty `ca`: plain TCP.
+  struct Tls {
+    std::string ca, cert_chain, private_key;
+  } tls;
 };
 
 // Ray's own token, where Ray's clients look for it, in Ray's order: $RAY_AUTH_TOKEN, the file
 // $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token. Empty when there is none (a Ray without token
 // authentication needs none); an error when a named file cannot be read.
 absl::StatusOr<std::string> GcsTokenFromEnvironment();
+
+// Ray's TLS settings, as Ray's processes read them: RAY_USE_TLS 1 or true (any case) names the
+// files in RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT and RAY_TLS_SERVER_KEY (Ray presents its server
+// certificate as a client's too); nothing when RAY_USE_TLS is unset or else. An error naming
+// the variable when one is missing or its file cannot be read.
+absl::StatusOr<GcsOptions::Tls> GcsTlsFromEnvironment();
 
 // Drains `node_id` (Ray's NodeID, 56 hex digits) for `reason_message`, with reason
 // DRAIN_NODE_REASON_PREEMPTION and no deadline: the node is going away whatever runs there.

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -194,3 +195,87 @@ def test_without_node_id_the_agent_finds_its_node_in_rays_gcs(tmp_path):
             assert len(ray._private.state.state.get_draining_nodes()) == 1
             assert api_ray(view)["drain"]["node_id"] == ids["d"]
             ray.kill(worker)
+
+
+def rays_tls(tmp_path):
+    """RAY_USE_TLS and its three files: one self-signed certificate for this host's addresses as
+    IP names (gRPC matches an address only against those), serving as Ray's CA, server and
+    client certificate."""
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+    from ray._common.network_utils import node_ip_address_from_perspective
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rayaccel-test")])
+    names = [x509.DNSName("localhost")] + [
+        x509.IPAddress(ipaddress.ip_address(a))
+        for a in sorted({"127.0.0.1", node_ip_address_from_perspective()})]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "ray.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "ray.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return {"RAY_USE_TLS": "1", "RAY_TLS_CA_CERT": str(tmp_path / "ray.crt"),
+            "RAY_TLS_SERVER_CERT": str(tmp_path / "ray.crt"),
+            "RAY_TLS_SERVER_KEY": str(tmp_path / "ray.key")}
+
+
+def test_a_gcs_with_tls_is_found_and_drained_with_rays_certificates(tmp_path, monkeypatch):
+    """A Ray started with RAY_USE_TLS: its GCS takes mutual TLS alone. The agent, in the same
+    environment as Ray's processes, speaks it with Ray's certificates: it finds its node
+    (GetAllNodeInfo) and drains it (DrainNode)."""
+    fixture, trigger = machine_losing_a_gpu(tmp_path, "t")
+    options = start_args(fixture)
+    for name, value in rays_tls(tmp_path).items():
+        monkeypatch.setenv(name, value)  # for the processes started here; Ray here read its own
+    driver = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "tls_cluster.py"),
+         json.dumps(options)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, FAKE_NVML_FIXTURE=fixture), start_new_session=True)
+    try:
+        started = json.loads(driver.stdout.readline() or "{}")
+        assert "gcs" in started, "the TLS cluster did not start"
+        with agent(fixture, tmp_path, "t", "--on-device-loss", "drain", "--gcs-address",
+                   started["gcs"]) as view:
+            trigger.touch()
+            wait_for("the agent's drain", lambda: api_ray(view)["drain"]["attempts"] >= 1)
+            state = api_ray(view)["drain"]
+            assert state["accepted"] is True and state["node_id"] == started["node"], state
+            driver.stdin.write("check\n")
+            driver.stdin.flush()
+            assert json.loads(driver.stdout.readline())["draining"] == [started["node"]]
+        assert driver.wait(timeout=120) == 0
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def test_tls_without_its_files_is_refused_at_start(tmp_path):
+    """RAY_USE_TLS set but a certificate's variable missing, or its file unreadable: the agent
+    will not start, naming what is missing, rather than fail the drain when a device is lost."""
+    fixture, _ = machine_losing_a_gpu(tmp_path, "n")
+    command = [RAYACCEL, "serve", *cuda_args(), "--listen", f"unix:{tmp_path}/n.sock",
+               "--on-device-loss", "drain", "--gcs-address", "127.0.0.1:1", "--node-id", "ab" * 28]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_TLS_")}
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    for env, says in [({"RAY_USE_TLS": "1"}, "RAY_TLS_CA_CERT"),
+                      ({"RAY_USE_TLS": "True", "RAY_TLS_CA_CERT": str(cert),
+                        "RAY_TLS_SERVER_CERT": str(cert)}, "RAY_TLS_SERVER_KEY"),
+                      ({"RAY_USE_TLS": "1", "RAY_TLS_CA_CERT": str(cert),
+                        "RAY_TLS_SERVER_CERT": str(tmp_path / "missing.pem"),
+                        "RAY_TLS_SERVER_KEY": str(cert)}, "missing.pem")]:
+        out = subprocess.run(command, env=dict(base, FAKE_NVML_FIXTURE=fixture, **env),
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and says in out.stderr, (env, out.returncode, out.stderr)
