@@ -122,9 +122,13 @@ PublishedRegionsReader::~PublishedRegionsReader() {
   close(stat_);
 }
 
-bool PublishedRegionsReader::Running() const {
+bool PublishedRegionsReader::Alive() const {
   pollfd p{pidfd_, POLLIN, 0};
-  if (poll(&p, 1, 0) != 0) return false;  // readable once the owner has exited
+  return poll(&p, 1, 0) == 0;  // readable once the owner has exited
+}
+
+bool PublishedRegionsReader::Running() const {
+  if (!Alive()) return false;
   // The state after the command's closing parenthesis: T stopped, t traced (stopped too).
   char buffer[512];
   const ssize_t n = pread(stat_, buffer, sizeof(buffer) - 1, 0);
@@ -170,6 +174,17 @@ void PublishedRegionsReader::Copy(const Range* ranges, const iovec* local, size_
   }
   const bool running = Running();
   for (size_t i = 0; i < count; ++i) ok[i] = ok[i] && running && Unchanged(ranges[i]);
+}
+
+PublishedRegionsReader::Kept PublishedRegionsReader::CopyServed(const Range& range,
+                                                                const iovec& local) const {
+  const iovec remote{InPeer(range.address), range.length};
+  const ssize_t moved = process_vm_readv(owner_, &local, 1, &remote, 1, 0);
+  // After the copy, as Copy: a pid the owner's death freed may name another process by now.
+  if (!Alive()) return Kept::kOwnerGone;
+  if (!Unchanged(range)) return Kept::kWithdrawn;
+  if (moved < 0 || static_cast<uint64_t>(moved) != range.length) return Kept::kNotMapped;
+  return Kept::kYes;
 }
 
 }  // namespace rayaccel::plugin

@@ -70,11 +70,17 @@ class PublishedRegionsReader {
   // still, and the owner lives and is not stopped (a request to a stopped owner fails once its
   // peer timeout passes, as every request does: its memory is not read meanwhile either).
   void Copy(const Range* ranges, const iovec* local, size_t count, bool* ok) const;
+  // Copy of one range while the owner serves another part of the same READ on the ring, whose
+  // answer, if it comes, says the owner ran: no look at whether it is stopped. Whether the
+  // bytes may be kept, or why not.
+  enum class Kept { kYes, kOwnerGone, kWithdrawn, kNotMapped };
+  Kept CopyServed(const Range& range, const iovec& local) const;
 
  private:
   PublishedRegionsReader(std::unique_ptr<PeerMemory> memory, pid_t owner, int pidfd, int stat)
       : memory_(std::move(memory)), owner_(owner), pidfd_(pidfd), stat_(stat) {}
   bool Running() const;
+  bool Alive() const;
   bool Unchanged(const Range& r) const;
   std::unique_ptr<PeerMemory> memory_;
   pid_t owner_;

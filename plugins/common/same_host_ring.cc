@@ -234,6 +234,12 @@ bool RingReader::OwnerAsleep() const {
   return HeaderAt(memory_->data())->owner_sleeping.load(std::memory_order_relaxed) != 0;
 }
 
+bool RingReader::OwnerAwakeElsewhere() const {
+  const RingHeader* h = HeaderAt(memory_->data());
+  return h->owner_sleeping.load(std::memory_order_relaxed) == 0 &&
+         h->owner_cpu.load(std::memory_order_relaxed) != ThisCpu();
+}
+
 bool RingReader::Await(uint32_t n, std::chrono::microseconds spin) const {
   RingHeader* h = HeaderAt(memory_->data());
   const Clock::time_point until = Clock::now() + spin;

@@ -130,6 +130,9 @@ class RingReader {
   void Take(uint32_t n) { taken_ = n; }
   // Whether the owner's thread sleeps (a request would wait for its wake-up).
   bool OwnerAsleep() const;
+  // Whether the owner's thread is awake on another CPU than this thread's: a copy of its own
+  // here then runs beside the owner's, not in turn with it.
+  bool OwnerAwakeElsewhere() const;
   // Sleeps until the owner has answered `n` (or another request), or `timeout`.
   void Sleep(uint32_t n, std::chrono::microseconds timeout) const;
   // Waits up to `spin` for the answer to `n`, spinning while the owner's thread runs on another

@@ -422,7 +422,8 @@ struct Server {
 };
 
 Server StartServer(const std::string& dir, const std::string& size,
-                   const std::vector<std::string>& prefix = {}) {
+                   const std::vector<std::string>& prefix = {},
+                   const std::vector<std::string>& options = {}) {
   Server s;
   std::string token_file = dir + "/token";
   unlink(token_file.c_str());
@@ -438,6 +439,7 @@ Server StartServer(const std::string& dir, const std::string& size,
   args.push_back(size);
   args.push_back("--token-file");
   args.push_back(token_file);
+  args.insert(args.end(), options.begin(), options.end());
   s.pid = Spawn(binary, args, s.out, dir + "/server.err");
   if (!WaitForFile(token_file)) return s;
   std::string token;
@@ -611,6 +613,32 @@ TEST_P(TransportProcesses, TransferCommandVerifiesReadsAndWrites) {
   EXPECT_EQ(gone.exit_code, 3) << "a dead server is a lost peer: " << gone.err;
   auto bad = testing::Run({RAYACCEL_CLI, "transfer", "--connect", "rxt1.garbage"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// The application's own memory on both sides (as RDT's tensors): each same-host path a single
+// READ or WRITE of it takes lands the server's pattern whole: in the ring's slot (4 KiB), the
+// owner's copy (16 KiB), a READ the owner and the reader share while the owner is awake (64
+// and 256 KiB in a loop), the reader's own from the published region (1 MiB, the owner asleep
+// between them).
+TEST_P(TransportProcesses, OwnMemoryLandsWholeOnEverySameHostPath) {
+  testing::FabricEnv fabric(GetParam());
+  std::string dir = MakeTempDir(absl::StrCat("transfer-own-", GetParam()));
+  Server server = StartServer(dir, "1MiB", {}, {"--own-memory"});
+  ASSERT_FALSE(server.address.empty());
+  const bool copies = !absl::StartsWith(GetParam(), "libfabric");
+  for (const char* size : {"4KiB", "16KiB", "64KiB", "256KiB", "1MiB"}) {
+    for (const char* op : {"read", "write"}) {
+      SCOPED_TRACE(absl::StrCat(op, " ", size));
+      auto r = testing::Run({RAYACCEL_CLI, "transfer", "--token-file", dir + "/token", "--op", op,
+                             "--size", size, "--iters", "50", "--own-memory", "--json"});
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(absl::StrCat("\"path\": \"", copies ? "same-host" : "fabric", "\"")),
+                std::string::npos)
+          << r.out;
+    }
+  }
+  EXPECT_EQ(testing::Stop(server.pid), 0);
 }
 
 // A server that stops without dying, in the middle of 64 MiB reads and writes: every request

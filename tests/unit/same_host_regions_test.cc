@@ -46,11 +46,18 @@ TEST(PublishedRegions, ARangeIsReadOnlyWhileItsRegionHoldsStill) {
   EXPECT_EQ(mine[0], 'r');
   EXPECT_EQ(mine[4095], 'r');
 
+  // A shared READ's part (the owner serving the rest): kept on the same terms, but for
+  // whether the owner is stopped, which its answer says.
+  std::memset(mine.data(), 0, mine.size());
+  EXPECT_EQ(reader->CopyServed(range, local), PublishedRegionsReader::Kept::kYes);
+  EXPECT_EQ(mine[4095], 'r');
+
   // Withdrawn between the look-up and the copy's end: the bytes are not kept.
   ASSERT_TRUE(reader->Find(7, 0, 16, &range));
   table->Withdraw(7);
   reader->Copy(&range, &local, 1, &ok);
   EXPECT_FALSE(ok);
+  EXPECT_EQ(reader->CopyServed(range, local), PublishedRegionsReader::Kept::kWithdrawn);
   EXPECT_FALSE(reader->Find(7, 0, 16, &range)) << "withdrawn";
   // Published again (as after a re-registration under a new id in the same place, or the
   // same): a look-up from before does not hold.
@@ -82,6 +89,7 @@ TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   bool ok = true;
   reader->Copy(&range, &local, 1, &ok);
   EXPECT_FALSE(ok);
+  EXPECT_EQ(reader->CopyServed(range, local), PublishedRegionsReader::Kept::kNotMapped);
 
   // A child owner publishes a region of its own, is mapped, then dies.
   int ready[2];
@@ -116,6 +124,8 @@ TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
   theirs->Copy(&range, &local, 1, &ok);
   EXPECT_FALSE(ok) << "read from a stopped owner";
+  EXPECT_EQ(theirs->CopyServed(range, local), PublishedRegionsReader::Kept::kYes)
+      << "a shared READ's part: the owner's answer for the rest decides";
   ASSERT_EQ(kill(child, SIGCONT), 0);
   theirs->Copy(&range, &local, 1, &ok);
   EXPECT_TRUE(ok) << "and again once it runs";
@@ -125,6 +135,7 @@ TEST(PublishedRegions, NothingIsKeptFromMemoryTheOwnerLacksOrFromADeadOwner) {
   std::memset(mine.data(), 0, mine.size());
   theirs->Copy(&range, &local, 1, &ok);
   EXPECT_FALSE(ok) << "read from a dead owner";
+  EXPECT_EQ(theirs->CopyServed(range, local), PublishedRegionsReader::Kept::kOwnerGone);
   close(ready[0]);
   close(ready[1]);
 }

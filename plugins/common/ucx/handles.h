@@ -65,6 +65,10 @@ constexpr uint64_t kParallelCopyMin = 4 << 20;
 // awake; from it, every one (1 MiB: 12.3 GB/s, p99 0.15 ms, against the owner's copy's tail).
 constexpr uint64_t kReadsDirectlyAlways = 256 << 10;
 constexpr std::chrono::milliseconds kReadBurstGap(1);
+// From this size a READ on the ring with the owner awake on another CPU is shared (ring.cc's
+// RingTransfer): the owner copies the first half while the reader copies the rest from the
+// published region, two CPUs at one READ.
+constexpr uint64_t kSharedReadMin = 32 << 10;
 constexpr uint32_t kParallelCopyParts = 4;
 // How long a reader spins within the call for the owner's answer before leaving a request: an
 // owner awake answers within microseconds, one asleep wakes in tens.
@@ -104,6 +108,8 @@ struct Request : rayaccel_request {
   bool same_host = false;    // the owner copies the bytes between the processes (same_host_copy.h)
   uint32_t ring_n = 0;       // its number on the connection's ring, while in ring_requests
   bool ring_inline = false;  // a ring READ's bytes come back in its slot
+  // A shared ring READ: why the part the reader copied itself may not be kept (OK: it may).
+  rayaccel_status shared_part = RAYACCEL_STATUS_OK;
   rayaccel_status reply = RAYACCEL_STATUS_OK;
   int ucx = 0;  // UCX operations that still hold this request
   bool done = false;

@@ -201,7 +201,7 @@ rayaccel_status RingStatus(uint32_t status) {
 void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
   c->ring_requests.pop_front();
   ep->ring_waiting--;
-  const rayaccel_status st = RingStatus(status);
+  rayaccel_status st = RingStatus(status);
   const char* slot = c->ring->data(r->ring_n);
   if (st == RAYACCEL_STATUS_OK && r->ring_inline) CopyMemory(r->local, slot, r->length);
   if (st == RAYACCEL_STATUS_OK && !r->chunk.empty()) {
@@ -209,6 +209,7 @@ void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
     for (Request::ChunkEntry& e : r->chunk) e.status = OwnerStatus(in.U32());
   }
   c->ring->Take(r->ring_n);
+  if (st == RAYACCEL_STATUS_OK) st = r->shared_part;
   Complete(
       r, st,
       st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader" : RefusalText(st));
@@ -386,6 +387,13 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
   std::shared_ptr<RingReader> ring;
   Request* r = nullptr;
   uint32_t n = 0;
+  // A shared READ: the owner, awake on another CPU, copies the first `asked` bytes while this
+  // thread copies the rest from the region the owner published, two CPUs at one READ. The
+  // rest is kept only if the owner's answer for the first part is OK (which says it ran, so
+  // no look here at whether it is stopped) and the region held still under the copy.
+  std::shared_ptr<PublishedRegionsReader> shared;
+  PublishedRegionsReader::Range rest{};
+  uint64_t asked = a->length;
   {
     std::lock_guard<std::mutex> lock(ep->mu);
     if (c->failure != RAYACCEL_STATUS_OK) {
@@ -399,19 +407,50 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
       return true;
     }
     ring = c->ring;
+    const uint64_t half = (a->length / 2) & ~uint64_t{4095};
+    if (read && a->length >= kSharedReadMin && a->length < kParallelCopyMin &&
+        c->published != nullptr && ring->OwnerAwakeElsewhere() &&
+        c->published->Find(remote.id, a->remote_offset + half, a->length - half, &rest)) {
+      shared = c->published;
+      asked = half;
+    }
     if (!read && in_slot) CopyMemory(ring->data(n), local, a->length);
     r = NewRingRequest(ep, c, a->op, n);
     r->local = local;
-    r->length = a->length;
+    r->length = asked;
     r->ring_inline = read && in_slot;
-    ring->Post(n, {read ? RingOp::kRead : RingOp::kWrite, 0, remote.id, a->remote_offset, a->length,
+    ring->Post(n, {read ? RingOp::kRead : RingOp::kWrite, 0, remote.id, a->remote_offset, asked,
                    in_slot ? 0 : reinterpret_cast<uintptr_t>(local)});
   }
   if (RAYACCEL_HAS_FIELD(a, rayaccel_transfer_args, path)) a->path = RAYACCEL_PATH_SAME_HOST;
+  rayaccel_status rest_status = RAYACCEL_STATUS_OK;
+  if (shared != nullptr) {
+    switch (shared->CopyServed(rest, {local + asked, a->length - asked})) {
+      case PublishedRegionsReader::Kept::kYes:
+        break;
+      case PublishedRegionsReader::Kept::kOwnerGone:
+        rest_status = RAYACCEL_STATUS_PEER_LOST;
+        break;
+      case PublishedRegionsReader::Kept::kWithdrawn:  // deregistered during the READ
+        rest_status = RAYACCEL_STATUS_STALE;
+        break;
+      case PublishedRegionsReader::Kept::kNotMapped:  // as the owner's own copy would fail
+        rest_status = RAYACCEL_STATUS_INTERNAL;
+        break;
+    }
+  }
   // The answer usually comes within microseconds: waited for here, without the lock, so that
   // the transfer ends within the call.
   ring->Await(n, kRingReaderSpin);
   std::lock_guard<std::mutex> lock(ep->mu);
+  if (rest_status != RAYACCEL_STATUS_OK) {
+    if (!r->done) {
+      r->shared_part = rest_status;                // applied when its answer lands
+    } else if (r->status == RAYACCEL_STATUS_OK) {  // landed meanwhile; not yet the caller's
+      r->status = rest_status;
+      r->why = RefusalText(rest_status);
+    }
+  }
   if (c->ring == ring) DrainRing(ep, c);
   *status = RAYACCEL_STATUS_OK;
   if (r->done && r->status == RAYACCEL_STATUS_OK) {
