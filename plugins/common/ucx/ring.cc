@@ -196,6 +196,12 @@ rayaccel_status RingStatus(uint32_t status) {
   return status == RAYACCEL_STATUS_PEER_LOST ? RAYACCEL_STATUS_PEER_LOST : OwnerStatus(status);
 }
 
+// What a ring request's failure says.
+const char* RingText(rayaccel_status st) {
+  return st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader"
+                                         : RefusalText(st);
+}
+
 // Request `r`, the oldest on `c`'s ring, answered with `status`: its bytes (an inline READ) or
 // its ranges' statuses land, its slot is free, and it completes. Caller holds mu.
 void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
@@ -210,9 +216,7 @@ void Land(Ep* ep, Conn* c, Request* r, uint32_t status) {
   }
   c->ring->Take(r->ring_n);
   if (st == RAYACCEL_STATUS_OK) st = r->shared_part;
-  Complete(
-      r, st,
-      st == RAYACCEL_STATUS_PEER_LOST ? "the owner no longer serves this reader" : RefusalText(st));
+  Complete(r, st, RingText(st));
   MaybeFree(r);
 }
 
@@ -448,7 +452,7 @@ bool RingTransfer(Ep* ep, Conn* c, rayaccel_transfer_args* a, const RemoteRegion
       r->shared_part = rest_status;                // applied when its answer lands
     } else if (r->status == RAYACCEL_STATUS_OK) {  // landed meanwhile; not yet the caller's
       r->status = rest_status;
-      r->why = RefusalText(rest_status);
+      r->why = RingText(rest_status);
     }
   }
   if (c->ring == ring) DrainRing(ep, c);
