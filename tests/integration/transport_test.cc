@@ -148,6 +148,7 @@ TEST_P(TransportPair, ConcurrentTransfersOnSeveralConnections) {
   std::string ds = *owner_->Describe(*src), dd = *owner_->Describe(*dst);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::vector<char> buf(kSlice);
