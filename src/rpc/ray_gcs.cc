@@ -103,6 +103,9 @@ absl::StatusOr<GcsOptions::Tls> GcsTlsFromEnvironment() {
     }
     absl::StatusOr<std::string> pem = ReadCredentialFile(path, variable);
     if (!pem.ok()) return pem.status();
+    if (pem->empty()) {  // else an empty CA would read as no TLS at all
+      return absl::InvalidArgumentError(absl::StrCat(variable, " ", path, " is empty"));
+    }
     *field = *std::move(pem);
   }
   return tls;

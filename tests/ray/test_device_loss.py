@@ -262,8 +262,9 @@ def test_a_gcs_with_tls_is_found_and_drained_with_rays_certificates(tmp_path, mo
 
 
 def test_tls_without_its_files_is_refused_at_start(tmp_path):
-    """RAY_USE_TLS set but a certificate's variable missing, or its file unreadable: the agent
-    will not start, naming what is missing, rather than fail the drain when a device is lost."""
+    """RAY_USE_TLS set but a certificate's variable missing, or its file unreadable or empty: the
+    agent will not start, naming what is missing, rather than fail the drain when a device is
+    lost (or speak plain TCP)."""
     fixture, _ = machine_losing_a_gpu(tmp_path, "n")
     command = [RAYACCEL, "serve", *cuda_args(), "--listen", f"unix:{tmp_path}/n.sock",
                "--on-device-loss", "drain", "--gcs-address", "127.0.0.1:1", "--node-id", "ab" * 28]
@@ -275,7 +276,10 @@ def test_tls_without_its_files_is_refused_at_start(tmp_path):
                         "RAY_TLS_SERVER_CERT": str(cert)}, "RAY_TLS_SERVER_KEY"),
                       ({"RAY_USE_TLS": "1", "RAY_TLS_CA_CERT": str(cert),
                         "RAY_TLS_SERVER_CERT": str(tmp_path / "missing.pem"),
-                        "RAY_TLS_SERVER_KEY": str(cert)}, "missing.pem")]:
+                        "RAY_TLS_SERVER_KEY": str(cert)}, "missing.pem"),
+                      ({"RAY_USE_TLS": "true", "RAY_TLS_CA_CERT": os.devnull,
+                        "RAY_TLS_SERVER_CERT": str(cert), "RAY_TLS_SERVER_KEY": str(cert)},
+                       "is empty")]:
         out = subprocess.run(command, env=dict(base, FAKE_NVML_FIXTURE=fixture, **env),
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and says in out.stderr, (env, out.returncode, out.stderr)
