@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # its INFO lines go to stdout, where ours go
-from nixl_pair import agent  # noqa: E402 - NIXL reads its log level as it is imported
+from nixl_pair import agent, run  # noqa: E402 - NIXL reads its log level as it is imported
 
 
 def now_us():
@@ -92,11 +92,7 @@ def decode(args):
                 "READ", local, (layer_base + local_blocks).reshape(-1).astype(np.int32),
                 remote, (layer_base + remote_blocks).reshape(-1).astype(np.int32),
                 message.encode())
-            state = a.transfer(handle)
-            while state == "PROC":
-                state = a.check_xfer_state(handle)
-            if state != "DONE":
-                raise SystemExit(f"NIXL request {message}: {state}")
+            run(a, handle, f"request {message}")
             if i >= args.warmup:
                 latencies.append(now_us() - start)
                 starts.append([message, start])

@@ -35,6 +35,15 @@ def agent(name, error_mode):
     return a
 
 
+def run(a, handle, what):
+    """Posts a prepared transfer and polls it to its end, as NIXL's examples do."""
+    state = a.transfer(handle)
+    while state == "PROC":
+        state = a.check_xfer_state(handle)
+    if state != "DONE":
+        raise SystemExit(f"NIXL {what}: {state}")
+
+
 def target(args):
     a = agent("target", args.error_mode)
     buf = np.full(args.size * args.count, 7, dtype=np.uint8)
@@ -66,11 +75,7 @@ def initiator(args):
         times = []
         for i in range(args.warmup + args.iters):
             start = time.perf_counter()
-            state = a.transfer(handle)
-            while state == "PROC":
-                state = a.check_xfer_state(handle)
-            if state != "DONE":
-                raise SystemExit(f"NIXL transfer failed: {state}")
+            run(a, handle, "transfer failed")
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
         if args.op == "read" and not (buf == 7).all():
